@@ -1,0 +1,251 @@
+package bootstrap
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fastjson"
+)
+
+// ErrNotJSON is wrapped by the error Parse returns for a body that is empty
+// or not valid JSON.
+var ErrNotJSON = errors.New("request body is not valid JSON")
+
+// ErrNotObject is wrapped by the error Parse returns for a body that is valid
+// JSON but not an object.
+var ErrNotObject = errors.New("request body must be a JSON object")
+
+// Request is what the load balancer needs to know about a client body.
+// The zero value is not a parsed body: Parse sets Batch to -1 for a scalar one.
+type Request struct {
+	// Batch is the number of items when the body is a /generate batch (see
+	// Parse), or -1 when it is not a batch. A batch may have 0 items.
+	Batch int
+	// Stream is true when "stream" is truthy.
+	Stream bool
+	// ReturnLogprob is true when "return_logprob" is truthy: mini_lb's
+	// condition for merging logprobs into a stream.
+	ReturnLogprob bool
+	// HasReturnLogprob is true when the key "return_logprob" is present with
+	// any value: mini_lb's condition for merging logprobs into a non-stream
+	// answer.
+	HasReturnLogprob bool
+	// HasReturnRoutedExperts is true when the key "return_routed_experts" is
+	// present with any value.
+	HasReturnRoutedExperts bool
+}
+
+// Parse reads what routing needs from body without decoding it and without
+// allocating for a valid body. It does not keep body.
+//
+// The body must be a valid JSON object, optionally surrounded by whitespace,
+// nested at most 1024 levels deep; otherwise the error wraps ErrNotJSON or
+// ErrNotObject. Top-level members are read as Python's json reads them: the
+// last of duplicate keys wins, keys are compared after decoding escapes, and
+// booleans follow Python's truthiness (false, null, 0, 0.0, "", [] and {} are
+// false).
+//
+// Batch follows mini_lb's _get_request_batch_size: when "text" is present
+// and not null, a list of n items makes a batch of n and anything else no
+// batch; otherwise, when "input_ids" is a list whose first item is a list,
+// it is a batch of as many items as the outer list. Whether a batch means
+// anything depends on the route: only /generate takes batches.
+func Parse(body []byte) (Request, error) {
+	i := skipSpace(body, 0)
+	if i == len(body) {
+		return Request{}, fmt.Errorf("%w: the body is empty", ErrNotJSON)
+	}
+	if body[i] != '{' {
+		return Request{}, notObject(body, i)
+	}
+	r, err := scanRequest(body)
+	if err != nil {
+		return Request{}, fmt.Errorf("%w: %w", ErrNotJSON, err)
+	}
+	// The scan above has bounded the nesting depth, which the recursive
+	// validators need, and checked everything but the scalars.
+	if err := validate(body); err != nil {
+		return Request{}, fmt.Errorf("%w: %w", ErrNotJSON, err)
+	}
+	return r, nil
+}
+
+// validate checks that body, whose nesting has been bounded, is valid JSON.
+// gjson gives the verdict, fastjson the explanation: fastjson 1.6.10 misses
+// raw control characters in a string that also holds an escape ("\x01\n"),
+// which Python's json.loads refuses.
+func validate(body []byte) error {
+	if gjson.ValidBytes(body) {
+		return nil
+	}
+	if err := fastjson.ValidateBytes(body); err != nil {
+		return err
+	}
+	return errors.New("a string holds a raw control character")
+}
+
+// notObject returns the error for a body whose first non-space byte, at
+// body[i], does not open an object.
+func notObject(body []byte, i int) error {
+	e, err := skipValue(body, i, maxDepth)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotJSON, err)
+	}
+	if j := skipSpace(body, e); j != len(body) {
+		return fmt.Errorf("%w: unexpected data after the %s at offset %d", ErrNotJSON, kindOf(body[i]), j)
+	}
+	if err := validate(body); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotJSON, err)
+	}
+	return fmt.Errorf("%w, got %s", ErrNotObject, kindOf(body[i]))
+}
+
+func scanRequest(body []byte) (Request, error) {
+	ms, err := newMembers(body)
+	if err != nil {
+		return Request{}, err
+	}
+	var r Request
+	var text, inputIDs []byte
+	for {
+		m, ok, err := ms.next()
+		if err != nil {
+			return Request{}, err
+		}
+		if !ok {
+			break
+		}
+		switch fieldOf(m.key) {
+		case fieldText:
+			text = m.value
+		case fieldInputIDs:
+			inputIDs = m.value
+		case fieldStream:
+			r.Stream = truthy(m.value)
+		case fieldReturnLogprob:
+			r.HasReturnLogprob = true
+			r.ReturnLogprob = truthy(m.value)
+		case fieldReturnRoutedExperts:
+			r.HasReturnRoutedExperts = true
+		}
+	}
+	r.Batch, err = batchSize(text, inputIDs)
+	return r, err
+}
+
+// batchSize is mini_lb's _get_request_batch_size over the raw values of the
+// last "text" and "input_ids" members, nil when absent. It returns -1 for a
+// body that is not a batch.
+func batchSize(text, inputIDs []byte) (int, error) {
+	if text != nil && string(text) != "null" {
+		if text[0] != '[' {
+			return -1, nil
+		}
+		n, _, err := listLen(text)
+		return n, err
+	}
+	if inputIDs != nil && inputIDs[0] == '[' {
+		n, nested, err := listLen(inputIDs)
+		if err != nil || !nested {
+			return -1, err
+		}
+		return n, nil
+	}
+	return -1, nil
+}
+
+// field names the top-level members the package reads.
+type field uint8
+
+const (
+	fieldOther field = iota
+	fieldText
+	fieldInputIDs
+	fieldStream
+	fieldReturnLogprob
+	fieldReturnRoutedExperts
+)
+
+// fieldOf identifies a raw key. A key spelled with escapes ("str\u0065am")
+// is decoded first, because that is the key the worker's json.loads sees.
+func fieldOf(key []byte) field {
+	var buf [len("return_routed_experts")]byte
+	if bytes.IndexByte(key, '\\') >= 0 {
+		n, ok := unescapeASCII(&buf, key)
+		if !ok {
+			return fieldOther
+		}
+		key = buf[:n]
+	}
+	switch string(key) {
+	case "text":
+		return fieldText
+	case "input_ids":
+		return fieldInputIDs
+	case "stream":
+		return fieldStream
+	case "return_logprob":
+		return fieldReturnLogprob
+	case "return_routed_experts":
+		return fieldReturnRoutedExperts
+	}
+	return fieldOther
+}
+
+// unescapeASCII decodes the raw key into buf and returns its length. It gives
+// up (false) on anything that cannot decode to one of the printable ASCII
+// names fieldOf looks for, or that is longer than buf.
+func unescapeASCII(buf *[len("return_routed_experts")]byte, raw []byte) (int, bool) {
+	n := 0
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c == '\\' {
+			if i+1 == len(raw) {
+				return 0, false
+			}
+			i++
+			switch raw[i] {
+			case '"', '\\', '/':
+				c = raw[i]
+			case 'u':
+				if i+4 >= len(raw) {
+					return 0, false
+				}
+				r, ok := hex4(raw[i+1 : i+5])
+				if !ok || r >= 0x80 {
+					return 0, false
+				}
+				c = byte(r)
+				i += 4
+			default:
+				return 0, false
+			}
+		}
+		if n == len(buf) || c < 0x20 || c >= 0x80 {
+			return 0, false
+		}
+		buf[n] = c
+		n++
+	}
+	return n, true
+}
+
+func hex4(h []byte) (rune, bool) {
+	var r rune
+	for _, c := range h {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}

@@ -1,0 +1,206 @@
+package bootstrap
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	f := func(body string, want Request) {
+		t.Helper()
+		got, err := Parse([]byte(body))
+		if err != nil {
+			t.Fatalf("Parse(%q): unexpected error: %s", body, err)
+		}
+		if got != want {
+			t.Fatalf("Parse(%q): got %+v; want %+v", body, got, want)
+		}
+	}
+	scalar := Request{Batch: -1}
+
+	f(`{}`, scalar)
+	f(" \t\r\n{ \n } \n", scalar)
+	f(`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":16}`, scalar)
+	f(`{"model":"m","messages":[],"stream":true}`, Request{Batch: -1, Stream: true})
+	f(`{"text":"hello","sampling_params":{"max_new_tokens":8},"stream":true,"return_logprob":true}`,
+		Request{Batch: -1, Stream: true, ReturnLogprob: true, HasReturnLogprob: true})
+	f(`{"text":"hi","return_logprob":false}`, Request{Batch: -1, HasReturnLogprob: true})
+	f(`{"text":"hi","return_logprob":null,"return_routed_experts":null}`,
+		Request{Batch: -1, HasReturnLogprob: true, HasReturnRoutedExperts: true})
+
+	// Nested keys are not top-level fields.
+	f(`{"sampling_params":{"stream":true,"return_logprob":true,"text":["a"]}}`, scalar)
+	f(`{"a":[{"stream":true}],"b":"\"stream\":true"}`, scalar)
+
+	// The last of duplicate keys wins, as in Python's json.
+	f(`{"stream":true,"stream":false}`, scalar)
+	f(`{"stream":false,"stream":1}`, Request{Batch: -1, Stream: true})
+	f(`{"return_logprob":true,"return_logprob":0}`, Request{Batch: -1, HasReturnLogprob: true})
+	f(`{"text":["a","b"],"text":"c"}`, scalar)
+	f(`{"text":"c","text":["a","b"]}`, Request{Batch: 2})
+
+	// Keys are compared as the worker decodes them.
+	f(`{"str\u0065am":true}`, Request{Batch: -1, Stream: true})
+	f(`{"\u0073\u0074\u0072\u0065\u0061\u006D":true}`, Request{Batch: -1, Stream: true})
+	f(`{"stream\u0000":true,"stre\nam":true,"stream\/":true}`, scalar)
+	f(`{"t\u0065xt":["a"]}`, Request{Batch: 1})
+	f(`{"t\u00e9xt":["a"],"te\nxt":["a"],"text\"":["a"],"text\\":["a"]}`, scalar)
+
+	// Strings may hide anything.
+	f(`{"a":"{[\"\\","stream":"false"}`, Request{Batch: -1, Stream: true})
+	f(`{"a":"caf\u00e9 ☕ \ud83d\ude00","b":"\\\\"}`, scalar)
+
+	// Numbers of any spelling.
+	f(`{"a":1e400,"b":-0.0,"c":12345678901234567890123,"d":1.50,"e":1E-2}`, scalar)
+}
+
+func TestParseBatch(t *testing.T) {
+	f := func(body string, want int) {
+		t.Helper()
+		got, err := Parse([]byte(body))
+		if err != nil {
+			t.Fatalf("Parse(%q): unexpected error: %s", body, err)
+		}
+		if got.Batch != want {
+			t.Fatalf("Parse(%q).Batch: got %d; want %d", body, got.Batch, want)
+		}
+	}
+	f(`{"text":"hello"}`, -1)
+	f(`{"text":["a","b","c"]}`, 3)
+	f(`{"text":[]}`, 0)
+	f(`{"text":[ ]}`, 0)
+	f(`{"text":["a,b]","[c]"]}`, 2)
+	f(`{"text":[["a"],{"b":[1,2]}]}`, 2)
+	f(`{"text":{"a":1}}`, -1)
+	f(`{"text":5}`, -1)
+	f(`{"text":true}`, -1)
+	f(`{"input_ids":[[1,2],[3]]}`, 2)
+	f(`{"input_ids":[ [1] ]}`, 1)
+	f(`{"input_ids":[1,2,3]}`, -1)
+	f(`{"input_ids":[]}`, -1)
+	f(`{"input_ids":[1,[2]]}`, -1)
+	f(`{"input_ids":"abc"}`, -1)
+	f(`{"input_ids":null}`, -1)
+
+	// "text" wins over "input_ids" unless it is null.
+	f(`{"text":"a","input_ids":[[1],[2]]}`, -1)
+	f(`{"input_ids":[[1],[2]],"text":["a"]}`, 1)
+	f(`{"text":null,"input_ids":[[1],[2]]}`, 2)
+}
+
+func TestParseTruthiness(t *testing.T) {
+	f := func(value string, want bool) {
+		t.Helper()
+		body := `{"stream":` + value + `}`
+		got, err := Parse([]byte(body))
+		if err != nil {
+			t.Fatalf("Parse(%q): unexpected error: %s", body, err)
+		}
+		if got.Stream != want {
+			t.Fatalf("Parse(%q).Stream: got %t; want %t", body, got.Stream, want)
+		}
+	}
+	for _, v := range []string{`false`, `null`, `0`, `-0`, `0.0`, `-0.0`, `0e5`, `0.000E-3`, `""`, `[]`, `[ ]`, `{}`, "{\n}", `1e-400`} {
+		f(v, false)
+	}
+	for _, v := range []string{`true`, `1`, `-1`, `10`, `0.5`, `1e400`, `-1e-300`, `"0"`, `"false"`, `" "`, `"\u0000"`, `[0]`, `[false]`, `{"a":0}`} {
+		f(v, true)
+	}
+}
+
+func TestParseError(t *testing.T) {
+	f := func(body string, wantErr error, wantMsg string) {
+		t.Helper()
+		_, err := Parse([]byte(body))
+		if err == nil {
+			t.Fatalf("Parse(%q): expecting an error", body)
+		}
+		if !errors.Is(err, wantErr) {
+			t.Fatalf("Parse(%q): got error %q; want one wrapping %q", body, err, wantErr)
+		}
+		if !strings.Contains(err.Error(), wantMsg) {
+			t.Fatalf("Parse(%q): got error %q; want one containing %q", body, err, wantMsg)
+		}
+	}
+	f(``, ErrNotJSON, "request body is not valid JSON: the body is empty")
+	f(" \n\t", ErrNotJSON, "the body is empty")
+	f(`[1,2]`, ErrNotObject, "request body must be a JSON object, got array")
+	f(` "text" `, ErrNotObject, "got string")
+	f(`42`, ErrNotObject, "got number")
+	f(`null`, ErrNotObject, "got null")
+	f(`true`, ErrNotObject, "got boolean")
+	f(`[1,2`, ErrNotJSON, "not valid JSON")
+	f(`[1,2] x`, ErrNotJSON, "unexpected data after the array")
+	f(`nul`, ErrNotJSON, "not valid JSON")
+	f(`{`, ErrNotJSON, "unexpected end of body")
+	f(`{"text":"abc`, ErrNotJSON, "unterminated string")
+	f(`{"text":"abc"`, ErrNotJSON, "unexpected end of body")
+	f(`{"a":1,}`, ErrNotJSON, "expected a key")
+	f(`{"a" 1}`, ErrNotJSON, "expected ':'")
+	f(`{"a":1 "b":2}`, ErrNotJSON, "expected ',' or '}'")
+	f(`{"a":[1}`, ErrNotJSON, "mismatched")
+	f(`{"a":{]}`, ErrNotJSON, "mismatched")
+	f(`{"a":1}}`, ErrNotJSON, "unexpected data after the object")
+	f(`{"a":1} {"b":2}`, ErrNotJSON, "unexpected data after the object")
+	f(`{"a":tru}`, ErrNotJSON, "not valid JSON")
+	f(`{"a":01}`, ErrNotJSON, "not valid JSON")
+	f(`{"a":1.}`, ErrNotJSON, "not valid JSON")
+	f(`{"a":"\x"}`, ErrNotJSON, "not valid JSON")
+	f("{\"a\":\"\x01\"}", ErrNotJSON, "not valid JSON")
+	f(`{a:1}`, ErrNotJSON, "expected a key")
+	f(`{"a":}`, ErrNotJSON, "unexpected '}'")
+	f("\xef\xbb\xbf{}", ErrNotJSON, "not valid JSON")
+
+	// fastjson 1.6.10 alone accepts these (found by FuzzParse).
+	f("{\"a\":\"\x01\\n\"}", ErrNotJSON, "a string holds a raw control character")
+	f("{\"a\x1f\\n\":1}", ErrNotJSON, "a string holds a raw control character")
+	f("\"\x18\\b\"", ErrNotJSON, "a string holds a raw control character")
+}
+
+// TestParseDeep guards against a fatal stack overflow: the JSON validator
+// recurses once per level, so a few MiB of '[' would kill the process.
+func TestParseDeep(t *testing.T) {
+	f := func(body string, wantErr error) {
+		t.Helper()
+		_, err := Parse([]byte(body))
+		if !errors.Is(err, wantErr) {
+			t.Fatalf("Parse(%.20q...): got error %v; want one wrapping %q", body, err, wantErr)
+		}
+	}
+	deep := 4 << 20
+	f(strings.Repeat("[", deep), errTooDeep)
+	f(strings.Repeat("[", deep)+strings.Repeat("]", deep), errTooDeep)
+	f(`{"a":`+strings.Repeat(`{"a":`, deep), errTooDeep)
+	f(`{"a":`+strings.Repeat("[", maxDepth)+strings.Repeat("]", maxDepth)+`}`, errTooDeep)
+	f(strings.Repeat("[", maxDepth+1)+strings.Repeat("]", maxDepth+1), errTooDeep)
+
+	// maxDepth levels, counting the body's object, are fine.
+	ok := `{"a":` + strings.Repeat("[", maxDepth-1) + strings.Repeat("]", maxDepth-1) + `}`
+	if _, err := Parse([]byte(ok)); err != nil {
+		t.Fatalf("Parse at depth %d: unexpected error: %s", maxDepth, err)
+	}
+	ok = strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth)
+	if _, err := Parse([]byte(ok)); !errors.Is(err, ErrNotObject) {
+		t.Fatalf("Parse of an array at depth %d: got error %v; want one wrapping %q", maxDepth, err, ErrNotObject)
+	}
+}
+
+func TestParseAllocs(t *testing.T) {
+	f := func(body string) {
+		t.Helper()
+		b := []byte(body)
+		n := testing.AllocsPerRun(100, func() {
+			if _, err := Parse(b); err != nil {
+				t.Fatalf("Parse(%q): unexpected error: %s", body, err)
+			}
+		})
+		if n != 0 {
+			t.Fatalf("Parse(%q): got %v allocs; want 0", body, n)
+		}
+	}
+	f(chatBody)
+	f(generateBody)
+	f(batchBody)
+	f(`{"str\u0065am":true,"a":"caf\u00e9 \"q\"","return_logprob":[]}`)
+}
