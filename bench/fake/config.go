@@ -1,0 +1,165 @@
+package fake
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Role is the part a fake server plays in PD disaggregation.
+type Role string
+
+// The roles a Server can play. They match SGLang's --disaggregation-mode,
+// with RoleAggregated standing for a server without disaggregation.
+const (
+	RolePrefill    Role = "prefill"
+	RoleDecode     Role = "decode"
+	RoleAggregated Role = "aggregated"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultModel         = "fake-model"
+	DefaultTokens        = 16
+	DefaultBootstrapPort = 8998
+	DefaultKVTimeout     = 30 * time.Second
+	DefaultIdleTimeout   = 5 * time.Second
+)
+
+// Config configures a fake Server. The zero value is a usable aggregated
+// server; every field documents its zero-value default. New copies the
+// Config, so changing it afterwards has no effect.
+type Config struct {
+	// Role is the part the server plays. Zero means RoleAggregated. New
+	// panics on any other value than the Role constants.
+	Role Role
+
+	// Model is the model name reported by /v1/models, /model_info and
+	// answers that name no model. Zero means DefaultModel.
+	Model string
+
+	// Tokens is how many tokens a decode or aggregated server generates when
+	// the request sets no max_new_tokens (/generate sampling_params),
+	// max_tokens or max_completion_tokens (OpenAI routes); a request's own
+	// value wins. Zero means DefaultTokens.
+	Tokens int
+
+	// TokenDelay is the time between two generated tokens, and so between
+	// two stream events. Zero means no delay.
+	TokenDelay time.Duration
+
+	// TokenGate, if not nil, replaces TokenDelay: every token step (one
+	// token of each item still generating) first receives one value from
+	// it. Tests use it to release stream events one at a time. Nil means
+	// TokenDelay applies.
+	TokenGate <-chan struct{}
+
+	// PrefillDelay is how long a prefill or aggregated server "computes" a
+	// prompt before its KV cache is ready. Zero means no delay.
+	PrefillDelay time.Duration
+
+	// StartDelay is how long after Start /health and /health_generate
+	// answer 503, as a real server does while loading. Zero means healthy
+	// at once.
+	StartDelay time.Duration
+
+	// BootstrapPort is, on a prefill, the port its bootstrap server listens
+	// on (on the host of its API address) and reports; on a decode, the
+	// port it substitutes when a request's bootstrap_port is null, as SGLang
+	// does. Zero means DefaultBootstrapPort.
+	BootstrapPort int
+
+	// BootstrapAddr, if set, is the host:port the prefill's bootstrap server
+	// listens on instead of host(addr):BootstrapPort. Port 0 on a TCP
+	// Network picks a free port, which is then reported. Empty means the
+	// default.
+	BootstrapAddr string
+
+	// DPSize is the number of data-parallel ranks reported by /server_info
+	// and the bootstrap server. Zero means 1.
+	DPSize int
+
+	// RegisterDelay is how long after Start the bootstrap server answers 503
+	// "Prefill server not fully registered yet" (or nulls on the old API).
+	// Zero means registered at once.
+	RegisterDelay time.Duration
+
+	// OldBootstrapAPI makes the bootstrap server answer the /route API of
+	// SGLang before 2026-02-23 (engine_rank, target_dp_group) instead of the
+	// current one (PROTOCOL.md §3). False means the current API.
+	OldBootstrapAPI bool
+
+	// KVTimeout bounds how long either side of a KV transfer waits for the
+	// other: the decode from the request's arrival (prefill info fetch
+	// included), the prefill from the end of its PrefillDelay. Zero means
+	// DefaultKVTimeout.
+	KVTimeout time.Duration
+
+	// IdleTimeout is how long the HTTP API keeps an idle keep-alive
+	// connection; SGLang's uvicorn drops them after about 5 s (PROTOCOL.md
+	// §7). Zero means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+
+	// Network is how a decode reaches bootstrap servers. Nil means the
+	// Network given to Start; a decode used only through Handler and with
+	// no Network fails every KV transfer.
+	Network *Network
+
+	// OnRequest, if not nil, is called at the start of every HTTP API
+	// request with its path and body. body is valid only during the call.
+	// It runs on the request's goroutine, concurrently with other requests.
+	OnRequest func(path string, body []byte)
+
+	// Now is the clock behind StartDelay and RegisterDelay, so tests can
+	// move time without sleeping. KV timeouts and delays use real timers.
+	// Nil means time.Now.
+	Now func() time.Time
+
+	// Log receives the server's logs. The zero value discards them.
+	Log zerolog.Logger
+}
+
+// withDefaults returns c with every zero field set to its default, or
+// panics on an unknown Role: a Config is built by code, so a bad role is a
+// programming error.
+func (c Config) withDefaults() Config {
+	switch c.Role {
+	case "":
+		c.Role = RoleAggregated
+	case RolePrefill, RoleDecode, RoleAggregated:
+	default:
+		panic(fmt.Sprintf("fake: unknown role %q", c.Role))
+	}
+	if c.Model == "" {
+		c.Model = DefaultModel
+	}
+	if c.Tokens == 0 {
+		c.Tokens = DefaultTokens
+	}
+	if c.BootstrapPort == 0 {
+		c.BootstrapPort = DefaultBootstrapPort
+	}
+	if c.DPSize <= 0 {
+		c.DPSize = 1
+	}
+	if c.KVTimeout <= 0 {
+		c.KVTimeout = DefaultKVTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// disaggregationMode is what /server_info reports as disaggregation_mode:
+// SGLang's default for a non-disaggregated server is the string "null".
+func (r Role) disaggregationMode() string {
+	if r == RoleAggregated {
+		return "null"
+	}
+	return string(r)
+}

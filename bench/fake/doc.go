@@ -1,0 +1,37 @@
+// Package fake implements fake SGLang servers for prefill/decode (PD)
+// disaggregated serving: the backends every pdlb test, the demo and the
+// benchmarks run against.
+//
+// A Server plays one Role. A prefill serves the HTTP API and, beside it, a
+// bootstrap server (PROTOCOL.md §3). A decode serves the HTTP API and only
+// finishes a request once the prefill named by the request's bootstrap_host
+// and bootstrap_port has served the same bootstrap_room: the two legs meet in
+// a rendezvous keyed by (bootstrap address, room), each side waiting at most
+// Config.KVTimeout. So a load balancer that injects mismatched fields, or
+// sends only one leg, gets the same SGLang-shaped failures a real KV transfer
+// would give. An aggregated server needs no prefill and ignores bootstrap
+// fields.
+//
+// Servers are connected by a Network: in memory for tests
+// (fasthttputil.InmemoryListener per address, no ports) or over TCP. The
+// Network also keeps an in-process registry of prefills by bootstrap address,
+// so a decode meets a prefill of the same process through channels; a prefill
+// in another process is reached over HTTP through its bootstrap server's
+// fake-only POST /fake/kv_transfer.
+//
+// Output is deterministic so tests can check bodies: generated token k has
+// id k and text " tok<k>"; prompt token j has the id given in input_ids, else
+// j. A prompt counts len(input_ids) tokens, or ceil(bytes/4) (at least 1) of
+// its text, or of all message text on /v1/chat/completions. Logprobs, asked
+// with return_logprob on /generate, are -0.1 to -1.0 by position; a decode
+// reports input_token_logprobs for the last prompt token only, so a load
+// balancer's merge with the prefill's full list is visible.
+//
+// /abort_request, and Close, end a request with a finish_reason of type
+// "abort" (no status code, HTTP 200); a failed KV transfer ends it with
+// SGLang's 500 (a chunk with status_code 500 inside a /generate stream, an
+// SSE error event inside an OpenAI stream).
+//
+// The hot path parses with pooled fastjson parsers and writes JSON by
+// appending bytes, so the fakes are not the bottleneck of a benchmark.
+package fake

@@ -1,0 +1,236 @@
+package fake
+
+import (
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// abortMessage is SGLang's reason for a request ended by /abort_request.
+const abortMessage = "Aborted by AbortReq."
+
+// call is an in-flight generate request, which /abort_request ends by
+// closing done. Every wait of the request also ends when the server closes.
+type call struct {
+	done chan struct{}
+	once sync.Once
+}
+
+// abort ends the call; it reports whether this was the first abort.
+func (c *call) abort() bool {
+	first := false
+	c.once.Do(func() {
+		close(c.done)
+		first = true
+	})
+	return first
+}
+
+// failure is how a request ended early.
+type failure struct {
+	item    int // index of the item that failed
+	msg     string
+	aborted bool // ended by /abort_request or Close: an abort finish_reason, no error status
+}
+
+func abortedAt(item int) *failure {
+	return &failure{item: item, msg: abortMessage, aborted: true}
+}
+
+// serveGenerate answers /generate, /v1/completions and /v1/chat/completions:
+// parse, refuse roomless PD requests, meet the other leg, generate, answer.
+func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt route) {
+	if !ctx.IsPost() && (rt != routeGenerate || !ctx.IsPut()) {
+		methodNotAllowed(ctx)
+		return
+	}
+	r, err := s.parse(rt, ctx.PostBody())
+	if err != nil {
+		writeBadRequest(ctx, rt, err.Error())
+		return
+	}
+	s.st.generateRequests.Add(1)
+	if it := s.roomless(r); it != nil {
+		s.st.rejectedNoRoom.Add(1)
+		s.rejectNoRoom(ctx, r, it)
+		return
+	}
+	c := s.track(r)
+	if r.stream {
+		s.startStream(ctx, r, c) // the stream untracks c when it ends
+		return
+	}
+	defer s.untrack(r, c)
+	f := s.transfer(r, c)
+	if f == nil && !s.generate(r, c) {
+		f = abortedAt(0)
+	}
+	s.writeAnswer(ctx, r, f)
+}
+
+// roomless returns the first item without a bootstrap_room when the server
+// is a prefill or decode, which refuse such requests (PROTOCOL.md §4).
+func (s *Server) roomless(r *request) *item {
+	if s.cfg.Role == RoleAggregated {
+		return nil
+	}
+	for i := range r.items {
+		if !r.items[i].hasRoom {
+			return &r.items[i]
+		}
+	}
+	return nil
+}
+
+// transfer does the work before the first token: a prefill computes then
+// hands its KV cache over, a decode waits for it, an aggregated server
+// computes.
+func (s *Server) transfer(r *request, c *call) *failure {
+	switch s.cfg.Role {
+	case RolePrefill:
+		if !s.pause(c, s.cfg.PrefillDelay) {
+			return abortedAt(0)
+		}
+		return s.eachItem(r, func(it *item) *failure { return s.sendKV(c, it) })
+	case RoleDecode:
+		deadline := r.start.Add(s.cfg.KVTimeout)
+		return s.eachItem(r, func(it *item) *failure { return s.receiveKV(c, r, it, deadline) })
+	}
+	if !s.pause(c, s.cfg.PrefillDelay) {
+		return abortedAt(0)
+	}
+	return nil
+}
+
+// eachItem runs f on every item, concurrently when there are several, and
+// returns the failure of the lowest item index, if any.
+func (s *Server) eachItem(r *request, f func(*item) *failure) *failure {
+	if len(r.items) == 1 {
+		return f(&r.items[0])
+	}
+	fails := make([]*failure, len(r.items))
+	var wg sync.WaitGroup
+	for i := range r.items {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fails[i] = f(&r.items[i])
+		}()
+	}
+	wg.Wait()
+	for _, fl := range fails {
+		if fl != nil {
+			return fl
+		}
+	}
+	return nil
+}
+
+// generate spends the time of a non-stream generation; it reports false if
+// the call was aborted meanwhile.
+func (s *Server) generate(r *request, c *call) bool {
+	n := s.steps(r)
+	if s.cfg.TokenGate == nil {
+		return s.pause(c, time.Duration(n)*s.cfg.TokenDelay)
+	}
+	for range n {
+		if !s.nextToken(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// steps is the number of token steps of a request: its longest item's.
+func (s *Server) steps(r *request) int {
+	n := 0
+	for i := range r.items {
+		n = max(n, s.tokensOf(&r.items[i]))
+	}
+	return n
+}
+
+// tokensOf is the number of tokens the server generates for it: a prefill
+// generates none of its own (PROTOCOL.md §7).
+func (s *Server) tokensOf(it *item) int {
+	if s.cfg.Role == RolePrefill {
+		return 0
+	}
+	return it.maxTokens
+}
+
+// nextToken waits for the next token's turn: TokenGate, else TokenDelay.
+// It reports false if the call was aborted or the server closed.
+func (s *Server) nextToken(c *call) bool {
+	g := s.cfg.TokenGate
+	if g == nil {
+		return s.pause(c, s.cfg.TokenDelay)
+	}
+	select {
+	case <-g:
+		return true
+	case <-c.done:
+	case <-s.quit:
+	}
+	return false
+}
+
+// pause waits d; it reports false if the call was aborted or the server
+// closed first.
+func (s *Server) pause(c *call, d time.Duration) bool {
+	if d <= 0 {
+		return !s.stopped(c)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.done:
+	case <-s.quit:
+	}
+	return false
+}
+
+// stopped reports whether c was aborted or the server closed.
+func (s *Server) stopped(c *call) bool {
+	select {
+	case <-c.done:
+		return true
+	case <-s.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// track registers r as in flight under the rids of its items.
+func (s *Server) track(r *request) *call {
+	c := &call{done: make(chan struct{})}
+	for i := range r.items {
+		s.calls.Store(r.items[i].rid, c)
+	}
+	s.st.inFlight.Add(1)
+	return c
+}
+
+// untrack undoes track.
+func (s *Server) untrack(r *request, c *call) {
+	for i := range r.items {
+		s.calls.CompareAndDelete(r.items[i].rid, c)
+	}
+	s.st.inFlight.Add(-1)
+}
+
+// writeAnswer writes the non-stream answer: the route's body, or the
+// SGLang 500 a failed KV transfer gives on every route.
+func (s *Server) writeAnswer(ctx *fasthttp.RequestCtx, r *request, f *failure) {
+	if f != nil && !f.aborted {
+		writeServerError(ctx, f.msg)
+		return
+	}
+	b := s.appendAnswer(s.getBuf(), r, f)
+	writeJSON(ctx, fasthttp.StatusOK, b)
+	s.putBuf(b)
+}

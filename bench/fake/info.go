@@ -1,0 +1,145 @@
+package fake
+
+import (
+	"strconv"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The HTTP API's routes besides generation (PROTOCOL.md §2, §7).
+
+// version is what /server_info reports as SGLang's version.
+const version = "0.0.0-fake"
+
+// serveHealth answers /health and /health_generate: 200 empty while
+// serving, 503 while starting (StartDelay) or closing.
+func (s *Server) serveHealth(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsGet() && !ctx.IsHead() {
+		methodNotAllowed(ctx)
+		return
+	}
+	if s.closing() || s.elapsed() < s.cfg.StartDelay {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		return
+	}
+	ctx.SetStatusCode(fasthttp.StatusOK)
+}
+
+// serveServerInfo answers /server_info and /get_server_info with the
+// server_args fields a router reads, and one internal state per DP rank.
+func (s *Server) serveServerInfo(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsGet() {
+		methodNotAllowed(ctx)
+		return
+	}
+	ep := s.endpoint()
+	b := append(s.getBuf(), `{"model_path":`...)
+	b = appendString(b, s.cfg.Model)
+	b = append(b, `,"tokenizer_path":`...)
+	b = appendString(b, s.cfg.Model)
+	b = append(b, `,"served_model_name":`...)
+	b = appendString(b, s.cfg.Model)
+	b = append(b, `,"host":`...)
+	b = appendString(b, ep.apiHost)
+	b = append(b, `,"port":`...)
+	b = strconv.AppendInt(b, int64(ep.apiPort), 10)
+	b = append(b, `,"disaggregation_mode":`...)
+	b = appendString(b, s.cfg.Role.disaggregationMode())
+	b = append(b, `,"disaggregation_bootstrap_port":`...)
+	b = strconv.AppendInt(b, int64(ep.bootPort), 10)
+	b = append(b, `,"disaggregation_transfer_backend":"mooncake","tp_size":1,"pp_size":1,"dp_size":`...)
+	b = strconv.AppendInt(b, int64(s.cfg.DPSize), 10)
+	b = append(b, `,"page_size":1,"load_balance_method":"round_robin","max_total_num_tokens":1048576,"internal_states":[`...)
+	for r := range s.cfg.DPSize {
+		if r > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"last_gen_throughput":0.0,"avg_spec_accept_length":null,"dp_rank":`...)
+		b = strconv.AppendInt(b, int64(r), 10)
+		b = append(b, '}')
+	}
+	b = append(b, `],"version":"`+version+`"}`...)
+	writeJSON(ctx, fasthttp.StatusOK, b)
+	s.putBuf(b)
+}
+
+// serveModelInfo answers /model_info and /get_model_info.
+func (s *Server) serveModelInfo(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsGet() {
+		methodNotAllowed(ctx)
+		return
+	}
+	b := append(s.getBuf(), `{"model_path":`...)
+	b = appendString(b, s.cfg.Model)
+	b = append(b, `,"tokenizer_path":`...)
+	b = appendString(b, s.cfg.Model)
+	b = append(b, `,"is_generation":true,"preferred_sampling_params":null,"weight_version":"default",`+
+		`"has_image_understanding":false,"has_audio_understanding":false,"model_type":"llama",`+
+		`"architectures":["LlamaForCausalLM"]}`...)
+	writeJSON(ctx, fasthttp.StatusOK, b)
+	s.putBuf(b)
+}
+
+// serveModels answers /v1/models.
+func (s *Server) serveModels(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsGet() {
+		methodNotAllowed(ctx)
+		return
+	}
+	b := append(s.getBuf(), `{"object":"list","data":[{"id":`...)
+	b = appendString(b, s.cfg.Model)
+	b = append(b, `,"object":"model","created":`...)
+	b = strconv.AppendInt(b, s.startedAt.Load()/1e9, 10)
+	b = append(b, `,"owned_by":"sglang","root":`...)
+	b = appendString(b, s.cfg.Model)
+	b = append(b, `,"parent":null,"max_model_len":131072}]}`...)
+	writeJSON(ctx, fasthttp.StatusOK, b)
+	s.putBuf(b)
+}
+
+// serveFlushCache answers /flush_cache (GET or POST, as SGLang) and
+// records its timeout argument, so tests can see it was forwarded.
+func (s *Server) serveFlushCache(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsPost() && !ctx.IsGet() {
+		methodNotAllowed(ctx)
+		return
+	}
+	timeout := string(ctx.QueryArgs().Peek("timeout"))
+	s.st.flushTimeout.Store(&timeout)
+	writeText(ctx, fasthttp.StatusOK, "Cache flushed.\nPlease check backend logs for more details. "+
+		"(When there are running or waiting requests, the operation will not be performed.)\n")
+}
+
+// serveAbort answers /abort_request: {"rid": R} aborts the in-flight
+// request with that rid, {"abort_all": true} every one. It answers 200
+// whether or not a request was found, as SGLang does.
+func (s *Server) serveAbort(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsPost() {
+		methodNotAllowed(ctx)
+		return
+	}
+	p := s.parsers.Get()
+	v, err := p.ParseBytes(ctx.PostBody())
+	if err != nil {
+		s.parsers.Put(p)
+		writeBadRequest(ctx, routeGenerate, "JSON decode error: "+err.Error())
+		return
+	}
+	all := v.GetBool("abort_all")
+	rid := string(v.GetStringBytes("rid"))
+	s.parsers.Put(p)
+	if !all {
+		if c, ok := s.calls.Load(rid); ok && c.(*call).abort() {
+			s.st.aborts.Add(1)
+		}
+		ctx.SetStatusCode(fasthttp.StatusOK)
+		return
+	}
+	s.calls.Range(func(_, c any) bool {
+		if c.(*call).abort() {
+			s.st.aborts.Add(1)
+		}
+		return true
+	})
+	ctx.SetStatusCode(fasthttp.StatusOK)
+}

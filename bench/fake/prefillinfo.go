@@ -1,0 +1,182 @@
+package fake
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+)
+
+// The decode's prefill info cache, SGLang's prefill_info_table (PROTOCOL.md
+// §4): on the first request naming a bootstrap address, the decode fetches
+// the prefill's parallel info from its bootstrap server and keeps it. While
+// the prefill is not fully registered (503, or nulls on the old API) the
+// fetch is retried every infoRetry until the item's deadline; a failure is
+// not cached, so the next request tries again.
+//
+// SGLang's first-request bug (PROTOCOL.md §4) consults
+// disagg_prefill_dp_rank before this cache; a switch reproducing it belongs
+// in front of prefillInfo, in receiveKV.
+
+// infoRetry is how often a decode asks an unregistered prefill again.
+const infoRetry = 100 * time.Millisecond
+
+// The two forms of the parallel-info query (PROTOCOL.md §3).
+const (
+	routeInfoQuery    = "/route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1"
+	oldRouteInfoQuery = "/route?engine_rank=-1&target_dp_group=-1&target_pp_rank=-1"
+)
+
+// prefillInfo is what a decode keeps of a prefill's parallel info.
+type prefillInfo struct {
+	dpSize     int
+	followRoom bool // follow_bootstrap_room; the old API implies it
+}
+
+// infoEntry is a cached or in-flight fetch; ready is closed when info or
+// err is set.
+type infoEntry struct {
+	ready chan struct{}
+	info  prefillInfo
+	err   error
+}
+
+// infoCache maps canonical bootstrap addresses to their prefill info.
+type infoCache struct {
+	mu sync.RWMutex
+	m  map[string]*infoEntry
+}
+
+// errStopped ends a fetch whose call was aborted or whose server closed.
+var errStopped = errors.New("request aborted or server closing")
+
+// errNotRegistered is a prefill not fully registered yet.
+var errNotRegistered = errors.New("prefill server not fully registered yet")
+
+// prefillInfo returns the parallel info of the prefill at addr, from the
+// cache or fetched over n; concurrent first requests share one fetch.
+func (s *Server) prefillInfo(c *call, n *Network, addr string, deadline time.Time) (prefillInfo, error) {
+	e, owner := s.infos.entry(addr)
+	if owner {
+		s.fillInfo(c, n, addr, e, deadline)
+	}
+	select {
+	case <-e.ready:
+		return e.info, e.err
+	case <-c.done:
+	case <-s.quit:
+	}
+	return prefillInfo{}, errStopped
+}
+
+// entry returns the entry of addr, creating it if needed; owner is true for
+// the caller that must fill it.
+func (ic *infoCache) entry(addr string) (e *infoEntry, owner bool) {
+	ic.mu.RLock()
+	e = ic.m[addr]
+	ic.mu.RUnlock()
+	if e != nil {
+		return e, false
+	}
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	if e = ic.m[addr]; e != nil {
+		return e, false
+	}
+	e = &infoEntry{ready: make(chan struct{})}
+	ic.m[addr] = e
+	return e, true
+}
+
+// fillInfo fetches into e and publishes it; a failed entry is dropped.
+func (s *Server) fillInfo(c *call, n *Network, addr string, e *infoEntry, deadline time.Time) {
+	e.info, e.err = s.fetchPrefillInfo(c, n, addr, deadline)
+	if e.err == nil {
+		s.st.prefillInfoFetch.Add(1)
+	} else {
+		s.infos.mu.Lock()
+		if s.infos.m[addr] == e {
+			delete(s.infos.m, addr)
+		}
+		s.infos.mu.Unlock()
+	}
+	close(e.ready)
+}
+
+// fetchPrefillInfo asks the bootstrap server at addr until it answers or
+// the deadline passes. A 400 to the current query means an old server (or
+// a new one to the old query): the other form is tried next.
+func (s *Server) fetchPrefillInfo(c *call, n *Network, addr string, deadline time.Time) (prefillInfo, error) {
+	old := false
+	for {
+		info, status, err := s.getPrefillInfo(c, n, addr, old, deadline)
+		if err == nil {
+			return info, nil
+		}
+		if s.stopped(c) {
+			return prefillInfo{}, errStopped
+		}
+		if errors.Is(err, errNoNetwork) {
+			return prefillInfo{}, err
+		}
+		if status == fasthttp.StatusBadRequest {
+			old = !old
+			if old {
+				continue // try the old form at once
+			}
+		}
+		if time.Until(deadline) < infoRetry {
+			return prefillInfo{}, fmt.Errorf("cannot fetch prefill parallel info from %s: %w", addr, err)
+		}
+		if !s.pause(c, infoRetry) {
+			return prefillInfo{}, errStopped
+		}
+	}
+}
+
+// getPrefillInfo asks once; status is the HTTP status, 0 when none came.
+func (s *Server) getPrefillInfo(c *call, n *Network, addr string, old bool, deadline time.Time) (prefillInfo, int, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	query := routeInfoQuery
+	if old {
+		query = oldRouteInfoQuery
+	}
+	req.SetRequestURI("http://" + addr + query)
+	if err := s.bootstrapCall(c, n, addr, req, resp, deadline); err != nil {
+		return prefillInfo{}, 0, err
+	}
+	status := resp.StatusCode()
+	if status != fasthttp.StatusOK {
+		return prefillInfo{}, status, fmt.Errorf("bootstrap server answered %d: %q", status, resp.Body())
+	}
+	info, err := s.parsePrefillInfo(resp.Body(), old)
+	return info, status, err
+}
+
+// parsePrefillInfo reads a parallel info answer of either API.
+func (s *Server) parsePrefillInfo(body []byte, old bool) (prefillInfo, error) {
+	p := s.parsers.Get()
+	defer s.parsers.Put(p)
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return prefillInfo{}, fmt.Errorf("cannot parse prefill parallel info: %w", err)
+	}
+	if old {
+		d := v.Get("prefill_dp_size")
+		if d == nil || d.Type() != fastjson.TypeNumber {
+			return prefillInfo{}, errNotRegistered
+		}
+		return prefillInfo{dpSize: max(d.GetInt(), 1), followRoom: true}, nil
+	}
+	d := v.GetInt("dp_size")
+	if d < 1 {
+		return prefillInfo{}, fmt.Errorf("bad dp_size in prefill parallel info: %q", body)
+	}
+	return prefillInfo{dpSize: d, followRoom: v.GetBool("follow_bootstrap_room")}, nil
+}

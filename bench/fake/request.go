@@ -1,0 +1,406 @@
+package fake
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/valyala/fastjson"
+)
+
+// route is one of the three generate routes.
+type route uint8
+
+const (
+	routeGenerate route = iota
+	routeCompletions
+	routeChat
+)
+
+// request is a parsed generate request. Everything the answer needs is
+// copied out of the body, because a stream is written after the handler
+// returns and the body is gone.
+type request struct {
+	route        route
+	rid          string // the request's id: its first item's on /generate
+	model        string
+	stream       bool
+	includeUsage bool // OpenAI stream_options.include_usage
+	list         bool // a /generate batch or n>1: the answer is a JSON list
+	created      int64
+	start        time.Time
+	items        []item
+}
+
+// item is one generation of a request: a prompt of a batch, or one of its
+// n samples. Item i of a request with a scalar bootstrap_room uses room+i,
+// on both legs alike (PROTOCOL.md §2); items are ordered prompt-major.
+type item struct {
+	rid           string
+	index         int
+	first         bool // first sample of its prompt: usage counts the prompt once
+	promptTokens  int
+	inputIDs      []int // the prompt's token ids, kept only when logprobs are asked
+	maxTokens     int
+	logprob       bool
+	host          string // bootstrap_host; "None" when null, as Python prints it
+	port          int    // bootstrap_port; 0 when null
+	room          uint64
+	hasRoom       bool
+	routedDPRank  int // routed_dp_rank (or data_parallel_rank); -1 when absent
+	prefillDPRank int // disagg_prefill_dp_rank, for the first-request bug switch; -1 when absent
+}
+
+// badRequest is a client error answered 400 in the route's error shape.
+type badRequest string
+
+func (e badRequest) Error() string { return string(e) }
+
+// prompt is one prompt of a request before it is expanded into items.
+type prompt struct {
+	tokens int
+	ids    *fastjson.Value // the input_ids array, nil for text
+}
+
+// parse reads body into a request. Errors are badRequest.
+func (s *Server) parse(rt route, body []byte) (*request, error) {
+	p := s.parsers.Get()
+	defer s.parsers.Put(p)
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return nil, badRequest("JSON decode error: " + err.Error())
+	}
+	if v.Type() != fastjson.TypeObject {
+		return nil, badRequest("Input should be a valid dictionary or object to extract fields from")
+	}
+	now := time.Now()
+	r := &request{route: rt, start: now, created: now.Unix(), stream: truthy(v.Get("stream"))}
+	r.model = s.cfg.Model
+	if m := v.GetStringBytes("model"); len(m) > 0 {
+		r.model = string(m)
+	}
+	r.includeUsage = truthy(v.Get("stream_options", "include_usage"))
+	prompts, batch, err := promptsOf(rt, v)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.expand(r, v, prompts); err != nil {
+		return nil, err
+	}
+	r.list = rt == routeGenerate && (batch || len(r.items) > 1)
+	r.rid = r.items[0].rid
+	return r, nil
+}
+
+// expand turns prompts into items, n samples each.
+func (s *Server) expand(r *request, v *fastjson.Value, prompts []prompt) error {
+	ridBase := ""
+	if r.route != routeGenerate {
+		ridBase = string(v.GetStringBytes("rid"))
+		if ridBase == "" {
+			ridBase = s.newRID(r.route)
+		}
+	}
+	for p, pr := range prompts {
+		n, err := samples(r.route, v, p)
+		if err != nil {
+			return err
+		}
+		for j := 0; j < n; j++ {
+			it := item{index: len(r.items), first: j == 0, promptTokens: pr.tokens, prefillDPRank: -1}
+			if err := s.fillItem(&it, r, v, p, j); err != nil {
+				return err
+			}
+			it.rid = s.itemRID(r.route, v, p, j, it.index, ridBase)
+			if it.logprob && pr.ids != nil {
+				it.inputIDs = intsOf(pr.ids)
+			}
+			r.items = append(r.items, it)
+		}
+	}
+	return nil
+}
+
+// fillItem reads the per-item fields of prompt p, sample j.
+func (s *Server) fillItem(it *item, r *request, v *fastjson.Value, p, j int) error {
+	var err error
+	if it.maxTokens, err = maxTokens(r.route, v, p, s.cfg.Tokens); err != nil {
+		return err
+	}
+	if r.route == routeGenerate {
+		it.logprob = truthy(at(v.Get("return_logprob"), p))
+	}
+	it.routedDPRank = optInt(at(v.Get("routed_dp_rank"), p), -1)
+	if it.routedDPRank < 0 {
+		it.routedDPRank = optInt(at(v.Get("data_parallel_rank"), p), -1)
+	}
+	if s.cfg.Role == RoleAggregated {
+		return nil // a server without disaggregation ignores bootstrap fields
+	}
+	return fillBootstrap(it, v, p, j)
+}
+
+// fillBootstrap reads the PD fields of prompt p, sample j.
+func fillBootstrap(it *item, v *fastjson.Value, p, j int) error {
+	it.host = "None"
+	if h := at(v.Get("bootstrap_host"), p); h != nil && h.Type() == fastjson.TypeString {
+		it.host = string(h.GetStringBytes())
+	}
+	var err error
+	if it.port, err = portOf(at(v.Get("bootstrap_port"), p)); err != nil {
+		return err
+	}
+	if it.room, it.hasRoom, err = roomOf(v.Get("bootstrap_room"), p, j, it.index); err != nil {
+		return err
+	}
+	it.prefillDPRank = optInt(at(v.Get("disagg_prefill_dp_rank"), p), -1)
+	return nil
+}
+
+// promptsOf returns the prompts of a request and whether /generate got a
+// batch (a list of texts or a list of input_ids lists).
+func promptsOf(rt route, v *fastjson.Value) ([]prompt, bool, error) {
+	switch rt {
+	case routeGenerate:
+		if t := v.Get("text"); t != nil && t.Type() != fastjson.TypeNull {
+			return textPrompts(t, "text")
+		}
+		if ids := v.Get("input_ids"); ids != nil && ids.Type() != fastjson.TypeNull {
+			return idPrompts(ids, "input_ids")
+		}
+		return nil, false, badRequest("Either text, input_ids or input_embeds should be provided.")
+	case routeCompletions:
+		pv := v.Get("prompt")
+		if pv == nil || pv.Type() == fastjson.TypeNull {
+			return nil, false, badRequest("prompt: Field required")
+		}
+		if a := pv.GetArray(); len(a) > 0 && a[0].Type() != fastjson.TypeString {
+			return idPrompts(pv, "prompt")
+		}
+		return textPrompts(pv, "prompt")
+	default:
+		n, err := messageBytes(v.Get("messages"))
+		if err != nil {
+			return nil, false, err
+		}
+		return []prompt{{tokens: estimateTokens(n)}}, false, nil
+	}
+}
+
+// textPrompts reads a string or a list of strings.
+func textPrompts(t *fastjson.Value, field string) ([]prompt, bool, error) {
+	if t.Type() == fastjson.TypeString {
+		return []prompt{{tokens: estimateTokens(len(t.GetStringBytes()))}}, false, nil
+	}
+	a, err := t.Array()
+	if err != nil || len(a) == 0 {
+		return nil, false, badRequest(field + " must be a string or a non-empty list of strings")
+	}
+	ps := make([]prompt, len(a))
+	for i, e := range a {
+		b, err := e.StringBytes()
+		if err != nil {
+			return nil, false, badRequest(field + " must be a string or a non-empty list of strings")
+		}
+		ps[i].tokens = estimateTokens(len(b))
+	}
+	return ps, true, nil
+}
+
+// idPrompts reads a list of token ids or a list of such lists.
+func idPrompts(ids *fastjson.Value, field string) ([]prompt, bool, error) {
+	a, err := ids.Array()
+	if err != nil {
+		return nil, false, badRequest(field + " must be a list of token ids or a list of such lists")
+	}
+	if len(a) == 0 || a[0].Type() != fastjson.TypeArray {
+		return []prompt{{tokens: len(a), ids: ids}}, false, nil
+	}
+	ps := make([]prompt, len(a))
+	for i, e := range a {
+		if e.Type() != fastjson.TypeArray {
+			return nil, false, badRequest(field + " must be a list of token ids or a list of such lists")
+		}
+		ps[i] = prompt{tokens: len(e.GetArray()), ids: e}
+	}
+	return ps, true, nil
+}
+
+// messageBytes sums the text bytes of chat messages, whose content is a
+// string or a list of parts with "text".
+func messageBytes(m *fastjson.Value) (int, error) {
+	if m == nil || m.Type() != fastjson.TypeArray {
+		return 0, badRequest("messages: Field required")
+	}
+	msgs := m.GetArray()
+	n := 0
+	for _, msg := range msgs {
+		c := msg.Get("content")
+		if c == nil {
+			continue
+		}
+		if c.Type() == fastjson.TypeString {
+			n += len(c.GetStringBytes())
+			continue
+		}
+		for _, part := range c.GetArray() {
+			n += len(part.GetStringBytes("text"))
+		}
+	}
+	return n, nil
+}
+
+// estimateTokens is the token count of a text of n bytes: ceil(n/4), at
+// least 1.
+func estimateTokens(n int) int {
+	if n <= 0 {
+		return 1
+	}
+	return (n + 3) / 4
+}
+
+// samples is n for prompt p: sampling_params.n on /generate, n on OpenAI
+// routes; 1 when absent.
+func samples(rt route, v *fastjson.Value, p int) (int, error) {
+	nv := v.Get("n")
+	if rt == routeGenerate {
+		nv = at(v.Get("sampling_params"), p).Get("n")
+	}
+	n, ok, err := intField(nv)
+	if err != nil || (ok && n < 1) {
+		return 0, badRequest("n must be a positive integer")
+	}
+	if !ok {
+		return 1, nil
+	}
+	return n, nil
+}
+
+// maxTokens is the number of tokens to generate for prompt p.
+func maxTokens(rt route, v *fastjson.Value, p, dflt int) (int, error) {
+	var mv *fastjson.Value
+	switch rt {
+	case routeGenerate:
+		mv = at(v.Get("sampling_params"), p).Get("max_new_tokens")
+	case routeCompletions:
+		mv = v.Get("max_tokens")
+	default:
+		if mv = v.Get("max_completion_tokens"); mv == nil || mv.Type() == fastjson.TypeNull {
+			mv = v.Get("max_tokens")
+		}
+	}
+	n, ok, err := intField(mv)
+	if err != nil || n < 0 {
+		return 0, badRequest("max tokens must be a non-negative integer")
+	}
+	if !ok {
+		return max(dflt, 0), nil
+	}
+	return n, nil
+}
+
+// roomOf reads bootstrap_room for prompt p, sample j, item i: a list gives
+// list[p]+j, a scalar gives room+i. Null or absent means no room.
+func roomOf(rv *fastjson.Value, p, j, i int) (uint64, bool, error) {
+	off := uint64(i)
+	if rv != nil && rv.Type() == fastjson.TypeArray {
+		rv, off = at(rv, p), uint64(j)
+	}
+	if rv == nil || rv.Type() == fastjson.TypeNull {
+		return 0, false, nil
+	}
+	// Uint64 parses the literal itself: a room never goes through float64.
+	room, err := rv.Uint64()
+	if err != nil {
+		return 0, false, badRequest("bootstrap_room must be a non-negative integer")
+	}
+	return room + off, true, nil
+}
+
+// portOf reads a bootstrap_port: null or absent is 0.
+func portOf(pv *fastjson.Value) (int, error) {
+	port, ok, err := intField(pv)
+	if err != nil || (ok && (port < 0 || port > 65535)) {
+		return 0, badRequest("bootstrap_port must be an integer port or null")
+	}
+	return port, nil
+}
+
+// at returns element p of an array value, or v itself when it is no array.
+// It returns nil for a missing element; fastjson methods accept nil.
+func at(v *fastjson.Value, p int) *fastjson.Value {
+	if v == nil || v.Type() != fastjson.TypeArray {
+		return v
+	}
+	a := v.GetArray()
+	if p >= len(a) {
+		return nil
+	}
+	return a[p]
+}
+
+// intField reads an optional integer: ok is false for null or absent.
+func intField(v *fastjson.Value) (n int, ok bool, err error) {
+	if v == nil || v.Type() == fastjson.TypeNull {
+		return 0, false, nil
+	}
+	n, err = v.Int()
+	return n, err == nil, err
+}
+
+// optInt reads an optional integer, dflt when absent or invalid.
+func optInt(v *fastjson.Value, dflt int) int {
+	n, ok, err := intField(v)
+	if !ok || err != nil {
+		return dflt
+	}
+	return n
+}
+
+// intsOf copies a list of token ids.
+func intsOf(v *fastjson.Value) []int {
+	a := v.GetArray()
+	ids := make([]int, len(a))
+	for i, e := range a {
+		ids[i] = e.GetInt()
+	}
+	return ids
+}
+
+// truthy follows Python truthiness for the JSON values SGLang flags take:
+// true, a non-zero number, a non-empty string or list.
+func truthy(v *fastjson.Value) bool {
+	if v == nil {
+		return false
+	}
+	switch v.Type() {
+	case fastjson.TypeTrue:
+		return true
+	case fastjson.TypeNumber:
+		return v.GetFloat64() != 0
+	case fastjson.TypeString:
+		return len(v.GetStringBytes()) > 0
+	case fastjson.TypeArray:
+		return len(v.GetArray()) > 0
+	case fastjson.TypeObject:
+		return v.GetObject().Len() > 0
+	}
+	return false
+}
+
+// itemRID is the rid of an item: on /generate the body's rid (scalar or
+// list) or a fresh one; on OpenAI routes the request's rid. Samples after
+// the first get "-<index>" appended so each in-flight rid is unique.
+func (s *Server) itemRID(rt route, v *fastjson.Value, p, j, i int, base string) string {
+	rid := base
+	if rt == routeGenerate {
+		rid = string(at(v.Get("rid"), p).GetStringBytes())
+		if rid == "" {
+			return s.newRID(rt)
+		}
+		i = j
+	}
+	if i == 0 {
+		return rid
+	}
+	return rid + "-" + strconv.Itoa(i)
+}

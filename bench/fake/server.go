@@ -1,0 +1,293 @@
+package fake
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+)
+
+const (
+	// maxBodySize admits long-context prompts sent as input_ids.
+	maxBodySize = 64 << 20
+	// maxIdleWorker keeps fasthttp's worker-pool cleaner short-lived, so its
+	// goroutine is gone soon after Close (goleak in tests).
+	maxIdleWorker = 200 * time.Millisecond
+)
+
+// Server is a fake SGLang server playing one Role. Create it with New, then
+// either Start it on a Network or mount Handler (and, for a prefill,
+// BootstrapHandler) on fasthttp servers of your own. All methods are safe for
+// concurrent use. A Server is single-use: once closed it cannot be started.
+type Server struct {
+	cfg  Config
+	log  zerolog.Logger
+	quit chan struct{} // closed by Close: every wait ends
+
+	mu      sync.Mutex // guards Start and Close
+	started bool
+	closed  bool
+	lns     []net.Listener
+	regNet  *Network // where the prefill is registered, under regKeys
+	regKeys []string
+	serving sync.WaitGroup
+	conns   connSet
+
+	ep        atomic.Pointer[endpoint]
+	startedAt atomic.Int64 // per cfg.Now, in Unix nanoseconds
+	kv        rendezvous
+	infos     infoCache
+	calls     sync.Map // rid → *call, the in-flight generate requests
+	st        counters
+	parsers   fastjson.ParserPool
+	bufs      sync.Pool
+	ridSeed   uint64
+	ridSeq    atomic.Uint64
+}
+
+// endpoint is where a server is reachable, fixed by Start.
+type endpoint struct {
+	net       *Network // where a decode reaches bootstrap servers; may be nil
+	apiHost   string
+	apiPort   int
+	bootHost  string // reported as rank_ip
+	bootPort  int    // reported as disaggregation_bootstrap_port
+	routeInfo []byte // the bootstrap server's parallel info answer
+}
+
+// New returns a Server for cfg, with zero fields set to their defaults. It
+// panics if cfg.Role is not one of the Role constants.
+func New(cfg Config) *Server {
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, log: cfg.Log, quit: make(chan struct{}), ridSeed: rand.Uint64()}
+	s.kv.rooms = make(map[uint64]*meeting)
+	s.infos.m = make(map[string]*infoEntry)
+	s.conns.conns = make(map[net.Conn]bool)
+	s.conns.empty = make(chan struct{})
+	s.startedAt.Store(cfg.Now().UnixNano())
+	s.ep.Store(s.newEndpoint(cfg.Network, "127.0.0.1:0", ""))
+	return s
+}
+
+// Start serves the HTTP API on addr of n and returns once it listens. A
+// prefill also serves its bootstrap server on host(addr):BootstrapPort, or
+// on Config.BootstrapAddr, and joins n's registry of prefills. Start fails
+// if the server was started or closed before, or an address is taken.
+func (s *Server) Start(n *Network, addr string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started || s.closed {
+		return errors.New("cannot start fake server: already started or closed")
+	}
+	ln, err := n.Listen(addr)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w", addr, err)
+	}
+	s.lns = append(s.lns, ln)
+	netw := s.cfg.Network
+	if netw == nil {
+		netw = n
+	}
+	bootAddr := ""
+	if s.cfg.Role == RolePrefill {
+		bln, err := n.Listen(s.bootstrapListenAddr(ln.Addr().String()))
+		if err != nil {
+			_ = ln.Close()
+			s.lns = nil
+			return fmt.Errorf("cannot listen for the bootstrap server: %w", err)
+		}
+		s.lns = append(s.lns, bln)
+		bootAddr = bln.Addr().String()
+		s.regNet, s.regKeys = n, n.addPrefill(bootAddr, s)
+	}
+	s.ep.Store(s.newEndpoint(netw, ln.Addr().String(), bootAddr))
+	s.startedAt.Store(s.cfg.Now().UnixNano())
+	s.started = true
+	s.serve(s.newHTTPServer(s.Handler, "uvicorn"), ln)
+	if bootAddr != "" {
+		s.serve(s.newHTTPServer(s.BootstrapHandler, "aiohttp"), s.lns[1])
+	}
+	return nil
+}
+
+// Close stops both listeners, ends in-flight requests and KV waits at once,
+// and returns when every goroutine the server started is done. It may be
+// called before Start; later calls do nothing and return nil.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	close(s.quit)
+	if s.regNet != nil {
+		s.regNet.removePrefill(s.regKeys, s)
+	}
+	var errs []error
+	for _, ln := range s.lns {
+		errs = append(errs, ln.Close())
+	}
+	s.serving.Wait()
+	s.conns.close()
+	return errors.Join(errs...)
+}
+
+// Handler is the HTTP API (PROTOCOL.md §2 and §7): POST /generate,
+// /v1/completions and /v1/chat/completions; GET /health, /health_generate,
+// /server_info, /get_server_info, /model_info, /get_model_info and
+// /v1/models; POST /flush_cache and /abort_request. It may be mounted on any
+// fasthttp server; Start mounts it on its own.
+func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
+	if h := s.cfg.OnRequest; h != nil {
+		h(string(ctx.Path()), ctx.PostBody())
+	}
+	switch string(ctx.Path()) {
+	case "/generate":
+		s.st.generate.Add(1)
+		s.serveGenerate(ctx, routeGenerate)
+	case "/v1/completions":
+		s.st.completions.Add(1)
+		s.serveGenerate(ctx, routeCompletions)
+	case "/v1/chat/completions":
+		s.st.chat.Add(1)
+		s.serveGenerate(ctx, routeChat)
+	case "/health", "/health_generate":
+		s.st.health.Add(1)
+		s.serveHealth(ctx)
+	case "/server_info", "/get_server_info":
+		s.st.serverInfo.Add(1)
+		s.serveServerInfo(ctx)
+	case "/model_info", "/get_model_info":
+		s.st.modelInfo.Add(1)
+		s.serveModelInfo(ctx)
+	case "/v1/models":
+		s.st.modelInfo.Add(1)
+		s.serveModels(ctx)
+	case "/flush_cache":
+		s.st.flush.Add(1)
+		s.serveFlushCache(ctx)
+	case "/abort_request":
+		s.st.abort.Add(1)
+		s.serveAbort(ctx)
+	default:
+		s.st.other.Add(1)
+		writeJSON(ctx, fasthttp.StatusNotFound, []byte(`{"detail":"Not Found"}`))
+	}
+}
+
+func (s *Server) newHTTPServer(h fasthttp.RequestHandler, name string) *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:               h,
+		Name:                  name,
+		IdleTimeout:           s.cfg.IdleTimeout,
+		MaxRequestBodySize:    maxBodySize,
+		MaxIdleWorkerDuration: maxIdleWorker,
+		ConnState:             s.conns.track,
+		Logger:                &s.log,
+	}
+}
+
+func (s *Server) serve(srv *fasthttp.Server, ln net.Listener) {
+	s.serving.Add(1)
+	go func() {
+		defer s.serving.Done()
+		if err := srv.Serve(ln); err != nil && !s.closing() {
+			s.log.Error().Err(err).Msg("fake server stopped serving")
+		}
+	}()
+}
+
+// bootstrapListenAddr is where a prefill's bootstrap server listens, given
+// the address its API listens on.
+func (s *Server) bootstrapListenAddr(apiAddr string) string {
+	if s.cfg.BootstrapAddr != "" {
+		return s.cfg.BootstrapAddr
+	}
+	host, _, err := net.SplitHostPort(apiAddr)
+	if err != nil {
+		host = apiAddr
+	}
+	return joinHostPort(host, strconv.Itoa(s.cfg.BootstrapPort))
+}
+
+// newEndpoint describes a server listening on apiAddr and, for a prefill,
+// bootAddr ("" before Start or for other roles).
+func (s *Server) newEndpoint(n *Network, apiAddr, bootAddr string) *endpoint {
+	ep := &endpoint{net: n, bootPort: s.cfg.BootstrapPort, bootHost: "127.0.0.1"}
+	host, port, _ := net.SplitHostPort(apiAddr)
+	ep.apiHost = host
+	ep.apiPort, _ = strconv.Atoi(port)
+	if bootAddr != "" {
+		host, port, _ := net.SplitHostPort(bootAddr)
+		if !isUnspecified(host) {
+			ep.bootHost = host
+		}
+		ep.bootPort, _ = strconv.Atoi(port)
+	}
+	ep.routeInfo = s.appendRouteInfo(nil, ep.apiPort)
+	return ep
+}
+
+func (s *Server) endpoint() *endpoint { return s.ep.Load() }
+
+// elapsed is the time since Start per cfg.Now.
+func (s *Server) elapsed() time.Duration {
+	return time.Duration(s.cfg.Now().UnixNano() - s.startedAt.Load())
+}
+
+// closing reports whether Close was called.
+func (s *Server) closing() bool {
+	select {
+	case <-s.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// getBuf returns a pooled buffer of length 0; putBuf returns it.
+func (s *Server) getBuf() []byte {
+	if b, ok := s.bufs.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, 4096)
+}
+
+func (s *Server) putBuf(b []byte) {
+	if cap(b) > 1<<20 {
+		return // do not pin huge answers
+	}
+	s.bufs.Put(&b)
+}
+
+// newRID returns a fresh request id: 32 hex digits like uuid4().hex, with
+// the "chatcmpl-" or "cmpl-" prefix SGLang gives OpenAI requests.
+func (s *Server) newRID(rt route) string {
+	b := make([]byte, 0, 41)
+	switch rt {
+	case routeChat:
+		b = append(b, "chatcmpl-"...)
+	case routeCompletions:
+		b = append(b, "cmpl-"...)
+	}
+	b = appendHex64(b, s.ridSeed)
+	b = appendHex64(b, s.ridSeq.Add(1))
+	return string(b)
+}
+
+// appendHex64 appends x as 16 zero-padded hex digits.
+func appendHex64(dst []byte, x uint64) []byte {
+	for shift := 60; shift >= 0; shift -= 4 {
+		dst = append(dst, hexDigits[(x>>uint(shift))&0xf])
+	}
+	return dst
+}

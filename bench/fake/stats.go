@@ -1,0 +1,95 @@
+package fake
+
+import "sync/atomic"
+
+// Stats is a snapshot of a Server's counters, taken by Server.Stats. Counters
+// only grow, except InFlight.
+type Stats struct {
+	// Requests by HTTP API route.
+	Generate        uint64 // POST /generate
+	Completions     uint64 // POST /v1/completions
+	ChatCompletions uint64 // POST /v1/chat/completions
+	Health          uint64 // GET /health and /health_generate
+	ServerInfo      uint64 // GET /server_info and /get_server_info
+	ModelInfo       uint64 // GET /model_info, /get_model_info and /v1/models
+	FlushCache      uint64 // POST or GET /flush_cache
+	AbortRequest    uint64 // POST /abort_request
+	Other           uint64 // anything else (answered 404 or 405)
+
+	// GenerateRequests counts requests on the three generate routes that
+	// carried a valid JSON object.
+	GenerateRequests uint64
+
+	// RejectedNoRoom counts generate requests a prefill or decode refused
+	// because an item had no bootstrap_room (PROTOCOL.md §4).
+	RejectedNoRoom uint64
+
+	// KVTransfersOK and KVTransfersFailed count request items whose KV
+	// transfer succeeded or failed (timeout, unreachable bootstrap server,
+	// duplicate room), on whichever side this server is. Aborted items
+	// count in neither.
+	KVTransfersOK     uint64
+	KVTransfersFailed uint64
+
+	// FlushCacheTimeout is the timeout query argument of the last
+	// /flush_cache, "" when it had none.
+	FlushCacheTimeout string
+
+	// Aborts counts the in-flight requests /abort_request aborted.
+	Aborts uint64
+
+	// InFlight is the number of generate requests being served.
+	InFlight int64
+
+	// BootstrapRoute counts GET /route requests to the bootstrap server.
+	BootstrapRoute uint64
+
+	// KVTransferHTTP counts POST /fake/kv_transfer requests to the bootstrap
+	// server: decodes of other processes meeting this prefill.
+	KVTransferHTTP uint64
+
+	// PrefillInfoFetches counts the prefill parallel infos a decode fetched
+	// and cached (once per bootstrap address while it stays cached).
+	PrefillInfoFetches uint64
+}
+
+// counters are a Server's live counters; Stats snapshots them.
+type counters struct {
+	generate, completions, chat                      atomic.Uint64
+	health, serverInfo, modelInfo, flush, abort      atomic.Uint64
+	other, generateRequests, rejectedNoRoom          atomic.Uint64
+	kvOK, kvFailed, aborts                           atomic.Uint64
+	bootstrapRoute, kvTransferHTTP, prefillInfoFetch atomic.Uint64
+	inFlight                                         atomic.Int64
+	flushTimeout                                     atomic.Pointer[string]
+}
+
+// Stats returns a snapshot of the server's counters. It is safe to call at
+// any time, from any goroutine.
+func (s *Server) Stats() Stats {
+	c := &s.st
+	st := Stats{
+		Generate:           c.generate.Load(),
+		Completions:        c.completions.Load(),
+		ChatCompletions:    c.chat.Load(),
+		Health:             c.health.Load(),
+		ServerInfo:         c.serverInfo.Load(),
+		ModelInfo:          c.modelInfo.Load(),
+		FlushCache:         c.flush.Load(),
+		AbortRequest:       c.abort.Load(),
+		Other:              c.other.Load(),
+		GenerateRequests:   c.generateRequests.Load(),
+		RejectedNoRoom:     c.rejectedNoRoom.Load(),
+		KVTransfersOK:      c.kvOK.Load(),
+		KVTransfersFailed:  c.kvFailed.Load(),
+		Aborts:             c.aborts.Load(),
+		InFlight:           c.inFlight.Load(),
+		BootstrapRoute:     c.bootstrapRoute.Load(),
+		KVTransferHTTP:     c.kvTransferHTTP.Load(),
+		PrefillInfoFetches: c.prefillInfoFetch.Load(),
+	}
+	if p := c.flushTimeout.Load(); p != nil {
+		st.FlushCacheTimeout = *p
+	}
+	return st
+}
