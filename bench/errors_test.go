@@ -1,0 +1,206 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+func TestRunErrorKinds(t *testing.T) {
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) })
+	for _, tc := range []struct {
+		name   string
+		stream bool
+		h      fasthttp.RequestHandler
+		kind   string
+	}{{
+		name: "bad gateway",
+		h:    jsonHandler(&recorder{}, fasthttp.StatusBadGateway, `{"error":{"message":"no decode"}}`),
+		kind: "status_502",
+	}, {
+		name:   "bad gateway on a stream",
+		stream: true,
+		h:      jsonHandler(&recorder{}, fasthttp.StatusBadGateway, `{"error":{"message":"no decode"}}`),
+		kind:   "status_502",
+	}, {
+		name: "body not JSON",
+		h:    jsonHandler(&recorder{}, fasthttp.StatusOK, `Internal Server Error`),
+		kind: KindBadBody,
+	}, {
+		name: "error object with 200",
+		h:    jsonHandler(&recorder{}, fasthttp.StatusOK, `{"error":{"message":"boom"}}`),
+		kind: KindBadBody,
+	}, {
+		name:   "stream without DONE",
+		stream: true,
+		h:      streamHandler(&recorder{}, []string{`{"text":" a"}`, `{"text":" a b"}`}, nil),
+		kind:   KindStreamError,
+	}, {
+		name:   "stream with an error event",
+		stream: true,
+		h: streamHandler(&recorder{}, []string{
+			`{"text":" a"}`,
+			`{"error":{"message":"KV transfer failed","type":"InternalServerError","code":500}}`,
+			`[DONE]`,
+		}, nil),
+		kind: KindStreamError,
+	}, {
+		name:   "stream event not JSON",
+		stream: true,
+		h:      streamHandler(&recorder{}, []string{`{"text":`, `[DONE]`}, nil),
+		kind:   KindBadBody,
+	}, {
+		name: "no answer in time",
+		h:    func(*fasthttp.RequestCtx) { <-block },
+		kind: KindTimeout,
+	}, {
+		name:   "stream stalls",
+		stream: true,
+		h: streamHandler(&recorder{}, []string{`{"text":" a"}`, `[DONE]`}, func(i int) {
+			if i == 1 {
+				<-block
+			}
+		}),
+		kind: KindTimeout,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := serve(t, tc.h)
+			cfg.Stream = tc.stream
+			cfg.Requests = 3
+			cfg.Timeout = 50 * time.Millisecond
+			rep := run(t, cfg)
+
+			checkCounts(t, rep, 3, 0)
+			if len(rep.Errors) != 1 || rep.Errors[tc.kind] != 3 {
+				t.Fatalf("got errors %v; want %s: 3", rep.Errors, tc.kind)
+			}
+			if rep.Latency.Count != 0 || rep.TTFT.Count != 0 || rep.ITL.Count != 0 || rep.OutputTokens != 0 {
+				t.Fatalf("got figures from failed requests: latency %+v, ttft %+v, itl %+v, %d tokens",
+					rep.Latency, rep.TTFT, rep.ITL, rep.OutputTokens)
+			}
+		})
+	}
+}
+
+func TestRunConnectError(t *testing.T) {
+	rep := run(t, Config{
+		URL:      "http://fake.test",
+		Requests: 2,
+		Dial:     func(string) (net.Conn, error) { return nil, errors.New("connection refused") },
+	})
+	checkCounts(t, rep, 2, 0)
+	if rep.Errors[KindConnect] != 2 {
+		t.Fatalf("got errors %v; want %s: 2", rep.Errors, KindConnect)
+	}
+}
+
+// TestRunCancel cancels the run while a request hangs, waiting for its
+// answer or in the middle of its stream: Run must return at once with the
+// requests that finished before.
+func TestRunCancel(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		stream bool
+	}{
+		{name: "waiting for the answer"},
+		{name: "in the middle of a stream", stream: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hang := make(chan struct{})
+			t.Cleanup(func() { close(hang) })
+			hanging := make(chan struct{}, 1)
+			rc := &recorder{}
+			events := []string{`{"text":" a"}`, `{"text":" a b"}`, `[DONE]`}
+			cfg := serve(t, func(ctx *fasthttp.RequestCtx) {
+				if rc.count() < 2 {
+					streamOrJSON(rc, tc.stream, events, nil)(ctx)
+					return
+				}
+				streamOrJSON(rc, tc.stream, events, func(i int) {
+					if i == 1 || !tc.stream {
+						hanging <- struct{}{}
+						<-hang
+					}
+				})(ctx)
+			})
+			cfg.Stream = tc.stream
+			cfg.Duration = time.Minute
+
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			done := make(chan *Report)
+			go func() {
+				rep, err := Run(ctx, cfg)
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+				done <- rep
+			}()
+			select {
+			case <-hanging:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the third request never reached the endpoint")
+			}
+			cancel()
+			var rep *Report
+			select {
+			case rep = <-done:
+			case <-time.After(2 * time.Second):
+				t.Fatal("Run did not return after its context was cancelled")
+			}
+			checkCounts(t, rep, 2, 2)
+			if !rep.Interrupted {
+				t.Fatalf("got a complete report; want an interrupted one")
+			}
+		})
+	}
+}
+
+// streamOrJSON answers with events as a stream, or with the first one as a
+// JSON body, after wait(0) in the latter case.
+func streamOrJSON(rc *recorder, stream bool, events []string, wait func(int)) fasthttp.RequestHandler {
+	if stream {
+		return streamHandler(rc, events, wait)
+	}
+	h := jsonHandler(rc, fasthttp.StatusOK, events[0])
+	return func(ctx *fasthttp.RequestCtx) {
+		if wait != nil {
+			wait(0)
+		}
+		h(ctx)
+	}
+}
+
+func TestRunInvalidConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no url", Config{}, "url is required"},
+		{"bad route", Config{URL: "http://x", Route: "/v1/embeddings"}, `unsupported route "/v1/embeddings"`},
+		{"negative concurrency", Config{URL: "http://x", Concurrency: -1}, "concurrency must not be negative"},
+		{"negative requests", Config{URL: "http://x", Requests: -3}, "requests must not be negative"},
+		{"negative timeout", Config{URL: "http://x", Timeout: -time.Second}, "timeout must not be negative"},
+		{"bad scheme", Config{URL: "ftp://x"}, "scheme must be http or https"},
+		{"no scheme", Config{URL: "127.0.0.1:8000"}, "127.0.0.1:8000"},
+		{"no host", Config{URL: "http:///generate"}, "has no host"},
+		{"query", Config{URL: "http://x/?a=1"}, "without query"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := Run(t.Context(), tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got error %v; want one containing %q", err, tc.want)
+			}
+			if rep != nil {
+				t.Fatalf("got a report %+v with an error", rep)
+			}
+		})
+	}
+}

@@ -1,0 +1,202 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report holds the figures of one run. It is plain data owned by the caller. Only measured requests (started
+// after the warm-up, inside the measured window) count, and only successful
+// ones feed the rates and duration summaries. WriteJSON encodes durations
+// as milliseconds and Elapsed as seconds.
+type Report struct {
+	// URL, Route, Stream and Concurrency echo the Config, defaults
+	// applied.
+	URL         string `json:"url"`
+	Route       string `json:"route"`
+	Stream      bool   `json:"stream"`
+	Concurrency int    `json:"concurrency"`
+
+	// Requests is the number of measured requests that finished: OK plus
+	// the sum of Errors.
+	Requests int `json:"requests"`
+	// OK is the number of successful requests.
+	OK int `json:"ok"`
+	// Errors counts failed requests by kind: "status_<code>" or one of the
+	// Kind constants. It is never nil in a Report from Run.
+	Errors map[string]int `json:"errors"`
+	// WarmupRequests is the number of requests finished during the warm-up
+	// and left out of every other figure.
+	WarmupRequests int `json:"warmup_requests"`
+	// Interrupted is set when the context ended the run early.
+	Interrupted bool `json:"interrupted"`
+
+	// Elapsed runs from the end of the warm-up to the end of the last
+	// measured request.
+	Elapsed time.Duration `json:"-"`
+	// RequestsPerSec is OK per second of Elapsed: failures are not
+	// throughput.
+	RequestsPerSec float64 `json:"requests_per_s"`
+	// OutputTokens is the sum of output tokens of successful requests, as
+	// the package documentation describes.
+	OutputTokens int64 `json:"output_tokens"`
+	// OutputTokensPerSec is OutputTokens per second of Elapsed.
+	OutputTokensPerSec float64 `json:"output_tokens_per_s"`
+
+	// Latency is end to end, from sending the request to the end of the
+	// answer.
+	Latency Summary `json:"latency"`
+	// TTFT is the time to the first token event of a stream, or the
+	// latency of a non-stream request.
+	TTFT Summary `json:"ttft"`
+	// ITL summarises the gaps between consecutive token events of
+	// streams; it is empty for non-stream runs.
+	ITL Summary `json:"itl"`
+}
+
+// Summary describes a set of durations. The zero Summary (Count 0) means
+// there were no samples.
+type Summary struct {
+	// Count is the number of samples.
+	Count int
+	// Min, Mean and Max are the smallest, average (truncated to the
+	// nanosecond) and largest sample.
+	Min, Mean, Max time.Duration
+	// P50, P90 and P99 are exact percentiles by nearest rank: the smallest
+	// sample with at least that share of the samples at or below it.
+	P50, P90, P99 time.Duration
+}
+
+// summarize sorts samples in place and describes them.
+func summarize(samples []time.Duration) Summary {
+	if len(samples) == 0 {
+		return Summary{}
+	}
+	slices.Sort(samples)
+	var sum time.Duration
+	for _, d := range samples {
+		sum += d
+	}
+	return Summary{
+		Count: len(samples),
+		Min:   samples[0],
+		Mean:  sum / time.Duration(len(samples)),
+		P50:   percentile(samples, 50),
+		P90:   percentile(samples, 90),
+		P99:   percentile(samples, 99),
+		Max:   samples[len(samples)-1],
+	}
+}
+
+// percentile returns the p-th percentile (0 < p <= 100) of sorted samples by
+// the nearest-rank method: the smallest sample with at least p% of the
+// samples at or below it. It returns 0 for no samples.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p * float64(len(sorted)) / 100))
+	return sorted[min(max(rank, 1), len(sorted))-1]
+}
+
+// MarshalJSON encodes durations as milliseconds, to the microsecond.
+func (s Summary) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Count int     `json:"count"`
+		Min   float64 `json:"min_ms"`
+		Mean  float64 `json:"mean_ms"`
+		P50   float64 `json:"p50_ms"`
+		P90   float64 `json:"p90_ms"`
+		P99   float64 `json:"p99_ms"`
+		Max   float64 `json:"max_ms"`
+	}{s.Count, millis(s.Min), millis(s.Mean), millis(s.P50), millis(s.P90), millis(s.P99), millis(s.Max)})
+}
+
+// MarshalJSON adds Elapsed, in seconds to the microsecond, to the tagged
+// fields and rounds rates to three decimals.
+func (r Report) MarshalJSON() ([]byte, error) {
+	type plain Report // without this method
+	p := plain(r)
+	p.RequestsPerSec = round3(p.RequestsPerSec)
+	p.OutputTokensPerSec = round3(p.OutputTokensPerSec)
+	return json.Marshal(struct {
+		plain
+		ElapsedSeconds float64 `json:"elapsed_s"`
+	}{p, math.Round(r.Elapsed.Seconds()*1e6) / 1e6})
+}
+
+// millis converts d to milliseconds, to the microsecond.
+func millis(d time.Duration) float64 { return round3(float64(d) / 1e6) }
+
+func round3(x float64) float64 { return math.Round(x*1e3) / 1e3 }
+
+// WriteJSON writes r as one indented JSON object.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteText writes r as an aligned table for people, durations in
+// milliseconds.
+func (r *Report) WriteText(w io.Writer) error {
+	var b bytes.Buffer
+	mode := "non-stream"
+	if r.Stream {
+		mode = "stream"
+	}
+	fmt.Fprintf(&b, "%-12s %s%s (%s, concurrency %d)\n", "target",
+		strings.TrimSuffix(r.URL, "/"), r.Route, mode, r.Concurrency)
+	fmt.Fprintf(&b, "%-12s %d (%d ok, %d errors; %d warm-up not counted)\n", "requests",
+		r.Requests, r.OK, r.Requests-r.OK, r.WarmupRequests)
+	for _, k := range slices.Sorted(maps.Keys(r.Errors)) {
+		fmt.Fprintf(&b, "%-12s %s %d\n", "errors", k, r.Errors[k])
+	}
+	if r.Interrupted {
+		fmt.Fprintf(&b, "%-12s %s\n", "interrupted", "yes: figures cover the requests finished before")
+	}
+	fmt.Fprintf(&b, "%-12s %.2f s\n", "elapsed", r.Elapsed.Seconds())
+	fmt.Fprintf(&b, "%-12s %.1f req/s, %.1f output tokens/s (%d tokens)\n", "throughput",
+		r.RequestsPerSec, r.OutputTokensPerSec, r.OutputTokens)
+	fmt.Fprintf(&b, "\n%-12s %9s %9s %9s %9s %9s %9s %8s\n", "", "min", "mean", "p50", "p90", "p99", "max", "count")
+	writeSummary(&b, "latency ms", r.Latency)
+	writeSummary(&b, "ttft ms", r.TTFT)
+	writeSummary(&b, "itl ms", r.ITL)
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// writeSummary writes one table row; a summary without samples shows "-".
+func writeSummary(b *bytes.Buffer, name string, s Summary) {
+	cells := [6]string{"-", "-", "-", "-", "-", "-"}
+	if s.Count > 0 {
+		for i, d := range [6]time.Duration{s.Min, s.Mean, s.P50, s.P90, s.P99, s.Max} {
+			cells[i] = formatMillis(d)
+		}
+	}
+	fmt.Fprintf(b, "%-12s %9s %9s %9s %9s %9s %9s %8d\n", name,
+		cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], s.Count)
+}
+
+// formatMillis shows d in milliseconds with three or four significant
+// digits: enough to compare runs, not so many that columns turn to noise.
+func formatMillis(d time.Duration) string {
+	ms := float64(d) / 1e6
+	switch {
+	case ms < 1:
+		return fmt.Sprintf("%.3f", ms)
+	case ms < 10:
+		return fmt.Sprintf("%.2f", ms)
+	case ms < 1000:
+		return fmt.Sprintf("%.1f", ms)
+	default:
+		return fmt.Sprintf("%.0f", ms)
+	}
+}

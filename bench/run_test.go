@@ -1,0 +1,319 @@
+package bench
+
+import (
+	"bytes"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+func TestRunGenerate(t *testing.T) {
+	rc := &recorder{}
+	cfg := serve(t, jsonHandler(rc, fasthttp.StatusOK,
+		`{"text":" tok1 tok2","output_ids":[1,2],"meta_info":{"completion_tokens":5}}`))
+	cfg.Requests = 10
+	cfg.Concurrency = 3 // does not divide Requests: the count must still be exact
+	cfg.MaxNewTokens = 5
+	cfg.PromptWords = 6
+	rep := run(t, cfg)
+
+	checkCounts(t, rep, 10, 10)
+	if got := rc.count(); got != 10 {
+		t.Fatalf("endpoint got %d requests; want 10", got)
+	}
+	want := cfg.withDefaults()
+	prompts := map[string]bool{}
+	for i, body := range rc.bodies {
+		if rc.paths[i] != RouteGenerate {
+			t.Fatalf("got path %q; want %q", rc.paths[i], RouteGenerate)
+		}
+		if err := checkBody(want, body); err != nil {
+			t.Fatal(err)
+		}
+		prompts[body] = true
+	}
+	if len(prompts) != 10 {
+		t.Fatalf("got %d distinct bodies in 10 requests; want 10", len(prompts))
+	}
+	if rep.OutputTokens != 50 {
+		t.Fatalf("got %d output tokens; want 50", rep.OutputTokens)
+	}
+	if rep.Latency.Count != 10 || rep.TTFT != rep.Latency {
+		t.Fatalf("got ttft %+v; want it equal to latency %+v", rep.TTFT, rep.Latency)
+	}
+	if rep.ITL.Count != 0 {
+		t.Fatalf("got %d inter-token samples for a non-stream run; want 0", rep.ITL.Count)
+	}
+	if rep.Elapsed <= 0 || rep.RequestsPerSec <= 0 || rep.OutputTokensPerSec <= 0 {
+		t.Fatalf("got elapsed %v, %v req/s, %v tok/s; want them positive", rep.Elapsed, rep.RequestsPerSec, rep.OutputTokensPerSec)
+	}
+}
+
+func TestRunRoutes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		route  string
+		stream bool
+		events []string // a stream's events, or the body of a non-stream answer
+		tokens int64    // per request
+		itl    int      // inter-token samples per request
+	}{{
+		name:   "generate stream: cumulative meta_info",
+		route:  RouteGenerate,
+		stream: true,
+		events: []string{
+			`{"text":" a","meta_info":{"completion_tokens":1}}`,
+			`{"text":" a b","meta_info":{"completion_tokens":2}}`,
+			`{"text":" a b c","meta_info":{"completion_tokens":4}}`,
+			`[DONE]`,
+		},
+		tokens: 4,
+		itl:    2,
+	}, {
+		name:   "completions stream: final usage chunk",
+		route:  RouteCompletions,
+		stream: true,
+		events: []string{
+			`{"object":"text_completion","choices":[{"index":0,"text":" a"}]}`,
+			`{"object":"text_completion","choices":[{"index":0,"text":" b"}]}`,
+			`{"object":"text_completion","choices":[{"index":0,"text":" c"}]}`,
+			`{"object":"text_completion","choices":[{"index":0,"text":" d"}]}`,
+			`{"object":"text_completion","choices":[],"usage":{"completion_tokens":7}}`,
+			`[DONE]`,
+		},
+		tokens: 7,
+		itl:    3,
+	}, {
+		name:   "chat stream: no usage, role chunk has no token",
+		route:  RouteChatCompletions,
+		stream: true,
+		events: []string{
+			`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`,
+			`{"choices":[{"index":0,"delta":{"content":" a"}}]}`,
+			`{"choices":[{"index":0,"delta":{"content":" b"}}]}`,
+			`{"choices":[{"index":0,"delta":{"content":" c"}}],"usage":null}`,
+			`[DONE]`,
+		},
+		tokens: 3,
+		itl:    2,
+	}, {
+		name:   "chat non-stream",
+		route:  RouteChatCompletions,
+		events: []string{`{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":" a b"}}],"usage":{"prompt_tokens":9,"completion_tokens":9}}`},
+		tokens: 9,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := &recorder{}
+			h := jsonHandler(rc, fasthttp.StatusOK, tc.events[0])
+			if tc.stream {
+				h = streamHandler(rc, tc.events, nil)
+			}
+			cfg := serve(t, h)
+			cfg.Route = tc.route
+			cfg.Stream = tc.stream
+			cfg.Model = "m1"
+			cfg.MaxNewTokens = 7
+			cfg.Requests = 4
+			cfg.Concurrency = 2
+			rep := run(t, cfg)
+
+			checkCounts(t, rep, 4, 4)
+			want := cfg.withDefaults()
+			for i, body := range rc.bodies {
+				if rc.paths[i] != tc.route {
+					t.Fatalf("got path %q; want %q", rc.paths[i], tc.route)
+				}
+				if err := checkBody(want, body); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if rep.OutputTokens != 4*tc.tokens {
+				t.Fatalf("got %d output tokens; want %d", rep.OutputTokens, 4*tc.tokens)
+			}
+			if rep.TTFT.Count != 4 || rep.ITL.Count != 4*tc.itl {
+				t.Fatalf("got %d ttft and %d itl samples; want 4 and %d", rep.TTFT.Count, rep.ITL.Count, 4*tc.itl)
+			}
+		})
+	}
+}
+
+// TestRunStreamTiming paces a stream's events and checks the figures
+// against bounds that hold however the goroutines are scheduled: an event
+// cannot arrive before it was sent, and the request started before the
+// endpoint saw it.
+func TestRunStreamTiming(t *testing.T) {
+	const (
+		first    = 20 * time.Millisecond // before the first token
+		gap      = 10 * time.Millisecond // between tokens
+		tokens   = 4
+		requests = 3
+	)
+	events := []string{`{"text":" a"}`, `{"text":" a b"}`, `{"text":" a b c"}`, `{"text":" a b c d"}`, `[DONE]`}
+	wait := func(i int) {
+		switch {
+		case i == 0:
+			pause(first)
+		case i < tokens:
+			pause(gap)
+		}
+	}
+	cfg := serve(t, streamHandler(&recorder{}, events, wait))
+	cfg.Stream = true
+	cfg.Requests = requests
+	rep := run(t, cfg)
+
+	checkCounts(t, rep, requests, requests)
+	total := first + (tokens-1)*gap
+	if rep.TTFT.Count != requests || rep.ITL.Count != requests*(tokens-1) {
+		t.Fatalf("got %d ttft and %d itl samples; want %d and %d", rep.TTFT.Count, rep.ITL.Count, requests, requests*(tokens-1))
+	}
+	if rep.TTFT.Min < first {
+		t.Fatalf("got min ttft %v; want at least %v", rep.TTFT.Min, first)
+	}
+	if rep.Latency.Min < total {
+		t.Fatalf("got min latency %v; want at least %v", rep.Latency.Min, total)
+	}
+	// A request's TTFT is at most its latency, so each order statistic is.
+	for _, p := range [][2]time.Duration{
+		{rep.TTFT.Min, rep.Latency.Min}, {rep.TTFT.P50, rep.Latency.P50}, {rep.TTFT.Max, rep.Latency.Max},
+		{rep.ITL.Max, rep.Latency.Max},
+	} {
+		if p[0] > p[1] {
+			t.Fatalf("got %v > %v in ttft %+v, itl %+v, latency %+v", p[0], p[1], rep.TTFT, rep.ITL, rep.Latency)
+		}
+	}
+	// Per request, TTFT plus its gaps spans start to last token, which is at
+	// least total; the means are truncated, hence the +1.
+	sum := (rep.TTFT.Mean+1)*requests + (rep.ITL.Mean+1)*requests*(tokens-1)
+	if sum < requests*total {
+		t.Fatalf("got ttft+itl sum %v; want at least %v (ttft %+v, itl %+v)", sum, requests*total, rep.TTFT, rep.ITL)
+	}
+	if rep.ITL.Min > rep.ITL.P50 || rep.ITL.P50 > rep.ITL.P90 || rep.ITL.P90 > rep.ITL.P99 || rep.ITL.P99 > rep.ITL.Max {
+		t.Fatalf("got unordered itl %+v", rep.ITL)
+	}
+}
+
+// TestRunConcurrency holds the first answers until Concurrency requests are
+// in flight at once: with fewer clients or connections the run would time
+// out instead.
+func TestRunConcurrency(t *testing.T) {
+	const n = 8
+	var (
+		mu      sync.Mutex
+		arrived int
+		all     = make(chan struct{})
+	)
+	rc := &recorder{}
+	h := jsonHandler(rc, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`)
+	cfg := serve(t, func(ctx *fasthttp.RequestCtx) {
+		mu.Lock()
+		arrived++
+		if arrived == n {
+			close(all)
+		}
+		mu.Unlock()
+		<-all
+		h(ctx)
+	})
+	cfg.Concurrency = n
+	cfg.Requests = 3 * n
+	cfg.Timeout = 2 * time.Second
+	rep := run(t, cfg)
+	checkCounts(t, rep, 3*n, 3*n)
+}
+
+// TestRunKeepAlive checks that each client keeps its connection, a stream
+// being read to its end included.
+func TestRunKeepAlive(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		rc := &recorder{}
+		events := []string{`{"text":" a"}`, `{"text":" a b"}`, `[DONE]`}
+		cfg := serve(t, streamOrJSON(rc, stream, events, nil))
+		var dials atomic.Int32
+		dial := cfg.Dial
+		cfg.Dial = func(addr string) (net.Conn, error) {
+			dials.Add(1)
+			return dial(addr)
+		}
+		cfg.Stream = stream
+		cfg.Concurrency = 2
+		cfg.Requests = 20
+		rep := run(t, cfg)
+		checkCounts(t, rep, 20, 20)
+		if got := dials.Load(); got > 2 {
+			t.Fatalf("stream %v: got %d connections for 2 clients; want at most 2", stream, got)
+		}
+	}
+}
+
+// TestRunWarmupExcluded fails the very first request, which starts during
+// the warm-up: it must not show among the figures.
+func TestRunWarmupExcluded(t *testing.T) {
+	rc := &recorder{}
+	fail := jsonHandler(rc, fasthttp.StatusInternalServerError, `{"error":{"message":"cold"}}`)
+	pass := jsonHandler(rc, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`)
+	var once sync.Once
+	cfg := serve(t, func(ctx *fasthttp.RequestCtx) {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			fail(ctx)
+			return
+		}
+		pass(ctx)
+	})
+	cfg.Warmup = 100 * time.Millisecond
+	cfg.Requests = 5
+	rep := run(t, cfg)
+
+	checkCounts(t, rep, 5, 5)
+	if len(rep.Errors) != 0 {
+		t.Fatalf("got errors %v; want none: the failure was during the warm-up", rep.Errors)
+	}
+	if rep.WarmupRequests < 1 {
+		t.Fatalf("got %d warm-up requests; want at least 1", rep.WarmupRequests)
+	}
+	if got, want := rc.count(), rep.WarmupRequests+5; got != want {
+		t.Fatalf("endpoint got %d requests; want %d (warm-up and measured)", got, want)
+	}
+}
+
+func TestRunDuration(t *testing.T) {
+	rc := &recorder{}
+	cfg := serve(t, jsonHandler(rc, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`))
+	cfg.Duration = 50 * time.Millisecond
+	cfg.Concurrency = 2
+	rep := run(t, cfg)
+
+	if rep.Requests == 0 || rep.OK != rep.Requests {
+		t.Fatalf("got %d requests, %d ok; want some, all ok", rep.Requests, rep.OK)
+	}
+	if got := rc.count(); got != rep.Requests {
+		t.Fatalf("endpoint got %d requests; want %d", got, rep.Requests)
+	}
+	if rep.Interrupted {
+		t.Fatalf("got an interrupted run; want a complete one")
+	}
+}
+
+func TestRunProgress(t *testing.T) {
+	var out bytes.Buffer
+	cfg := serve(t, jsonHandler(&recorder{}, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`))
+	cfg.Requests = 3
+	cfg.Progress = &out
+	run(t, cfg)
+
+	s := out.String()
+	if !strings.HasPrefix(s, "\r") || !strings.Contains(s, "requests") || !strings.HasSuffix(s, "\r") {
+		t.Fatalf("got progress %q; want '\\r'-rewritten lines mentioning requests", s)
+	}
+	lines := strings.Split(strings.TrimSuffix(s, "\r"), "\r")
+	if last := lines[len(lines)-1]; strings.TrimSpace(last) != "" || len(last) < len(lines[1]) {
+		t.Fatalf("got last progress write %q; want blanks over %q", last, lines[1])
+	}
+}

@@ -1,0 +1,142 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// maxResponseBodySize caps a buffered (non-stream) answer, so a runaway
+// server cannot exhaust the generator's memory.
+const maxResponseBodySize = 64 << 20
+
+// errInterrupted refuses new connections once the run was cancelled.
+var errInterrupted = errors.New("run interrupted")
+
+// target is one endpoint under load: the URI every request goes to and a
+// HostClient whose connections are tracked, so that a cancelled run can cut
+// requests in flight (fasthttp has no per-request context). It is safe for
+// concurrent use; close releases everything it dialled.
+type target struct {
+	uri  string
+	hc   *fasthttp.HostClient
+	dial fasthttp.DialFunc
+
+	mu     sync.Mutex
+	conns  map[*trackedConn]struct{}
+	closed bool
+}
+
+// newTarget parses rawURL and builds a client sized for concurrency
+// connections.
+func newTarget(rawURL, route string, dial fasthttp.DialFunc, concurrency int, timeout time.Duration) (*target, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("cannot parse url %q: %w", rawURL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("url %q: scheme must be http or https", rawURL)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("url %q has no host", rawURL)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("url %q: want a base url without query or fragment", rawURL)
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		addr = net.JoinHostPort(u.Hostname(), port)
+	}
+	if dial == nil {
+		dial = func(addr string) (net.Conn, error) { return fasthttp.DialTimeout(addr, timeout) }
+	}
+	t := &target{
+		uri:   u.Scheme + "://" + u.Host + strings.TrimSuffix(u.EscapedPath(), "/") + route,
+		dial:  dial,
+		conns: make(map[*trackedConn]struct{}),
+	}
+	t.hc = &fasthttp.HostClient{
+		Addr:  addr,
+		Name:  "pdlb-bench",
+		IsTLS: u.Scheme == "https",
+		Dial:  t.dialTracked,
+		// Each client holds at most one connection; waiting instead of
+		// failing with ErrNoFreeConns covers a closing connection that
+		// has not been counted out yet.
+		MaxConns:           concurrency,
+		MaxConnWaitTimeout: timeout,
+		// Below the 5 s after which SGLang servers drop idle connections
+		// (PROTOCOL.md §7), so a pause never leaves a dead one pooled.
+		MaxIdleConnDuration: 3 * time.Second,
+		// POSTs are not retried anyway; say so, as a retried request
+		// would be measured as one.
+		MaxIdemponentCallAttempts: 1,
+		MaxResponseBodySize:       maxResponseBodySize,
+		DisablePathNormalizing:    true,
+	}
+	return t, nil
+}
+
+// dialError marks a failure to connect, so it is told apart from failures
+// on an open connection.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return "cannot connect: " + e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// dialTracked dials and remembers the connection until it is closed.
+func (t *target) dialTracked(addr string) (net.Conn, error) {
+	c, err := t.dial(addr)
+	if err != nil {
+		return nil, &dialError{err}
+	}
+	tc := &trackedConn{Conn: c, t: t}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		_ = c.Close()
+		return nil, errInterrupted
+	}
+	t.conns[tc] = struct{}{}
+	return tc, nil
+}
+
+// close closes every connection, cutting requests in flight, and refuses
+// new ones. It is idempotent.
+func (t *target) close() {
+	t.hc.CloseIdleConnections() // through the pool, which counts them out
+	t.mu.Lock()
+	t.closed = true
+	conns := make([]*trackedConn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+}
+
+// trackedConn is a connection its target can close from outside.
+type trackedConn struct {
+	net.Conn
+	t *target
+}
+
+// Close closes the connection and forgets it.
+func (c *trackedConn) Close() error {
+	c.t.mu.Lock()
+	delete(c.t.conns, c)
+	c.t.mu.Unlock()
+	return c.Conn.Close()
+}

@@ -1,0 +1,260 @@
+package bench
+
+import (
+	"errors"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+)
+
+// Error kinds: the keys of Report.Errors, besides "status_<code>" for an
+// answer with a non-2xx status.
+const (
+	// KindConnect is a failure to open a connection to the target.
+	KindConnect = "connect"
+	// KindTimeout is a request that did not end within Config.Timeout.
+	KindTimeout = "timeout"
+	// KindTransport is any other failure of the connection before the
+	// answer's header was read.
+	KindTransport = "transport"
+	// KindStreamError is a stream that carried an {"error": ...} event, or
+	// ended (or broke) before its "data: [DONE]", or whose response did not
+	// end after it.
+	KindStreamError = "stream_error"
+	// KindBadBody is a 2xx answer that is not the JSON expected: a body or
+	// stream event that does not parse, or a body with an "error" member.
+	KindBadBody = "bad_body"
+)
+
+// worker is one client of the closed loop. It owns its request, response,
+// buffers and figures, so the hot path shares nothing with other workers but
+// the runner's atomics; the runner reads the figures once loop has returned.
+type worker struct {
+	r      *runner
+	req    fasthttp.Request
+	resp   fasthttp.Response
+	body   []byte
+	sse    sseReader
+	parser fastjson.Parser
+	gaps   []time.Duration // between token events of the current request
+
+	requests, ok int
+	errs         map[string]int
+	tokens       int64
+	latency      []time.Duration
+	ttft         []time.Duration
+	itl          []time.Duration
+	last         time.Time // end of the last measured request
+}
+
+// outcome is how one request went.
+type outcome struct {
+	kind   string    // error kind; empty for a success
+	first  time.Time // arrival of the first token event; zero if none
+	tokens int
+}
+
+func newWorker(r *runner) *worker {
+	w := &worker{r: r, errs: make(map[string]int)}
+	w.req.Header.SetMethod(fasthttp.MethodPost)
+	w.req.SetRequestURI(r.t.uri)
+	w.req.Header.SetContentType("application/json")
+	if r.wl.stream {
+		w.req.Header.Set(fasthttp.HeaderAccept, "text/event-stream")
+		w.resp.StreamBody = true // kept by HostClient.Do across requests
+	}
+	return w
+}
+
+// loop sends requests until the runner says stop.
+func (w *worker) loop() {
+	for {
+		send, measured := w.r.admit(time.Now())
+		if !send {
+			return
+		}
+		w.body = w.r.wl.appendBody(w.body[:0], w.r.seq.Add(1))
+		w.req.SetBodyRaw(w.body)
+		start := time.Now()
+		o := w.exchange(start)
+		end := time.Now()
+		if w.r.ctx.Err() != nil {
+			return // cut short, or racing the cut: not a figure
+		}
+		if !measured {
+			w.r.warm.Add(1)
+			continue
+		}
+		w.record(o, start, end)
+	}
+}
+
+// record adds one measured request to the figures.
+func (w *worker) record(o outcome, start, end time.Time) {
+	w.requests++
+	w.last = end
+	w.r.done.Add(1)
+	if o.kind != "" {
+		w.errs[o.kind]++
+		w.r.failed.Add(1)
+		return
+	}
+	w.ok++
+	w.tokens += int64(o.tokens)
+	latency := end.Sub(start)
+	w.latency = append(w.latency, latency)
+	switch {
+	case !w.r.wl.stream:
+		w.ttft = append(w.ttft, latency)
+	case !o.first.IsZero():
+		w.ttft = append(w.ttft, o.first.Sub(start))
+	}
+	w.itl = append(w.itl, w.gaps...)
+}
+
+// exchange sends the request and reads the whole answer.
+func (w *worker) exchange(start time.Time) outcome {
+	w.gaps = w.gaps[:0]
+	err := w.r.t.hc.DoDeadline(&w.req, &w.resp, start.Add(w.r.cfg.Timeout))
+	if err != nil {
+		return outcome{kind: transportKind(err)}
+	}
+	if code := w.resp.StatusCode(); code < 200 || code > 299 {
+		// Closing an unread stream drops the connection; error answers
+		// are rare enough not to matter.
+		_ = w.resp.CloseBodyStream()
+		return outcome{kind: "status_" + strconv.Itoa(code)}
+	}
+	if w.r.wl.stream {
+		return w.readStream()
+	}
+	return w.readBody()
+}
+
+// readBody checks a buffered answer and reads its output length.
+func (w *worker) readBody() outcome {
+	v, err := w.parser.ParseBytes(w.resp.Body())
+	if err != nil || isError(v) {
+		return outcome{kind: KindBadBody}
+	}
+	return outcome{tokens: w.r.wl.completionTokens(v)}
+}
+
+// readStream reads an event stream to its end. The stream is closed
+// before returning: when it was read to the end the connection goes back to
+// the pool, otherwise it is dropped.
+func (w *worker) readStream() outcome {
+	body := w.resp.BodyStream()
+	if body == nil {
+		return outcome{kind: KindStreamError} // a status without a body
+	}
+	defer func() { _ = w.resp.CloseBodyStream() }()
+	w.sse.reset(body)
+	o := w.readEvents()
+	if o.kind == "" {
+		o.kind = w.drain()
+	}
+	return o
+}
+
+// readEvents reads events up to "data: [DONE]", timing token events.
+func (w *worker) readEvents() outcome {
+	var (
+		o      outcome
+		prev   time.Time
+		events int
+		usage  = -1
+	)
+	for {
+		data, at, err := w.sse.next()
+		if err != nil {
+			return outcome{kind: streamKind(err)}
+		}
+		if string(data) == "[DONE]" {
+			break
+		}
+		v, err := w.parser.ParseBytes(data)
+		if err != nil {
+			return outcome{kind: KindBadBody}
+		}
+		if isError(v) {
+			return outcome{kind: KindStreamError}
+		}
+		hasText, n := w.r.wl.chunk(v)
+		if n >= 0 {
+			usage = n
+		}
+		if !hasText {
+			continue
+		}
+		if events == 0 {
+			o.first = at
+		} else {
+			w.gaps = append(w.gaps, at.Sub(prev))
+		}
+		prev = at
+		events++
+	}
+	o.tokens = events
+	if usage >= 0 {
+		o.tokens = usage
+	}
+	return o
+}
+
+// drain reads what follows "data: [DONE]" up to the end of the response,
+// which is at once for a well-behaved server, so the connection can be
+// reused. It returns an error kind if the response does not end.
+func (w *worker) drain() string {
+	for {
+		_, _, err := w.sse.next()
+		if errors.Is(err, io.EOF) {
+			return ""
+		}
+		if err != nil {
+			return streamKind(err)
+		}
+	}
+}
+
+// isError reports whether a JSON answer or event is an error object
+// (PROTOCOL.md §7: `{"error": {...}}`).
+func isError(v *fastjson.Value) bool {
+	e := v.Get("error")
+	return e != nil && e.Type() != fastjson.TypeNull
+}
+
+// transportKind classifies an error from HostClient.Do.
+func transportKind(err error) string {
+	var de *dialError
+	switch {
+	case errors.As(err, &de):
+		return KindConnect
+	case isTimeout(err):
+		return KindTimeout
+	default:
+		return KindTransport
+	}
+}
+
+// streamKind classifies an error that ended a stream before its end.
+func streamKind(err error) string {
+	if isTimeout(err) {
+		return KindTimeout
+	}
+	return KindStreamError
+}
+
+// isTimeout reports whether err is a deadline expiring: fasthttp's own, or
+// the connection's read deadline that stays armed while a stream is read.
+func isTimeout(err error) bool {
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
