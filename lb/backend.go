@@ -1,0 +1,194 @@
+package lb
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bootstrap"
+)
+
+// Roles of a backend, used in logs and metric labels.
+const (
+	rolePrefill = "prefill"
+	roleDecode  = "decode"
+)
+
+// Backend is one worker: its pooled client, load and metrics. It is shared by
+// every request and safe for concurrent use; never copy it.
+type Backend struct {
+	role string
+	// url is the worker URL as configured, without a trailing slash.
+	url  string
+	addr string
+	// bootstrapHost is the URL's host formatted for bootstrap_host.
+	bootstrapHost string
+	// bootstrapPort is the prefill's bootstrap port, 0 while unknown (sent
+	// as null). It is atomic because it may be learned after startup.
+	bootstrapPort atomic.Int32
+
+	hc  *fasthttp.HostClient
+	log zerolog.Logger
+
+	inflight atomic.Int32
+	healthy  atomic.Bool
+
+	requests *metrics.Counter
+	errors   *metrics.Counter
+}
+
+// workerURL is a parsed worker address.
+type workerURL struct {
+	tls  bool
+	addr string // host:port, IPv6 hosts bracketed
+	host string // hostname without brackets or port
+}
+
+func parseWorkerURL(raw string) (workerURL, error) {
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return workerURL{}, err
+	}
+	var w workerURL
+	switch u.Scheme {
+	case "http":
+	case "https":
+		w.tls = true
+	default:
+		return workerURL{}, fmt.Errorf("%q: scheme must be http or https", raw)
+	}
+	w.host = u.Hostname()
+	if w.host == "" {
+		return workerURL{}, fmt.Errorf("%q has no host", raw)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return workerURL{}, fmt.Errorf("%q: a worker URL cannot have a path", raw)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if w.tls {
+			port = "443"
+		}
+	} else if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return workerURL{}, fmt.Errorf("%q: invalid port", raw)
+	}
+	w.addr = net.JoinHostPort(w.host, port)
+	return w, nil
+}
+
+func newBackend(role, rawURL string, cfg *Config, ms *metrics.Set, log zerolog.Logger) (*Backend, error) {
+	w, err := parseWorkerURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{
+		role:          role,
+		url:           strings.TrimSuffix(rawURL, "/"),
+		addr:          w.addr,
+		bootstrapHost: bootstrap.Host(w.host),
+		log:           log.With().Str("role", role).Str("backend", w.addr).Logger(),
+	}
+	b.healthy.Store(true)
+	b.hc = &fasthttp.HostClient{
+		Addr:                          w.addr,
+		IsTLS:                         w.tls,
+		Name:                          "pdlb",
+		Dial:                          cfg.Dial,
+		MaxConns:                      cfg.MaxConnsPerBackend,
+		MaxConnWaitTimeout:            cfg.RequestTimeout,
+		MaxIdleConnDuration:           cfg.IdleConnTimeout,
+		MaxResponseBodySize:           cfg.MaxResponseBodySize,
+		DisableHeaderNamesNormalizing: true,
+		DisablePathNormalizing:        true,
+		NoDefaultUserAgentHeader:      true,
+		Transport:                     transport{},
+		RetryIfErr:                    retryStaleConn,
+	}
+	labels := fmt.Sprintf(`role=%q,backend=%q`, role, w.addr)
+	b.requests = ms.NewCounter(`pdlb_backend_requests_total{` + labels + `}`)
+	b.errors = ms.NewCounter(`pdlb_backend_errors_total{` + labels + `}`)
+	ms.NewGauge(`pdlb_backend_inflight{`+labels+`}`, func() float64 { return float64(b.inflight.Load()) })
+	return b, nil
+}
+
+// available reports whether b may be selected for new requests.
+func (b *Backend) available() bool { return b.healthy.Load() }
+
+// Pool is the set of backends of one role with the policy that picks among
+// them. Its backends are fixed after construction; it is safe for
+// concurrent use.
+type Pool struct {
+	role     string
+	policy   string
+	backends []*Backend
+	next     atomic.Uint32
+}
+
+// pick returns a backend for a new request, or nil when none is available.
+// Unavailable backends are skipped; when every backend is unavailable pick
+// returns nil rather than guess (Caddy's choice), so the caller can answer
+// 503 or fall back instead of sending work to a worker known to be down.
+func (p *Pool) pick() *Backend {
+	n := len(p.backends)
+	if n == 1 {
+		if b := p.backends[0]; b.available() {
+			return b
+		}
+		return nil
+	}
+	var start int
+	switch p.policy {
+	case PolicyRoundRobin:
+		start = int(p.next.Add(1)-1) % n
+	case PolicyPowerOfTwo:
+		if b := p.pickLessLoaded(); b != nil {
+			return b
+		}
+		start = rand.IntN(n)
+	default:
+		start = rand.IntN(n)
+	}
+	for i := range n {
+		if b := p.backends[(start+i)%n]; b.available() {
+			return b
+		}
+	}
+	return nil
+}
+
+// pickLessLoaded draws two distinct backends and returns the one with fewer
+// requests in flight, or nil if neither is available.
+func (p *Pool) pickLessLoaded() *Backend {
+	n := len(p.backends)
+	i := rand.IntN(n)
+	j := rand.IntN(n - 1)
+	if j >= i {
+		j++
+	}
+	a, b := p.backends[i], p.backends[j]
+	switch {
+	case !a.available():
+		if b.available() {
+			return b
+		}
+		return nil
+	case !b.available():
+		return a
+	case b.inflight.Load() < a.inflight.Load():
+		return b
+	default:
+		return a
+	}
+}

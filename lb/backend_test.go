@@ -1,0 +1,106 @@
+package lb
+
+import (
+	"testing"
+)
+
+func testPool(policy string, n int) *Pool {
+	p := &Pool{role: roleDecode, policy: policy}
+	for i := range n {
+		b := &Backend{role: roleDecode, addr: string(rune('a' + i))}
+		b.healthy.Store(true)
+		p.backends = append(p.backends, b)
+	}
+	return p
+}
+
+func TestRoundRobinCycles(t *testing.T) {
+	p := testPool(PolicyRoundRobin, 3)
+	var got string
+	for range 6 {
+		got += p.pick().addr
+	}
+	if got != "abcabc" {
+		t.Fatalf("got %q; want abcabc", got)
+	}
+	p.backends[1].healthy.Store(false)
+	got = ""
+	for range 4 {
+		got += p.pick().addr
+	}
+	// b is skipped: its turns go to the next backend.
+	if got != "acca" {
+		t.Fatalf("got %q with b down; want acca", got)
+	}
+}
+
+func TestRandomReachesEveryBackend(t *testing.T) {
+	for _, policy := range Policies {
+		p := testPool(policy, 4)
+		seen := map[string]int{}
+		for range 4000 {
+			seen[p.pick().addr]++
+		}
+		for _, b := range p.backends {
+			if n := seen[b.addr]; n < 600 {
+				t.Fatalf("%s: %s picked %d times in 4000; want about 1000", policy, b.addr, n)
+			}
+		}
+	}
+}
+
+func TestPowerOfTwoAvoidsTheBusy(t *testing.T) {
+	p := testPool(PolicyPowerOfTwo, 2)
+	p.backends[0].inflight.Store(10)
+	for range 100 {
+		if b := p.pick(); b.addr != "b" {
+			t.Fatalf("picked the busy backend %s", b.addr)
+		}
+	}
+}
+
+// With every backend down, pick returns nil: the caller answers 503 rather
+// than send work to a worker known to be down.
+func TestNothingAvailable(t *testing.T) {
+	for _, policy := range Policies {
+		for _, n := range []int{1, 3} {
+			p := testPool(policy, n)
+			for _, b := range p.backends {
+				b.healthy.Store(false)
+			}
+			if b := p.pick(); b != nil {
+				t.Fatalf("%s with %d down backends: picked %s", policy, n, b.addr)
+			}
+		}
+	}
+}
+
+func TestParseWorkerURL(t *testing.T) {
+	f := func(raw, addr, host string, tls bool) {
+		t.Helper()
+		w, err := parseWorkerURL(raw)
+		if err != nil {
+			t.Fatalf("%q: %s", raw, err)
+		}
+		if w.addr != addr || w.host != host || w.tls != tls {
+			t.Fatalf("%q: got %+v; want addr %q host %q tls %v", raw, w, addr, host, tls)
+		}
+	}
+	f("http://127.0.0.1:30000", "127.0.0.1:30000", "127.0.0.1", false)
+	f("http://Prefill-0.svc:30000/", "Prefill-0.svc:30000", "Prefill-0.svc", false)
+	f("https://p", "p:443", "p", true)
+	f("http://p", "p:80", "p", false)
+	f("10.0.0.1:30000", "10.0.0.1:30000", "10.0.0.1", false)
+	f("http://[fe80::1]:30000", "[fe80::1]:30000", "fe80::1", false)
+
+	bad := func(raw string) {
+		t.Helper()
+		if _, err := parseWorkerURL(raw); err == nil {
+			t.Fatalf("%q: got no error", raw)
+		}
+	}
+	bad("ftp://p:1")
+	bad("http://:30000")
+	bad("http://p:99999")
+	bad("http://p:1/v1")
+}

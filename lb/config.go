@@ -1,0 +1,151 @@
+package lb
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Policies a pool can select backends with.
+const (
+	// PolicyRandom picks a backend uniformly at random, as mini_lb does.
+	PolicyRandom = "random"
+	// PolicyRoundRobin cycles through the backends in order.
+	PolicyRoundRobin = "round_robin"
+	// PolicyPowerOfTwo picks the less busy of two random backends, by
+	// requests in flight from this pdlb.
+	PolicyPowerOfTwo = "power_of_two"
+)
+
+// Policies lists the selection policies pdlb implements.
+var Policies = []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo}
+
+// PrefillSpec names one prefill worker.
+type PrefillSpec struct {
+	// URL is the worker's HTTP API, e.g. "http://10.0.0.5:30000".
+	URL string
+	// BootstrapPort is the port of the worker's bootstrap server, sent to
+	// both legs as bootstrap_port. Zero means none was given: pdlb then asks
+	// the worker's /server_info for disaggregation_bootstrap_port and sends
+	// JSON null until it knows, as mini_lb always does.
+	BootstrapPort int
+}
+
+// Config is everything an lb.Server needs. The zero value of each optional
+// field means its documented default.
+type Config struct {
+	// Prefill lists the prefill workers; at least one is required.
+	Prefill []PrefillSpec
+	// Decode lists the decode workers' URLs; at least one is required.
+	Decode []string
+
+	// PrefillPolicy and DecodePolicy select a backend in each pool: one of
+	// Policies. Empty means PolicyRandom.
+	PrefillPolicy string
+	DecodePolicy  string
+
+	// RequestTimeout bounds a whole generation, streams included, as
+	// mini_lb's --request-timeout-secs does. Zero means 1800 s.
+	RequestTimeout time.Duration
+	// MaxConnsPerBackend caps pooled connections to each worker; requests
+	// beyond it wait for a free connection. Zero means 4096.
+	MaxConnsPerBackend int
+	// IdleConnTimeout drops pooled connections idle this long. It must stay
+	// below the workers' own keep-alive (uvicorn closes after 5 s) so pdlb
+	// never writes to a connection the worker is closing. Zero means 3 s.
+	IdleConnTimeout time.Duration
+	// MaxRequestBodySize is the largest client body accepted; larger ones
+	// get a 413. Zero means 64 MiB.
+	MaxRequestBodySize int
+	// MaxResponseBodySize is the largest non-streamed worker answer read.
+	// Zero means 256 MiB.
+	MaxResponseBodySize int
+	// ClientIdleTimeout closes client keep-alive connections idle this long.
+	// Zero means 90 s.
+	ClientIdleTimeout time.Duration
+	// ClientReadTimeout bounds reading a client's request. Zero means 60 s.
+	ClientReadTimeout time.Duration
+
+	// AccessLog writes one info-level line per finished request.
+	AccessLog bool
+
+	// Dial connects to a worker address ("host:port"). Nil means TCP with
+	// fasthttp's dialer; tests pass in-memory listeners.
+	Dial fasthttp.DialFunc
+	// NewRoom draws a bootstrap_room. Nil means bootstrap.NewRoom.
+	NewRoom func() uint64
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.PrefillPolicy == "" {
+		c.PrefillPolicy = PolicyRandom
+	}
+	if c.DecodePolicy == "" {
+		c.DecodePolicy = PolicyRandom
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 1800 * time.Second
+	}
+	if c.MaxConnsPerBackend <= 0 {
+		c.MaxConnsPerBackend = 4096
+	}
+	if c.IdleConnTimeout <= 0 {
+		c.IdleConnTimeout = 3 * time.Second
+	}
+	if c.MaxRequestBodySize <= 0 {
+		c.MaxRequestBodySize = 64 << 20
+	}
+	if c.MaxResponseBodySize <= 0 {
+		c.MaxResponseBodySize = 256 << 20
+	}
+	if c.ClientIdleTimeout <= 0 {
+		c.ClientIdleTimeout = 90 * time.Second
+	}
+	if c.ClientReadTimeout <= 0 {
+		c.ClientReadTimeout = 60 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate reports the first problem with c, phrased for a command line user.
+func (c *Config) Validate() error {
+	if len(c.Prefill) == 0 {
+		return fmt.Errorf("at least one prefill worker is required (--prefill URL)")
+	}
+	if len(c.Decode) == 0 {
+		return fmt.Errorf("at least one decode worker is required (--decode URL)")
+	}
+	for _, p := range c.Prefill {
+		if _, err := parseWorkerURL(p.URL); err != nil {
+			return fmt.Errorf("invalid prefill URL: %w", err)
+		}
+		if p.BootstrapPort < 0 || p.BootstrapPort > 65535 {
+			return fmt.Errorf("invalid bootstrap port %d for prefill %s", p.BootstrapPort, p.URL)
+		}
+	}
+	for _, d := range c.Decode {
+		if _, err := parseWorkerURL(d); err != nil {
+			return fmt.Errorf("invalid decode URL: %w", err)
+		}
+	}
+	for _, p := range []string{c.PrefillPolicy, c.DecodePolicy} {
+		if p != "" && !validPolicy(p) {
+			return fmt.Errorf("unknown policy %q; want one of %v", p, Policies)
+		}
+	}
+	return nil
+}
+
+func validPolicy(p string) bool {
+	for _, q := range Policies {
+		if p == q {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,134 @@
+package lb
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/valyala/fasthttp"
+)
+
+// reason says why pdlb answered with an error; it labels
+// pdlb_request_errors_total, so the set is closed.
+type reason int
+
+const (
+	reasonInvalidRequest reason = iota
+	reasonBodyTooLarge
+	reasonNotFound
+	reasonMethodNotAllowed
+	reasonNoBackend
+	reasonBackendUnreachable
+	reasonBackendTimeout
+	reasonBackendFailed
+	reasonStreamBroken
+	reasonClientGone
+	reasonInternal
+	numReasons
+)
+
+var reasonNames = [numReasons]string{
+	reasonInvalidRequest:     "invalid_request",
+	reasonBodyTooLarge:       "body_too_large",
+	reasonNotFound:           "not_found",
+	reasonMethodNotAllowed:   "method_not_allowed",
+	reasonNoBackend:          "no_backend",
+	reasonBackendUnreachable: "backend_unreachable",
+	reasonBackendTimeout:     "backend_timeout",
+	reasonBackendFailed:      "backend_failed",
+	reasonStreamBroken:       "stream_broken",
+	reasonClientGone:         "client_gone",
+	reasonInternal:           "internal",
+}
+
+func (r reason) String() string { return reasonNames[r] }
+
+// errorType is the OpenAI-style "type" for an HTTP status.
+func errorType(status int) string {
+	switch status {
+	case fasthttp.StatusTooManyRequests:
+		return "rate_limit_error"
+	case fasthttp.StatusBadGateway:
+		return "bad_gateway"
+	case fasthttp.StatusServiceUnavailable:
+		return "service_unavailable"
+	case fasthttp.StatusGatewayTimeout:
+		return "gateway_timeout"
+	}
+	if status < 500 {
+		return "invalid_request_error"
+	}
+	return "internal_error"
+}
+
+// errorBody is the OpenAI-shaped JSON error every route answers with.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Code    int    `json:"code"`
+}
+
+// appendErrorJSON appends {"error": {...}} for status and msg to dst.
+func appendErrorJSON(dst []byte, status int, msg string) []byte {
+	b, err := json.Marshal(errorBody{Error: errorDetail{Message: msg, Type: errorType(status), Code: status}})
+	if err != nil {
+		panic(fmt.Sprintf("BUG: cannot marshal an error body: %s", err))
+	}
+	return append(dst, b...)
+}
+
+// writeError answers the client with status and an OpenAI-shaped JSON error,
+// and counts it by reason. It is the one way pdlb reports its own errors
+// before a response has started.
+func (s *Server) writeError(ctx *fasthttp.RequestCtx, status int, r reason, msg string) {
+	s.errorsByReason[r].Inc()
+	ctx.Response.ResetBody()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	if status == fasthttp.StatusServiceUnavailable || status == fasthttp.StatusTooManyRequests {
+		ctx.Response.Header.Set("Retry-After", "1")
+	}
+	ctx.Response.SetBodyRaw(appendErrorJSON(nil, status, msg))
+}
+
+// appendSSEError appends the event that ends a stream pdlb can no longer
+// complete: an error object (the shape SGLang itself streams) and [DONE].
+func appendSSEError(dst []byte, status int, msg string) []byte {
+	dst = append(dst, "data: "...)
+	dst = appendErrorJSON(dst, status, msg)
+	return append(dst, "\n\ndata: [DONE]\n\n"...)
+}
+
+// errPeerFailed cancels a call whose partner leg has failed.
+type errPeerFailed struct {
+	role string
+	addr string
+}
+
+func (e *errPeerFailed) Error() string {
+	return "cancelled because the " + e.role + " leg on " + e.addr + " failed"
+}
+
+// errClientGone cancels the calls of a client that went away mid-stream.
+var errClientGone = errors.New("client closed the connection")
+
+// classify maps a call error to the status, reason and message the client
+// sees. role and addr name the backend.
+func classify(err error, role, addr string) (int, reason, string) {
+	var ne net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrTimeout), errors.As(err, &ne) && ne.Timeout():
+		return fasthttp.StatusGatewayTimeout, reasonBackendTimeout,
+			"timed out waiting for " + role + " backend " + addr
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return fasthttp.StatusBadGateway, reasonBackendFailed,
+			role + " backend " + addr + " answered with a body larger than the limit"
+	}
+	return fasthttp.StatusBadGateway, reasonBackendUnreachable,
+		"cannot reach " + role + " backend " + addr + ": " + err.Error()
+}

@@ -1,0 +1,159 @@
+package lb
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+	"go.uber.org/goleak"
+
+	"pdlb/bench/fake"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// fasthttp's own housekeepers: each sleeps out its period (up to
+		// 10 s) before noticing there is nothing left to clean, then exits.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		// The process-wide Date header clock, started once and never stopped.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+	)
+}
+
+// harness runs a pdlb Server and its backends on an in-memory network.
+type harness struct {
+	t   testing.TB
+	nw  *fake.Network
+	srv *Server
+	cl  *fasthttp.HostClient
+}
+
+func newHarness(t testing.TB) *harness {
+	t.Helper()
+	return &harness{t: t, nw: fake.NewNetwork()}
+}
+
+// fake starts a fake SGLang server on addr.
+func (h *harness) fake(addr string, cfg fake.Config) *fake.Server {
+	h.t.Helper()
+	cfg.Log = zerolog.New(zerolog.NewTestWriter(h.t)).Level(zerolog.WarnLevel)
+	s := fake.New(cfg)
+	if err := s.Start(h.nw, addr); err != nil {
+		h.t.Fatalf("cannot start fake %s on %s: %s", cfg.Role, addr, err)
+	}
+	h.t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// pair starts a fake prefill (bootstrap port 8998) and a fake decode.
+func (h *harness) pair(prefill, decode fake.Config) (p, d *fake.Server) {
+	h.t.Helper()
+	prefill.Role, decode.Role = fake.RolePrefill, fake.RoleDecode
+	if prefill.KVTimeout == 0 {
+		prefill.KVTimeout = 5 * time.Second
+	}
+	if decode.KVTimeout == 0 {
+		decode.KVTimeout = 5 * time.Second
+	}
+	return h.fake("prefill-0:30000", prefill), h.fake("decode-0:30010", decode)
+}
+
+// backend serves handler on addr, for tests that need a backend the fakes
+// cannot play.
+func (h *harness) backend(addr string, handler fasthttp.RequestHandler) {
+	h.t.Helper()
+	ln, err := h.nw.Listen(addr)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: handler, CloseOnShutdown: true}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	h.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.ShutdownWithContext(ctx)
+		<-done
+	})
+}
+
+// defaultConfig is the pair started by pair, with its bootstrap port given.
+func defaultConfig() Config {
+	return Config{
+		Prefill: []PrefillSpec{{URL: "http://prefill-0:30000", BootstrapPort: 8998}},
+		Decode:  []string{"http://decode-0:30010"},
+	}
+}
+
+// start runs pdlb with cfg on the harness network.
+func (h *harness) start(cfg Config) *Server {
+	h.t.Helper()
+	cfg.Dial = h.nw.Dial
+	srv, err := New(cfg, zerolog.New(zerolog.NewTestWriter(h.t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		h.t.Fatalf("cannot build the server: %s", err)
+	}
+	ln, err := h.nw.Listen("pdlb:8000")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln)
+	}()
+	h.srv = srv
+	h.cl = &fasthttp.HostClient{Addr: "pdlb:8000", Dial: func(string) (net.Conn, error) { return h.nw.Dial("pdlb:8000") }}
+	h.t.Cleanup(func() {
+		h.cl.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			h.t.Errorf("shutdown: %s", err)
+		}
+		<-served
+	})
+	return srv
+}
+
+// reply is a finished response, copied out of fasthttp's pools.
+type reply struct {
+	status int
+	header *fasthttp.ResponseHeader
+	body   []byte
+	took   time.Duration
+}
+
+// do sends a request to pdlb and returns its whole answer.
+func (h *harness) do(method, path, body string, headers ...string) reply {
+	h.t.Helper()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(method)
+	req.SetRequestURI("http://pdlb:8000" + path)
+	req.Header.SetContentType("application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	req.SetBodyString(body)
+	start := time.Now()
+	if err := h.cl.DoTimeout(req, resp, 20*time.Second); err != nil {
+		h.t.Fatalf("%s %s: %s", method, path, err)
+	}
+	r := reply{status: resp.StatusCode(), header: &fasthttp.ResponseHeader{}, body: append([]byte(nil), resp.Body()...), took: time.Since(start)}
+	resp.Header.CopyTo(r.header)
+	return r
+}
+
+func (h *harness) post(path, body string, headers ...string) reply {
+	h.t.Helper()
+	return h.do(fasthttp.MethodPost, path, body, headers...)
+}

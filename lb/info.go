@@ -1,0 +1,265 @@
+package lb
+
+import (
+	"encoding/json"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+)
+
+// controlTimeout bounds each backend call of the control routes. SGLang's
+// own /health_generate gives up after 20 s, so this leaves it room.
+const controlTimeout = 30 * time.Second
+
+// serveControl answers the routes that are not generations: mini_lb's
+// health, cache and info routes, and /metrics.
+func (s *Server) serveControl(ctx *fasthttp.RequestCtx, rt *route) {
+	switch rt.path {
+	case "/health":
+		// As mini_lb: pdlb itself is up; no backend is contacted.
+		ctx.SetStatusCode(fasthttp.StatusOK)
+	case "/health_generate":
+		s.serveFanOut(ctx, fasthttp.MethodGet, "/health_generate", controlTimeout, fasthttp.StatusServiceUnavailable)
+	case "/flush_cache":
+		s.serveFlushCache(ctx)
+	case "/server_info", "/get_server_info":
+		s.serveServerInfo(ctx)
+	case "/model_info", "/get_model_info":
+		s.proxyFromPrefill(ctx, "/model_info")
+	case "/v1/models":
+		s.proxyFromPrefill(ctx, "/v1/models")
+	case "/metrics":
+		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+		s.ms.WritePrometheus(ctx)
+		metrics.WriteProcessMetrics(ctx)
+	default:
+		panic("BUG: no control handler for " + rt.path)
+	}
+}
+
+// answer is one backend's reply to a control call.
+type answer struct {
+	backend *Backend
+	status  int
+	body    []byte
+	err     error
+}
+
+func (a *answer) ok() bool { return a.err == nil && a.status == fasthttp.StatusOK }
+
+// fanOut sends method uri to each backend at once and returns their answers
+// in the same order.
+func fanOut(backends []*Backend, method, uri string, timeout time.Duration) []answer {
+	answers := make([]answer, len(backends))
+	var wg sync.WaitGroup
+	for i, b := range backends {
+		wg.Go(func() { answers[i] = b.get(method, uri, timeout) })
+	}
+	wg.Wait()
+	return answers
+}
+
+// get performs one control call on b.
+func (b *Backend) get(method, uri string, timeout time.Duration) answer {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(method)
+	req.SetRequestURI(uri)
+	req.Header.SetHost(b.addr)
+	a := answer{backend: b}
+	if a.err = b.hc.DoTimeout(req, resp, timeout); a.err == nil {
+		a.status = resp.StatusCode()
+		a.body = append([]byte(nil), resp.Body()...)
+	}
+	return a
+}
+
+// backendStatus is one backend's line in a control route's report.
+type backendStatus struct {
+	Role   string `json:"role"`
+	URL    string `json:"url"`
+	Status int    `json:"status,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+func (s *Server) allBackends() []*Backend {
+	all := make([]*Backend, 0, len(s.prefills.backends)+len(s.decodes.backends))
+	all = append(all, s.prefills.backends...)
+	return append(all, s.decodes.backends...)
+}
+
+// serveFanOut sends the call to every worker. When all answer 200, so does
+// pdlb, with an empty body as mini_lb; otherwise pdlb answers failStatus
+// with every backend's status, where mini_lb would hide the failure.
+func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, method, uri string, timeout time.Duration, failStatus int) {
+	answers := fanOut(s.allBackends(), method, uri, timeout)
+	report := make([]backendStatus, len(answers))
+	failed := 0
+	for i := range answers {
+		a := &answers[i]
+		report[i] = backendStatus{Role: a.backend.role, URL: a.backend.url, Status: a.status}
+		if a.err != nil {
+			_, _, report[i].Error = classify(a.err, a.backend.role, a.backend.addr)
+		}
+		if !a.ok() {
+			failed++
+		}
+	}
+	if failed == 0 {
+		ctx.SetStatusCode(fasthttp.StatusOK)
+		return
+	}
+	s.log.Warn().Str("route", string(ctx.Path())).Int("failed", failed).Int("backends", len(answers)).
+		Msg("backends failed a fanned-out call")
+	body, err := json.Marshal(struct {
+		Error    errorDetail     `json:"error"`
+		Backends []backendStatus `json:"backends"`
+	}{
+		Error: errorDetail{
+			Message: strconv.Itoa(failed) + " of " + strconv.Itoa(len(answers)) + " backends failed " + uri,
+			Type:    errorType(failStatus),
+			Code:    failStatus,
+		},
+		Backends: report,
+	})
+	if err != nil {
+		panic("BUG: cannot marshal a backend report: " + err.Error())
+	}
+	s.errorsByReason[reasonBackendFailed].Inc()
+	ctx.SetStatusCode(failStatus)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+}
+
+// serveFlushCache fans out /flush_cache, forwarding ?timeout= as mini_lb
+// does: the workers must get it to drain in-flight KV transfers first.
+func (s *Server) serveFlushCache(ctx *fasthttp.RequestCtx) {
+	uri := "/flush_cache"
+	timeout := controlTimeout
+	if t := ctx.QueryArgs().Peek("timeout"); len(t) > 0 {
+		secs, err := strconv.ParseFloat(string(t), 64)
+		if err != nil {
+			s.writeError(ctx, fasthttp.StatusBadRequest, reasonInvalidRequest, "timeout must be a number of seconds, got "+strconv.Quote(string(t)))
+			return
+		}
+		uri += "?timeout=" + string(t)
+		if secs > 0 {
+			timeout += time.Duration(secs * float64(time.Second))
+		}
+	}
+	s.serveFanOut(ctx, fasthttp.MethodPost, uri, timeout, fasthttp.StatusBadGateway)
+}
+
+// serveServerInfo answers mini_lb's aggregated /server_info: every decode's
+// internal_states concatenated, and each worker's own answer. A worker that
+// cannot answer appears as {"url", "error"} in its list.
+func (s *Server) serveServerInfo(ctx *fasthttp.RequestCtx) {
+	answers := fanOut(s.allBackends(), fasthttp.MethodGet, "/server_info", controlTimeout)
+	prefills, decodes := answers[:len(s.prefills.backends)], answers[len(s.prefills.backends):]
+	var states []byte
+	for i := range decodes {
+		if is := gjson.GetBytes(decodes[i].body, "internal_states"); decodes[i].ok() && is.IsArray() {
+			if items := arrayItems([]byte(is.Raw)); len(items) > 0 {
+				if len(states) > 0 {
+					states = append(states, ',')
+				}
+				states = append(states, items...)
+			}
+		}
+	}
+	if len(states) == 0 {
+		states = []byte(`{"last_gen_throughput":0.0,"avg_spec_accept_length":null}`)
+	}
+	out := append([]byte(`{"internal_states":[`), states...)
+	out = append(out, `],"prefill":`...)
+	out = appendInfoList(out, prefills)
+	out = append(out, `,"decode":`...)
+	out = appendInfoList(out, decodes)
+	out = append(out, '}')
+	ctx.SetContentType("application/json")
+	ctx.SetBody(out)
+}
+
+func appendInfoList(dst []byte, answers []answer) []byte {
+	dst = append(dst, '[')
+	for i := range answers {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		a := &answers[i]
+		if a.ok() && gjson.ValidBytes(a.body) {
+			dst = append(dst, a.body...)
+			continue
+		}
+		msg := "answered " + strconv.Itoa(a.status)
+		if a.err != nil {
+			_, _, msg = classify(a.err, a.backend.role, a.backend.addr)
+		}
+		b, _ := json.Marshal(backendStatus{Role: a.backend.role, URL: a.backend.url, Status: a.status, Error: msg})
+		dst = append(dst, b...)
+	}
+	return append(dst, ']')
+}
+
+// proxyFromPrefill answers with the first prefill's answer to GET uri, as
+// mini_lb does, trying the next prefill when one fails.
+func (s *Server) proxyFromPrefill(ctx *fasthttp.RequestCtx, uri string) {
+	var last answer
+	for _, b := range s.prefills.backends {
+		if last = b.get(fasthttp.MethodGet, uri, controlTimeout); last.ok() {
+			ctx.SetContentType("application/json")
+			ctx.SetBody(last.body)
+			return
+		}
+	}
+	msg := "no prefill backend answered " + uri + "; last: " + last.backend.url
+	if last.err != nil {
+		_, _, msg = classify(last.err, last.backend.role, last.backend.addr)
+	} else {
+		msg += " answered " + strconv.Itoa(last.status)
+	}
+	s.writeError(ctx, fasthttp.StatusBadGateway, reasonBackendFailed, msg)
+}
+
+// learnBootstrapPort asks a prefill that was given no bootstrap port for the
+// one it serves, retrying with backoff until it answers; until then,
+// requests carry null, as with mini_lb.
+func (s *Server) learnBootstrapPort(b *Backend) {
+	defer s.bg.Done()
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		select {
+		case <-s.stop:
+			return
+		case <-retry.C:
+		}
+		if b.askBootstrapPort() {
+			return
+		}
+		retry.Reset(wait)
+	}
+}
+
+// askBootstrapPort reads disaggregation_bootstrap_port from b's /server_info
+// and reports whether b answered (with a port or without one).
+func (b *Backend) askBootstrapPort() bool {
+	a := b.get(fasthttp.MethodGet, "/server_info", controlTimeout)
+	if !a.ok() {
+		b.log.Debug().Err(a.err).Int("status", a.status).Msg("cannot read /server_info yet")
+		return false
+	}
+	port := gjson.GetBytes(a.body, "disaggregation_bootstrap_port")
+	if p := port.Int(); port.Type == gjson.Number && p > 0 && p <= 65535 {
+		b.bootstrapPort.CompareAndSwap(0, int32(p))
+		b.log.Info().Int64("bootstrap_port", p).Msg("learned the bootstrap port from /server_info")
+	} else {
+		b.log.Warn().Msg("/server_info reports no disaggregation_bootstrap_port; sending bootstrap_port null")
+	}
+	return true
+}

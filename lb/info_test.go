@@ -1,0 +1,203 @@
+package lb
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bench/fake"
+)
+
+func TestHealth(t *testing.T) {
+	h := newHarness(t)
+	h.start(defaultConfig()) // no backend at all: /health must not contact them
+	r := h.do(fasthttp.MethodGet, "/health", "")
+	if r.status != fasthttp.StatusOK || len(r.body) != 0 {
+		t.Fatalf("got %d %q; want an empty 200", r.status, r.body)
+	}
+}
+
+func TestHealthGenerateReportsEachBackend(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	cfg := defaultConfig()
+	cfg.Decode = append(cfg.Decode, "http://decode-1:30010") // nobody listens there
+	h.start(cfg)
+	r := h.do(fasthttp.MethodGet, "/health_generate", "")
+	if r.status != fasthttp.StatusServiceUnavailable {
+		t.Fatalf("got %d %s; want 503, since one decode is down", r.status, r.body)
+	}
+	backends := gjson.GetBytes(r.body, "backends").Array()
+	if len(backends) != 3 {
+		t.Fatalf("got %s; want a line per backend", r.body)
+	}
+	if s := backends[0].Get("status").Int(); s != 200 || backends[0].Get("role").String() != "prefill" {
+		t.Fatalf("got prefill line %s", backends[0].Raw)
+	}
+	if e := backends[2].Get("error").String(); !strings.Contains(e, "decode-1:30010") {
+		t.Fatalf("got decode-1 line %s; want its error", backends[2].Raw)
+	}
+
+	h2 := newHarness(t)
+	h2.pair(fake.Config{}, fake.Config{})
+	h2.start(defaultConfig())
+	if r := h2.do(fasthttp.MethodGet, "/health_generate", ""); r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s with every backend up; want 200", r.status, r.body)
+	}
+}
+
+func TestFlushCacheForwardsTimeout(t *testing.T) {
+	h := newHarness(t)
+	p, d := h.pair(fake.Config{}, fake.Config{})
+	h.start(defaultConfig())
+	r := h.post("/flush_cache?timeout=2.5", "")
+	if r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	for _, s := range []*fake.Server{p, d} {
+		if st := s.Stats(); st.FlushCache != 1 || st.FlushCacheTimeout != "2.5" {
+			t.Fatalf("got %d flushes with timeout %q; want 1 with 2.5", st.FlushCache, st.FlushCacheTimeout)
+		}
+	}
+	if r := h.post("/flush_cache?timeout=soon", ""); r.status != fasthttp.StatusBadRequest {
+		t.Fatalf("got %d for a bad timeout; want 400", r.status)
+	}
+}
+
+func TestServerInfoAggregates(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{DPSize: 2}, fake.Config{DPSize: 2})
+	h.start(defaultConfig())
+	for _, path := range []string{"/server_info", "/get_server_info"} {
+		r := h.do(fasthttp.MethodGet, path, "")
+		if r.status != fasthttp.StatusOK || !gjson.ValidBytes(r.body) {
+			t.Fatalf("%s: got %d %s", path, r.status, r.body)
+		}
+		if n := len(gjson.GetBytes(r.body, "internal_states").Array()); n != 2 {
+			t.Fatalf("%s: got %d internal states; want the decode's 2: %s", path, n, r.body)
+		}
+		if m := gjson.GetBytes(r.body, "prefill.0.disaggregation_mode").String(); m != "prefill" {
+			t.Fatalf("%s: got prefill info %s", path, gjson.GetBytes(r.body, "prefill").Raw)
+		}
+		if m := gjson.GetBytes(r.body, "decode.0.disaggregation_mode").String(); m != "decode" {
+			t.Fatalf("%s: got decode info %s", path, gjson.GetBytes(r.body, "decode").Raw)
+		}
+	}
+}
+
+func TestServerInfoWithADeadDecode(t *testing.T) {
+	h := newHarness(t)
+	h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill})
+	h.start(defaultConfig())
+	r := h.do(fasthttp.MethodGet, "/server_info", "")
+	if r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	// mini_lb's placeholder when no decode reports states.
+	if s := gjson.GetBytes(r.body, "internal_states").Raw; s != `[{"last_gen_throughput":0.0,"avg_spec_accept_length":null}]` {
+		t.Fatalf("got internal_states %s", s)
+	}
+	if e := gjson.GetBytes(r.body, "decode.0.error").String(); !strings.Contains(e, "decode-0:30010") {
+		t.Fatalf("got decode list %s; want the failure", gjson.GetBytes(r.body, "decode").Raw)
+	}
+}
+
+func TestModelInfoComesFromAPrefill(t *testing.T) {
+	h := newHarness(t)
+	h.fake("prefill-1:30000", fake.Config{Role: fake.RolePrefill, Model: "the-model", BootstrapPort: 8999})
+	cfg := defaultConfig()
+	// The first prefill is down: the next one answers.
+	cfg.Prefill = append(cfg.Prefill, PrefillSpec{URL: "http://prefill-1:30000", BootstrapPort: 8999})
+	h.start(cfg)
+	for _, path := range []string{"/model_info", "/get_model_info"} {
+		if r := h.do(fasthttp.MethodGet, path, ""); r.status != fasthttp.StatusOK || gjson.GetBytes(r.body, "model_path").String() != "the-model" {
+			t.Fatalf("%s: got %d %s", path, r.status, r.body)
+		}
+	}
+	r := h.do(fasthttp.MethodGet, "/v1/models", "")
+	if r.status != fasthttp.StatusOK || gjson.GetBytes(r.body, "data.0.id").String() != "the-model" {
+		t.Fatalf("/v1/models: got %d %s", r.status, r.body)
+	}
+}
+
+func TestModelInfoWithNoPrefill(t *testing.T) {
+	h := newHarness(t)
+	h.start(defaultConfig())
+	r := h.do(fasthttp.MethodGet, "/v1/models", "")
+	if r.status != fasthttp.StatusBadGateway || !strings.Contains(gjson.GetBytes(r.body, "error.message").String(), "prefill-0:30000") {
+		t.Fatalf("got %d %s; want a 502 naming the prefill", r.status, r.body)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	h.start(defaultConfig())
+	h.post("/generate", `{"text": "a"}`)
+	h.post("/generate", `not json`)
+	h.openStream("/generate", `{"text": "a", "stream": true}`).rest()
+	r := h.do(fasthttp.MethodGet, "/metrics", "")
+	for _, want := range []string{
+		`pdlb_requests_total{route="/generate",code="200"} 2`,
+		`pdlb_requests_total{route="/generate",code="400"} 1`,
+		`pdlb_request_errors_total{reason="invalid_request"} 1`,
+		`pdlb_backend_requests_total{role="prefill",backend="prefill-0:30000"} 2`,
+		`pdlb_backend_inflight{role="decode",backend="decode-0:30010"} 0`,
+		`pdlb_stream_first_byte_seconds_count{route="/generate"} 1`,
+		`pdlb_request_duration_seconds_count{route="/generate"} 3`,
+		`process_resident_memory_bytes`,
+	} {
+		if !strings.Contains(string(r.body), want) {
+			t.Fatalf("/metrics lacks %q:\n%s", want, r.body)
+		}
+	}
+}
+
+// A prefill given without a bootstrap port gets the one its /server_info
+// reports.
+func TestBootstrapPortIsLearned(t *testing.T) {
+	h := newHarness(t)
+	var db bodies
+	h.pair(fake.Config{BootstrapPort: 9123, BootstrapAddr: "prefill-0:9123"}, fake.Config{OnRequest: db.record})
+	cfg := defaultConfig()
+	cfg.Prefill[0].BootstrapPort = 0
+	srv := h.start(cfg)
+	b := srv.prefills.backends[0]
+	if !b.askBootstrapPort() || b.bootstrapPort.Load() != 9123 {
+		t.Fatalf("got bootstrap port %d; want 9123", b.bootstrapPort.Load())
+	}
+	if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	if port := gjson.GetBytes(db.only(t), "bootstrap_port").Raw; port != "9123" {
+		t.Fatalf("got bootstrap_port %s; want 9123", port)
+	}
+}
+
+// Until a port is known, requests carry null, as with mini_lb: each worker
+// then uses its own.
+func TestUnknownBootstrapPortIsNull(t *testing.T) {
+	h := newHarness(t)
+	got := make(chan string, 2)
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) == "/server_info" {
+			ctx.SetBodyString(`{"disaggregation_mode": "prefill"}`)
+			return
+		}
+		got <- gjson.GetBytes(ctx.PostBody(), "bootstrap_port").Raw
+		ctx.SetBodyString(`{}`)
+	})
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString(`{}`) })
+	cfg := defaultConfig()
+	cfg.Prefill[0].BootstrapPort = 0
+	srv := h.start(cfg)
+	if !srv.prefills.backends[0].askBootstrapPort() {
+		t.Fatalf("the prefill's /server_info was not read")
+	}
+	h.post("/generate", `{"text": "a"}`)
+	if port := <-got; port != "null" {
+		t.Fatalf("got bootstrap_port %s; want null", port)
+	}
+}

@@ -1,0 +1,56 @@
+package lb
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// route is one path pdlb serves, with its metrics. Routes are built once in
+// New; their counters are created on first use of each status code, so the
+// request path never formats a metric name twice.
+type route struct {
+	path   string
+	method string
+	// generate marks the PD routes; batch marks /generate, the only route
+	// whose list-valued text or input_ids makes a batch.
+	generate bool
+	batch    bool
+
+	ms       *metrics.Set
+	byStatus [600]atomic.Pointer[metrics.Counter]
+	duration *metrics.PrometheusHistogram
+	// ttfb is the time to the first streamed byte (generate routes only).
+	ttfb *metrics.PrometheusHistogram
+}
+
+func newRoute(ms *metrics.Set, path, method string, generate bool) *route {
+	rt := &route{
+		path:     path,
+		method:   method,
+		generate: generate,
+		batch:    path == "/generate",
+		ms:       ms,
+		duration: ms.NewPrometheusHistogram(fmt.Sprintf(`pdlb_request_duration_seconds{route=%q}`, path)),
+	}
+	if generate {
+		rt.ttfb = ms.NewPrometheusHistogram(fmt.Sprintf(`pdlb_stream_first_byte_seconds{route=%q}`, path))
+	}
+	return rt
+}
+
+// observe accounts one finished request.
+func (rt *route) observe(status int, took time.Duration) {
+	if status < 100 || status >= len(rt.byStatus) {
+		status = 0
+	}
+	c := rt.byStatus[status].Load()
+	if c == nil {
+		c = rt.ms.GetOrCreateCounter(fmt.Sprintf(`pdlb_requests_total{route=%q,code="%d"}`, rt.path, status))
+		rt.byStatus[status].Store(c)
+	}
+	c.Inc()
+	rt.duration.Update(took.Seconds())
+}

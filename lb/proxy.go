@@ -1,0 +1,321 @@
+package lb
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bootstrap"
+)
+
+// exchange is one PD request in flight: the injected body and its two calls.
+// Exchanges are pooled. Three parties hold one: the request side (handler,
+// then the stream relay), the prefill call and the decode call; the last to
+// let go returns it to the pool, so neither call waits for the other once
+// the client has its answer.
+type exchange struct {
+	s     *Server
+	rt    *route
+	start time.Time
+	refs  atomic.Int32
+
+	// body is the client body with the bootstrap fields spliced in. Both
+	// calls send it with SetBodyRaw, so it must stay untouched until both
+	// have finished: the reference count guarantees that.
+	body      []byte
+	rooms     []uint64
+	requestID []byte
+	// merge is set when the client asked for logprobs (or routed experts)
+	// that only the prefill computes, and the answers must be merged.
+	merge bool
+	// prefillWaited records that the request side has taken the prefill
+	// call's done signal (see waitPrefill).
+	prefillWaited bool
+
+	prefill call
+	decode  call
+	relay   relay
+	// scratch holds a merged or buffered answer.
+	scratch []byte
+}
+
+// call is one leg of an exchange: a request to one backend. Its peer is the
+// other leg; a call that fails cancels its peer at once.
+type call struct {
+	x       *exchange
+	peer    *call
+	backend *Backend
+	req     fasthttp.Request
+	resp    fasthttp.Response
+	cancel  canceller
+	// deadline bounds the whole call, body included.
+	deadline time.Time
+	// stream hands the response body to the relay instead of buffering it.
+	stream bool
+	err    error
+
+	// ready gets a value when a streamed response's headers are in; release
+	// then gets the consumer's verdict (true when the body was read to its
+	// end cleanly). done gets a value when the call has finished.
+	ready   chan struct{}
+	release chan bool
+	done    chan struct{}
+}
+
+func newExchange(s *Server) *exchange {
+	x := &exchange{s: s}
+	x.prefill = call{x: x, peer: &x.decode}
+	x.decode = call{x: x, peer: &x.prefill}
+	for _, c := range []*call{&x.prefill, &x.decode} {
+		c.ready = make(chan struct{}, 1)
+		c.release = make(chan bool, 1)
+		c.done = make(chan struct{}, 1)
+	}
+	x.relay.x = x
+	return x
+}
+
+func (s *Server) acquireExchange() *exchange {
+	if v := s.exchanges.Get(); v != nil {
+		return v.(*exchange)
+	}
+	return newExchange(s)
+}
+
+// unref drops one holder; the last one resets x and returns it to the pool.
+func (x *exchange) unref() {
+	if x.refs.Add(-1) > 0 {
+		return
+	}
+	for _, c := range []*call{&x.prefill, &x.decode} {
+		c.req.Reset()
+		c.resp.Reset()
+		c.cancel.reset()
+		c.err = nil
+		c.stream = false
+		drain(c.ready)
+		drain(c.done)
+		select {
+		case <-c.release:
+		default:
+		}
+	}
+	x.relay.reset()
+	x.prefillWaited = false
+	x.requestID = x.requestID[:0]
+	x.s.exchanges.Put(x)
+	x.s.live.Done()
+}
+
+func drain(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+	}
+}
+
+// serveGenerate is the PD path shared by /generate, /v1/completions and
+// /v1/chat/completions.
+func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []byte) {
+	start := s.cfg.Now()
+	info, err := bootstrap.Parse(ctx.PostBody())
+	if err != nil {
+		s.writeError(ctx, fasthttp.StatusBadRequest, reasonInvalidRequest, err.Error())
+		rt.observe(fasthttp.StatusBadRequest, s.cfg.Now().Sub(start))
+		return
+	}
+	p, d := s.prefills.pick(), s.decodes.pick()
+	if p == nil || d == nil {
+		role := rolePrefill
+		if p != nil {
+			role = roleDecode
+		}
+		s.writeError(ctx, fasthttp.StatusServiceUnavailable, reasonNoBackend, "no "+role+" backend is available")
+		rt.observe(fasthttp.StatusServiceUnavailable, s.cfg.Now().Sub(start))
+		return
+	}
+	x := s.acquireExchange()
+	s.live.Add(1)
+	x.refs.Store(3)
+	x.rt, x.start = rt, start
+	x.requestID = append(x.requestID[:0], requestID...)
+	x.merge = info.HasReturnLogprob || info.HasReturnRoutedExperts
+	if err := x.inject(ctx.PostBody(), info, p); err != nil {
+		// Parse accepted the body, so Append must too.
+		panic("BUG: cannot inject bootstrap fields into a parsed body: " + err.Error())
+	}
+	deadline := start.Add(s.cfg.RequestTimeout)
+	x.prefill.prepare(ctx, p, x.body, deadline, requestID)
+	x.decode.prepare(ctx, d, x.body, deadline, requestID)
+	if info.Stream {
+		x.relay.mergeLogprobs = info.ReturnLogprob
+		x.serveStream(ctx)
+		return
+	}
+	x.serveBuffered(ctx)
+}
+
+// inject draws the rooms and splices the bootstrap fields into x.body.
+func (x *exchange) inject(body []byte, info bootstrap.Request, p *Backend) error {
+	batch := x.rt.batch && info.Batch >= 0
+	n := 1
+	if batch {
+		n = info.Batch
+	}
+	x.rooms = x.rooms[:0]
+	for range n {
+		x.rooms = append(x.rooms, x.s.newRoom())
+	}
+	f := bootstrap.Fields{
+		Host:  p.bootstrapHost,
+		Port:  int(p.bootstrapPort.Load()),
+		Rooms: x.rooms,
+		Batch: batch,
+	}
+	var err error
+	x.body, err = bootstrap.Append(x.body[:0], body, f)
+	return err
+}
+
+// prepare builds the call's request from the client's: same method, URI and
+// headers (minus hop-by-hop ones), the injected body, and the request ID.
+func (c *call) prepare(ctx *fasthttp.RequestCtx, b *Backend, body []byte, deadline time.Time, requestID []byte) {
+	c.backend = b
+	c.deadline = deadline
+	ctx.Request.Header.CopyTo(&c.req.Header)
+	stripHopHeaders(&c.req.Header)
+	// pdlb reads and merges answers, so they must come uncompressed.
+	c.req.Header.Del(fasthttp.HeaderAcceptEncoding)
+	c.req.Header.SetBytesKV(headerRequestID, requestID)
+	c.req.Header.SetHost(b.addr)
+	c.req.SetBodyRaw(body)
+	c.req.SetUserValue(callKey{}, c)
+}
+
+// run performs the call and, if it failed, cancels its peer: a prefill that
+// failed will never send the KV cache the decode waits for, and a decode that
+// failed will never claim the KV cache the prefill holds.
+func (c *call) run() {
+	b := c.backend
+	b.inflight.Add(1)
+	b.requests.Inc()
+	c.err = b.hc.Do(&c.req, &c.resp)
+	c.cancel.end()
+	b.inflight.Add(-1)
+	if c.err != nil || c.resp.StatusCode() >= fasthttp.StatusBadRequest {
+		if c.cancel.err() == nil && (c.err != nil || c.resp.StatusCode() >= fasthttp.StatusInternalServerError) {
+			b.errors.Inc()
+		}
+		c.peer.cancel.cancel(&errPeerFailed{role: b.role, addr: b.addr})
+	}
+	c.done <- struct{}{}
+	c.x.unref()
+}
+
+// handOver gives the streamed body to its consumer and waits until the
+// consumer is done with it. It runs inside transport.RoundTrip.
+func (c *call) handOver() bool {
+	c.ready <- struct{}{}
+	return <-c.release
+}
+
+// serveBuffered answers a non-stream request: the decode call runs on the
+// handler's goroutine, the prefill call beside it.
+func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) {
+	go x.prefill.run()
+	x.decode.run()
+	<-x.decode.done
+	if x.merge {
+		x.waitPrefill()
+	}
+	x.respond(ctx)
+	x.finish(ctx.Response.StatusCode())
+	x.unref()
+}
+
+// respond writes the decode's answer, or the error that explains why there
+// is none.
+func (x *exchange) respond(ctx *fasthttp.RequestCtx) {
+	d, p := &x.decode, &x.prefill
+	if d.err == nil {
+		body := d.resp.Body()
+		if x.merge && x.prefillWaited && p.err == nil && p.resp.StatusCode() == fasthttp.StatusOK && d.resp.StatusCode() == fasthttp.StatusOK {
+			x.scratch = mergeAnswers(x.scratch[:0], p.resp.Body(), body)
+			body = x.scratch
+		}
+		ctx.SetStatusCode(d.resp.StatusCode())
+		ctx.Response.Header.SetContentTypeBytes(d.resp.Header.ContentType())
+		ctx.SetBody(body)
+		return
+	}
+	x.respondFailed(ctx, x.culprit())
+}
+
+// culprit returns the call whose failure ended the exchange: the prefill when
+// its failure cancelled the decode, else the decode. When it is the prefill,
+// culprit waits for the prefill call to finish (it is about to).
+func (x *exchange) culprit() *call {
+	var peer *errPeerFailed
+	if errors.As(x.decode.cancel.err(), &peer) && peer.role == rolePrefill {
+		x.waitPrefill()
+		return &x.prefill
+	}
+	return &x.decode
+}
+
+// waitPrefill waits for the prefill call to finish. Only the request side
+// (handler, then relay) calls it, one at a time, so a plain flag makes it
+// safe to call more than once.
+func (x *exchange) waitPrefill() {
+	if !x.prefillWaited {
+		<-x.prefill.done
+		x.prefillWaited = true
+	}
+}
+
+// respondFailed answers with c's failure: its HTTP answer as it is when it
+// gave one, else a JSON error naming the backend.
+func (x *exchange) respondFailed(ctx *fasthttp.RequestCtx, c *call) {
+	if c.err == nil {
+		ctx.SetStatusCode(c.resp.StatusCode())
+		ctx.Response.Header.SetContentTypeBytes(c.resp.Header.ContentType())
+		ctx.SetBody(c.resp.Body())
+		return
+	}
+	status, r, msg := classify(c.err, c.backend.role, c.backend.addr)
+	x.logFailure(c, msg)
+	x.s.writeError(ctx, status, r, msg)
+}
+
+// describe returns the status and message that tell a client why c failed.
+func (c *call) describe() (int, reason, string) {
+	if c.err != nil {
+		return classify(c.err, c.backend.role, c.backend.addr)
+	}
+	body := c.resp.Body()
+	if len(body) > 512 {
+		body = body[:512]
+	}
+	return fasthttp.StatusBadGateway, reasonBackendFailed, c.backend.role + " backend " + c.backend.addr +
+		" answered " + strconv.Itoa(c.resp.StatusCode()) + ": " + string(bytes.TrimSpace(body))
+}
+
+func (x *exchange) logFailure(c *call, msg string) {
+	x.s.log.Warn().Bytes("request_id", x.requestID).Str("route", x.rt.path).
+		Str("role", c.backend.role).Str("backend", c.backend.addr).Err(c.err).Msg(msg)
+}
+
+// finish accounts the request once its answer is complete.
+func (x *exchange) finish(status int) {
+	took := x.s.cfg.Now().Sub(x.start)
+	x.rt.observe(status, took)
+	if x.s.cfg.AccessLog {
+		x.s.log.Info().Bytes("request_id", x.requestID).Str("route", x.rt.path).Int("status", status).
+			Dur("took", took).Str("prefill", x.prefill.backend.addr).Str("decode", x.decode.backend.addr).
+			Bool("stream", x.decode.stream).Msg("request")
+	}
+}

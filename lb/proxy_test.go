@@ -1,0 +1,239 @@
+package lb
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bench/fake"
+)
+
+// bodies records the generate bodies a fake server received.
+type bodies struct {
+	mu  sync.Mutex
+	all [][]byte
+}
+
+func (b *bodies) record(path string, body []byte) {
+	if path == "/health" || path == "/server_info" {
+		return
+	}
+	b.mu.Lock()
+	b.all = append(b.all, append([]byte(nil), body...))
+	b.mu.Unlock()
+}
+
+func (b *bodies) only(t *testing.T) []byte {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.all) != 1 {
+		t.Fatalf("got %d generate bodies; want 1", len(b.all))
+	}
+	return b.all[0]
+}
+
+func TestGenerateSendsMatchingFieldsToBothLegs(t *testing.T) {
+	for _, route := range []string{"/generate", "/v1/completions", "/v1/chat/completions"} {
+		t.Run(route, func(t *testing.T) {
+			h := newHarness(t)
+			var pb, db bodies
+			h.pair(fake.Config{OnRequest: pb.record}, fake.Config{OnRequest: db.record})
+			h.start(defaultConfig())
+			// Numbers written oddly must reach the workers as written, and
+			// client-supplied bootstrap fields must be replaced.
+			in := `{"model": "m", "text": "Hello", "prompt": "Hi", "messages": [{"role": "user", "content": "Hi"}],` +
+				` "sampling_params": {"max_new_tokens": 4, "temperature": 0.0}, "max_tokens": 4, "weird": 1.50e3,` +
+				` "bootstrap_room": 7, "bootstrap_host": "client"}`
+			r := h.post(route, in)
+			if r.status != fasthttp.StatusOK {
+				t.Fatalf("got status %d: %s", r.status, r.body)
+			}
+			p, d := pb.only(t), db.only(t)
+			if !bytes.Equal(p, d) {
+				t.Fatalf("the legs got different bodies:\nprefill %s\ndecode  %s", p, d)
+			}
+			if !bytes.Contains(p, []byte(`"weird": 1.50e3`)) || !bytes.Contains(p, []byte(`"temperature": 0.0`)) {
+				t.Fatalf("client bytes were not preserved: %s", p)
+			}
+			if host := gjson.GetBytes(p, "bootstrap_host").String(); host != "prefill-0" {
+				t.Fatalf("got bootstrap_host %q; want prefill-0", host)
+			}
+			if port := gjson.GetBytes(p, "bootstrap_port").Raw; port != "8998" {
+				t.Fatalf("got bootstrap_port %s; want 8998", port)
+			}
+			room := gjson.GetBytes(p, "bootstrap_room")
+			if room.Type != gjson.Number || strings.ContainsAny(room.Raw, ".eE-") || room.Raw == "7" {
+				t.Fatalf("got bootstrap_room %s; want a fresh non-negative integer", room.Raw)
+			}
+			if n := strings.Count(string(p), `"bootstrap_room"`); n != 1 {
+				t.Fatalf("bootstrap_room appears %d times in %s", n, p)
+			}
+		})
+	}
+}
+
+func TestGenerateBatchGetsIndependentRooms(t *testing.T) {
+	h := newHarness(t)
+	var db bodies
+	h.pair(fake.Config{}, fake.Config{OnRequest: db.record})
+	h.start(defaultConfig())
+	r := h.post("/generate", `{"text": ["a", "b", "c"], "sampling_params": {"max_new_tokens": 2}}`)
+	if r.status != fasthttp.StatusOK {
+		t.Fatalf("got status %d: %s", r.status, r.body)
+	}
+	if n := len(gjson.ParseBytes(r.body).Array()); n != 3 {
+		t.Fatalf("got %d answers; want 3: %s", n, r.body)
+	}
+	d := db.only(t)
+	rooms := gjson.GetBytes(d, "bootstrap_room").Array()
+	hosts := gjson.GetBytes(d, "bootstrap_host").Array()
+	if len(rooms) != 3 || len(hosts) != 3 || hosts[2].String() != "prefill-0" {
+		t.Fatalf("got rooms %v hosts %v; want lists of 3", rooms, hosts)
+	}
+	if rooms[0].Raw == rooms[1].Raw || rooms[1].Raw == rooms[2].Raw {
+		t.Fatalf("batch items share a room: %v", rooms)
+	}
+}
+
+func TestBadBodiesGetJSONErrors(t *testing.T) {
+	h := newHarness(t)
+	p, d := h.pair(fake.Config{}, fake.Config{})
+	h.start(defaultConfig())
+	for _, body := range []string{"", "not json", "[1, 2]", `"text"`, `{"text": "a"`, `{"a": 1} {}`} {
+		r := h.post("/generate", body)
+		if r.status != fasthttp.StatusBadRequest {
+			t.Fatalf("%q: got status %d; want 400", body, r.status)
+		}
+		if msg := gjson.GetBytes(r.body, "error.message").String(); msg == "" {
+			t.Fatalf("%q: got body %s; want an OpenAI-style error", body, r.body)
+		}
+	}
+	if n := p.Stats().GenerateRequests + d.Stats().GenerateRequests; n != 0 {
+		t.Fatalf("%d bad bodies reached the workers", n)
+	}
+}
+
+func TestDecodeAnswerPassesThrough(t *testing.T) {
+	h := newHarness(t)
+	h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 5 * time.Second})
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetStatusCode(fasthttp.StatusTeapot)
+		ctx.SetContentType("application/x-test")
+		ctx.SetBodyString(`{"detail": "short and stout"}`)
+	})
+	h.start(defaultConfig())
+	r := h.post("/generate", `{"text": "a"}`)
+	if r.status != fasthttp.StatusTeapot || string(r.body) != `{"detail": "short and stout"}` ||
+		string(r.header.ContentType()) != "application/x-test" {
+		t.Fatalf("got %d %q %s; want the decode's answer as it is", r.status, r.header.ContentType(), r.body)
+	}
+}
+
+func TestLogprobsAreMerged(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	h.start(defaultConfig())
+	r := h.post("/generate", `{"input_ids": [5, 6, 7, 8], "return_logprob": true, "sampling_params": {"max_new_tokens": 2}}`)
+	if r.status != fasthttp.StatusOK {
+		t.Fatalf("got status %d: %s", r.status, r.body)
+	}
+	got := gjson.GetBytes(r.body, "meta_info.input_token_logprobs").Raw
+	// The prefill's four entries, then the decode's own.
+	want := `[[null,5,null],[-0.2,6,null],[-0.3,7,null],[-0.4,8,null],[-0.4,8,null]]`
+	if got != want {
+		t.Fatalf("got input_token_logprobs %s; want %s", got, want)
+	}
+	if out := gjson.GetBytes(r.body, "meta_info.output_token_logprobs").Raw; out != `[[-0.1,0,null],[-0.2,1,null]]` {
+		t.Fatalf("output_token_logprobs changed: %s", out)
+	}
+}
+
+func TestMergeAnswers(t *testing.T) {
+	f := func(prefill, decode, want string) {
+		t.Helper()
+		if got := string(mergeAnswers(nil, []byte(prefill), []byte(decode))); got != want {
+			t.Fatalf("got  %s\nwant %s", got, want)
+		}
+	}
+	// Nothing to merge: the decode's bytes stay as they are.
+	f(`{"meta_info": {}}`, `{"text": "x",  "meta_info": {"id": 1}}`, `{"text": "x",  "meta_info": {"id": 1}}`)
+	f(`[1]`, `[2]`, `[2]`)
+	// Empty lists on either side.
+	f(`{"meta_info": {"input_token_logprobs": []}}`, `{"meta_info": {"input_token_logprobs": [[1,2,null]]}}`,
+		`{"meta_info": {"input_token_logprobs": [[1,2,null]]}}`)
+	f(`{"meta_info": {"input_token_logprobs": [[1,2,null]]}}`, `{"meta_info": {"input_token_logprobs": [ ]}}`,
+		`{"meta_info": {"input_token_logprobs": [[1,2,null]]}}`)
+	// Routed experts: the prefill's bytes, then the decode's beyond them.
+	f(`{"meta_info": {"routed_experts": "AAEC"}}`, `{"meta_info": {"routed_experts": "CQkJCQ=="}, "x": 1}`,
+		`{"meta_info": {"routed_experts": "AAECCQ=="}, "x": 1}`)
+	f(`{"sglext": {"routed_experts": "AAEC"}}`, `{"choices": [], "sglext": {"routed_experts": "CQkJCQ=="}}`,
+		`{"choices": [], "sglext": {"routed_experts": "AAECCQ=="}}`)
+	// Malformed base64 leaves the answer alone.
+	f(`{"meta_info": {"routed_experts": "!!"}}`, `{"meta_info": {"routed_experts": "AAEC"}}`,
+		`{"meta_info": {"routed_experts": "AAEC"}}`)
+}
+
+func TestUnknownRouteAndMethod(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	h.start(defaultConfig())
+	f := func(method, path string, want int) {
+		t.Helper()
+		r := h.do(method, path, "")
+		if r.status != want || !json.Valid(r.body) || gjson.GetBytes(r.body, "error.code").Int() != int64(want) {
+			t.Fatalf("%s %s: got %d %s; want %d with a JSON error", method, path, r.status, r.body, want)
+		}
+	}
+	f(fasthttp.MethodGet, "/nope", fasthttp.StatusNotFound)
+	f(fasthttp.MethodGet, "/generate", fasthttp.StatusMethodNotAllowed)
+	f(fasthttp.MethodPost, "/health", fasthttp.StatusMethodNotAllowed)
+}
+
+func TestRequestIDIsEchoedAndForwarded(t *testing.T) {
+	h := newHarness(t)
+	ids := make(chan string, 4)
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+		ids <- "prefill " + string(ctx.Request.Header.Peek("X-Request-Id"))
+		ctx.SetBodyString(`{}`)
+	})
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		ids <- "decode " + string(ctx.Request.Header.Peek("X-Request-Id"))
+		ctx.SetBodyString(`{}`)
+	})
+	h.start(defaultConfig())
+	r := h.post("/generate", `{"text": "a"}`, "x-request-id", "abc-123")
+	if got := string(r.header.Peek("X-Request-Id")); got != "abc-123" {
+		t.Fatalf("got echoed id %q; want abc-123", got)
+	}
+	got := []string{<-ids, <-ids}
+	if !(got[0] == "prefill abc-123" && got[1] == "decode abc-123" || got[1] == "prefill abc-123" && got[0] == "decode abc-123") {
+		t.Fatalf("legs got ids %q", got)
+	}
+	r = h.post("/generate", `{"text": "a"}`)
+	generated := string(r.header.Peek("X-Request-Id"))
+	if len(generated) != 16 {
+		t.Fatalf("got generated id %q; want 16 hex digits", generated)
+	}
+	if a, b := <-ids, <-ids; !strings.HasSuffix(a, generated) || !strings.HasSuffix(b, generated) {
+		t.Fatalf("legs got %q and %q; want %q", a, b, generated)
+	}
+}
+
+func TestOversizedRequests(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	cfg := defaultConfig()
+	cfg.MaxRequestBodySize = 1024
+	h.start(cfg)
+	r := h.post("/generate", `{"text": "`+strings.Repeat("a", 2048)+`"}`)
+	if r.status != fasthttp.StatusRequestEntityTooLarge || gjson.GetBytes(r.body, "error.code").Int() != 413 {
+		t.Fatalf("got %d %s; want a 413 JSON error", r.status, r.body)
+	}
+}

@@ -1,0 +1,264 @@
+package lb
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bootstrap"
+)
+
+var headerRequestID = []byte("X-Request-Id")
+
+// Server is a pdlb load balancer. Build one with New, then Serve. Any number
+// of Servers can live in one process: each owns its backends, pools and
+// metrics.
+type Server struct {
+	cfg      Config
+	log      zerolog.Logger
+	ms       *metrics.Set
+	prefills *Pool
+	decodes  *Pool
+	srv      *fasthttp.Server
+	// metricsSrv serves /metrics on a port of its own, when asked to.
+	metricsSrv fasthttp.Server
+	newRoom    func() uint64
+
+	routes         map[string]*route
+	notFound       *route
+	errorsByReason [numReasons]*metrics.Counter
+	exchanges      sync.Pool
+	// live counts exchanges not yet released: a call may outlive the
+	// client's answer, and a drain waits for it.
+	live sync.WaitGroup
+
+	// stop ends background work; bg waits for it.
+	stop      chan struct{}
+	stopOnce  sync.Once
+	startOnce sync.Once
+	bg        sync.WaitGroup
+}
+
+// New builds a Server from cfg, which it validates. log is the root logger;
+// the server derives its own from it.
+func New(cfg Config, log zerolog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	s := &Server{
+		cfg:     cfg,
+		log:     log.With().Str("component", "lb").Logger(),
+		ms:      metrics.NewSet(),
+		newRoom: cfg.NewRoom,
+		stop:    make(chan struct{}),
+	}
+	if s.newRoom == nil {
+		s.newRoom = bootstrap.NewRoom
+	}
+	for r := range numReasons {
+		s.errorsByReason[r] = s.ms.NewCounter(fmt.Sprintf(`pdlb_request_errors_total{reason=%q}`, r))
+	}
+	if err := s.buildPools(); err != nil {
+		return nil, err
+	}
+	s.buildRoutes()
+	s.srv = &fasthttp.Server{
+		Handler:              s.handle,
+		ErrorHandler:         s.handleParseError,
+		Name:                 "pdlb",
+		Logger:               &s.log,
+		ReadTimeout:          cfg.ClientReadTimeout,
+		IdleTimeout:          cfg.ClientIdleTimeout,
+		MaxRequestBodySize:   cfg.MaxRequestBodySize,
+		NoDefaultContentType: true,
+		CloseOnShutdown:      true,
+	}
+	return s, nil
+}
+
+func (s *Server) buildPools() error {
+	s.prefills = &Pool{role: rolePrefill, policy: s.cfg.PrefillPolicy}
+	for _, p := range s.cfg.Prefill {
+		b, err := newBackend(rolePrefill, p.URL, &s.cfg, s.ms, s.log)
+		if err != nil {
+			return fmt.Errorf("invalid prefill URL: %w", err)
+		}
+		b.bootstrapPort.Store(int32(p.BootstrapPort))
+		s.prefills.backends = append(s.prefills.backends, b)
+	}
+	s.decodes = &Pool{role: roleDecode, policy: s.cfg.DecodePolicy}
+	for _, d := range s.cfg.Decode {
+		b, err := newBackend(roleDecode, d, &s.cfg, s.ms, s.log)
+		if err != nil {
+			return fmt.Errorf("invalid decode URL: %w", err)
+		}
+		s.decodes.backends = append(s.decodes.backends, b)
+	}
+	return nil
+}
+
+func (s *Server) buildRoutes() {
+	s.routes = make(map[string]*route)
+	for _, p := range []string{"/generate", "/v1/completions", "/v1/chat/completions"} {
+		s.routes[p] = newRoute(s.ms, p, fasthttp.MethodPost, true)
+	}
+	s.routes["/flush_cache"] = newRoute(s.ms, "/flush_cache", fasthttp.MethodPost, false)
+	for _, p := range []string{"/health", "/health_generate", "/server_info", "/get_server_info",
+		"/model_info", "/get_model_info", "/v1/models", "/metrics"} {
+		s.routes[p] = newRoute(s.ms, p, fasthttp.MethodGet, false)
+	}
+	s.notFound = newRoute(s.ms, "other", "", false)
+}
+
+// Metrics returns the server's metrics set, for registering elsewhere.
+func (s *Server) Metrics() *metrics.Set { return s.ms }
+
+// Serve accepts clients on ln until Shutdown. It starts the server's
+// background work on first use.
+func (s *Server) Serve(ln net.Listener) error {
+	s.startOnce.Do(s.startBackground)
+	s.log.Info().Str("addr", ln.Addr().String()).Int("prefill", len(s.prefills.backends)).
+		Int("decode", len(s.decodes.backends)).Msg("serving")
+	return s.srv.Serve(ln)
+}
+
+// ServeMetrics serves /metrics alone on ln (sglang_router's
+// --prometheus-port) until Shutdown.
+func (s *Server) ServeMetrics(ln net.Listener) error {
+	rt := s.routes["/metrics"]
+	s.metricsSrv.Handler = func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) != rt.path {
+			s.writeError(ctx, fasthttp.StatusNotFound, reasonNotFound, "only /metrics is served here")
+			return
+		}
+		s.serveControl(ctx, rt)
+	}
+	return s.metricsSrv.Serve(ln)
+}
+
+// Shutdown stops accepting clients and waits, up to ctx's deadline, for
+// requests and streams in flight to finish; then it stops background work.
+func (s *Server) Shutdown(ctx context.Context) error {
+	_ = s.metricsSrv.ShutdownWithContext(ctx)
+	err := s.srv.ShutdownWithContext(ctx)
+	if err == nil {
+		err = s.waitExchanges(ctx)
+	}
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.bg.Wait()
+	return err
+}
+
+// waitExchanges waits until every exchange has been released, or ctx ends.
+func (s *Server) waitExchanges(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		s.live.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Server) startBackground() {
+	for _, b := range s.prefills.backends {
+		if b.bootstrapPort.Load() == 0 {
+			s.bg.Add(1)
+			go s.learnBootstrapPort(b)
+		}
+	}
+}
+
+// handle routes a request. Unknown paths and wrong methods get JSON errors.
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	requestID := s.setRequestID(ctx)
+	rt := s.routes[string(ctx.Path())]
+	if rt == nil {
+		s.writeError(ctx, fasthttp.StatusNotFound, reasonNotFound, "no route for "+string(ctx.Path()))
+		s.notFound.observe(fasthttp.StatusNotFound, 0)
+		return
+	}
+	method := ctx.Method()
+	if string(method) != rt.method && !(rt.method == fasthttp.MethodGet && ctx.IsHead()) {
+		s.methodNotAllowed(ctx, rt)
+		return
+	}
+	if rt.generate {
+		s.serveGenerate(ctx, rt, requestID)
+		return
+	}
+	start := s.cfg.Now()
+	s.serveControl(ctx, rt)
+	rt.observe(ctx.Response.StatusCode(), s.cfg.Now().Sub(start))
+}
+
+func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, rt *route) {
+	ctx.Response.Header.Set(fasthttp.HeaderAllow, rt.method)
+	s.writeError(ctx, fasthttp.StatusMethodNotAllowed, reasonMethodNotAllowed,
+		string(ctx.Method())+" is not allowed on "+rt.path+"; use "+rt.method)
+	rt.observe(fasthttp.StatusMethodNotAllowed, 0)
+}
+
+// handleParseError answers requests fasthttp could not read, in pdlb's JSON
+// error shape.
+func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
+	status, r := fasthttp.StatusBadRequest, reasonInvalidRequest
+	if _, ok := err.(*fasthttp.ErrSmallBuffer); ok {
+		status = fasthttp.StatusRequestHeaderFieldsTooLarge
+	} else if err == fasthttp.ErrBodyTooLarge {
+		status, r = fasthttp.StatusRequestEntityTooLarge, reasonBodyTooLarge
+	}
+	s.writeError(ctx, status, r, "cannot read request: "+err.Error())
+}
+
+// setRequestID echoes the client's X-Request-Id when it is sane, else a new
+// random one, and returns it. The bytes live in the request or response
+// header, so they are valid until the handler returns.
+func (s *Server) setRequestID(ctx *fasthttp.RequestCtx) []byte {
+	if id := ctx.Request.Header.PeekBytes(headerRequestID); len(id) > 0 && len(id) <= 128 && printable(id) {
+		ctx.Response.Header.SetBytesKV(headerRequestID, id)
+		return id
+	}
+	var raw [8]byte
+	binary.LittleEndian.PutUint64(raw[:], rand.Uint64())
+	var id [16]byte
+	hex.Encode(id[:], raw[:])
+	ctx.Response.Header.SetBytesKV(headerRequestID, id[:])
+	return ctx.Response.Header.PeekBytes(headerRequestID)
+}
+
+func printable(b []byte) bool {
+	for _, c := range b {
+		if c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1, which a proxy
+// must not forward.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+	"Expect",
+}
+
+func stripHopHeaders(h *fasthttp.RequestHeader) {
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+}

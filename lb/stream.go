@@ -1,0 +1,372 @@
+package lb
+
+import (
+	"bytes"
+	"errors"
+	"io"
+
+	"github.com/valyala/fasthttp"
+)
+
+const (
+	// relayBufSize is the relay's starting buffer; it grows for larger
+	// events up to maxEventSize, past which bytes are passed on as they come.
+	relayBufSize = 16 << 10
+	maxEventSize = 4 << 20
+)
+
+// serveStream answers a "stream": true request. The client's status is held
+// back until the decode's first bytes: a failure before them (a dead
+// prefill, a decode error) still gets a proper HTTP error, and only once
+// tokens flow is the client committed to a 200 event stream, relayed by
+// relay after the handler returns.
+func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) {
+	d := &x.decode
+	d.stream = true
+	go x.prefill.run()
+	go d.run()
+	select {
+	case <-d.ready:
+	case <-d.done:
+		x.respond(ctx)
+		x.finish(ctx.Response.StatusCode())
+		x.unref()
+		return
+	}
+	if d.resp.StatusCode() != fasthttp.StatusOK || !isEventStream(d.resp.Header.ContentType()) {
+		x.respondBufferedStream(ctx)
+		return
+	}
+	if err := x.relay.prime(d.resp.BodyStream()); err != nil {
+		d.release <- false
+		<-d.done
+		if c := x.culprit(); c != d {
+			x.respondFailed(ctx, c)
+		} else {
+			status, r, msg := classify(err, d.backend.role, d.backend.addr)
+			x.logFailure(d, msg)
+			x.s.writeError(ctx, status, r, msg)
+		}
+		x.finish(ctx.Response.StatusCode())
+		x.unref()
+		return
+	}
+	if x.relay.mergeLogprobs {
+		x.waitPrefill()
+		x.relay.usePrefill(&x.prefill)
+	}
+	x.rt.ttfb.Update(x.s.cfg.Now().Sub(x.start).Seconds())
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.Response.Header.SetContentTypeBytes(d.resp.Header.ContentType())
+	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	ctx.Response.SetBodyStream(&x.relay, -1)
+}
+
+// respondBufferedStream answers a stream request that the decode answered
+// with something other than an event stream (an error, typically): the body
+// is read whole and passed on with the decode's status.
+func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) {
+	d := &x.decode
+	var err error
+	x.scratch, err = appendAll(x.scratch[:0], d.resp.BodyStream(), x.s.cfg.MaxResponseBodySize)
+	d.release <- err == nil
+	<-d.done
+	if err != nil {
+		status, r, msg := classify(err, d.backend.role, d.backend.addr)
+		x.logFailure(d, msg)
+		x.s.writeError(ctx, status, r, msg)
+	} else {
+		ctx.SetStatusCode(d.resp.StatusCode())
+		ctx.Response.Header.SetContentTypeBytes(d.resp.Header.ContentType())
+		ctx.SetBody(x.scratch)
+	}
+	x.finish(ctx.Response.StatusCode())
+	x.unref()
+}
+
+func isEventStream(contentType []byte) bool {
+	return bytes.HasPrefix(contentType, []byte("text/event-stream"))
+}
+
+// appendAll appends everything r yields to dst, up to limit bytes.
+func appendAll(dst []byte, r io.Reader, limit int) ([]byte, error) {
+	for {
+		if len(dst) == cap(dst) {
+			dst = append(dst, 0)[:len(dst)]
+		}
+		n, err := r.Read(dst[len(dst):cap(dst)])
+		dst = dst[:len(dst)+n]
+		if len(dst) > limit {
+			return dst, fasthttp.ErrBodyTooLarge
+		}
+		if err == io.EOF {
+			return dst, nil
+		}
+		if err != nil {
+			return dst, err
+		}
+	}
+}
+
+// relay streams the decode's server-sent events to the client. fasthttp
+// calls WriteTo after the handler has returned, on the connection's own
+// goroutine, and writes every Write as one chunk, flushed at once: each
+// event reaches the client as soon as the decode has sent it. relay never
+// touches the RequestCtx; the exchange it belongs to outlives the handler.
+type relay struct {
+	x    *exchange
+	body io.Reader
+	// buf[start:end] holds bytes read but not yet written.
+	buf        []byte
+	start, end int
+	readErr    error
+	sawDone    bool
+
+	// mergeLogprobs asks for the prefill's input_token_logprobs to be
+	// prepended in every event (mini_lb does it when return_logprob is
+	// truthy); prefillLogprobs is that raw JSON list, nil if unavailable.
+	mergeLogprobs   bool
+	prefillLogprobs []byte
+	merged          []byte
+
+	status int
+	closed bool
+}
+
+func (r *relay) reset() {
+	r.body, r.readErr = nil, nil
+	r.start, r.end = 0, 0
+	r.sawDone, r.mergeLogprobs, r.closed = false, false, false
+	r.prefillLogprobs = r.prefillLogprobs[:0]
+	r.status = 0
+	if cap(r.buf) > 4*relayBufSize {
+		// A rare huge event grew it; don't keep that in the pool.
+		r.buf = nil
+	}
+}
+
+// prime reads the stream's first bytes, so the client is only committed to
+// a 200 once the decode is really sending.
+func (r *relay) prime(body io.Reader) error {
+	r.body = body
+	if cap(r.buf) < relayBufSize {
+		r.buf = make([]byte, relayBufSize)
+	}
+	r.buf = r.buf[:cap(r.buf)]
+	for r.end == 0 {
+		n, err := body.Read(r.buf)
+		r.end = n
+		if err != nil {
+			r.readErr = err
+			if n == 0 {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// usePrefill takes the input_token_logprobs of the prefill's first event.
+func (r *relay) usePrefill(p *call) {
+	if p.err != nil || p.resp.StatusCode() != fasthttp.StatusOK {
+		return
+	}
+	if lp := firstEventLogprobs(p.resp.Body()); lp != nil {
+		r.prefillLogprobs = append(r.prefillLogprobs[:0], lp...)
+	}
+}
+
+// SupportsBodyWriteTo tells fasthttp to use WriteTo, which frames one chunk
+// per event, instead of Read.
+func (r *relay) SupportsBodyWriteTo() bool { return true }
+
+// Read exists to satisfy io.Reader; fasthttp uses WriteTo.
+func (r *relay) Read([]byte) (int, error) {
+	return 0, errors.New("BUG: relay must be consumed through WriteTo")
+}
+
+// WriteTo writes each complete event as one Write, then, when the decode's
+// stream ends without its [DONE] (it broke, or was cancelled), an SSE error
+// event and [DONE] of its own, so the client always sees a proper end.
+func (r *relay) WriteTo(w io.Writer) (int64, error) {
+	r.status = fasthttp.StatusOK
+	var written int64
+	for {
+		for {
+			ev := r.nextEvent()
+			if ev == nil {
+				break
+			}
+			n, err := w.Write(r.transform(ev))
+			written += int64(n)
+			if err != nil {
+				r.clientGone()
+				return written, err
+			}
+		}
+		if r.readErr != nil {
+			break
+		}
+		r.fill()
+	}
+	if r.start < r.end {
+		// A last event without its blank line: pass it on as it is.
+		n, err := w.Write(r.buf[r.start:r.end])
+		written += int64(n)
+		r.start = r.end
+		if err != nil {
+			r.clientGone()
+			return written, err
+		}
+	}
+	if r.readErr == io.EOF && r.sawDone {
+		return written, nil
+	}
+	n, err := w.Write(r.brokenEvent())
+	written += int64(n)
+	if err != nil {
+		r.clientGone()
+	}
+	return written, err
+}
+
+// nextEvent returns the next complete event (through its blank line), or
+// nil when none is buffered. An event larger than maxEventSize is returned
+// in pieces as it comes, unmerged.
+func (r *relay) nextEvent() []byte {
+	pending := r.buf[r.start:r.end]
+	if i := eventEnd(pending); i > 0 {
+		r.start += i
+		return pending[:i]
+	}
+	if r.start == 0 && r.end == len(r.buf) && len(r.buf) >= maxEventSize {
+		r.start = r.end
+		return pending
+	}
+	return nil
+}
+
+// eventEnd returns the length of the first event in b including the blank
+// line that ends it ("\n\n" or "\r\n\r\n"), or 0 if b holds no whole event.
+func eventEnd(b []byte) int {
+	for i := 0; i < len(b); {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return 0
+		}
+		k := i + j + 1
+		if k < len(b) && b[k] == '\n' {
+			return k + 1
+		}
+		if k+1 < len(b) && b[k] == '\r' && b[k+1] == '\n' {
+			return k + 2
+		}
+		i = k
+	}
+	return 0
+}
+
+// fill reads more of the decode's stream, making room first.
+func (r *relay) fill() {
+	if r.start > 0 {
+		r.end = copy(r.buf, r.buf[r.start:r.end])
+		r.start = 0
+	}
+	if r.end == len(r.buf) {
+		grown := make([]byte, 2*len(r.buf))
+		copy(grown, r.buf[:r.end])
+		r.buf = grown
+	}
+	n, err := r.body.Read(r.buf[r.end:])
+	r.end += n
+	if err != nil {
+		r.readErr = err
+	}
+}
+
+// transform returns ev as the client must see it: unchanged, or with the
+// prefill's input logprobs merged in.
+func (r *relay) transform(ev []byte) []byte {
+	data, off, ok := eventData(ev)
+	if !ok {
+		return ev
+	}
+	if bytes.Equal(data, doneData) {
+		r.sawDone = true
+		return ev
+	}
+	if len(r.prefillLogprobs) == 0 {
+		return ev
+	}
+	merged, ok := mergeEventLogprobs(r.merged[:0], ev, off, r.prefillLogprobs)
+	if !ok {
+		return ev
+	}
+	r.merged = merged
+	return merged
+}
+
+var doneData = []byte("[DONE]")
+
+// eventData returns the payload of a "data:" event and its offset in ev.
+func eventData(ev []byte) (data []byte, off int, ok bool) {
+	rest, ok := bytes.CutPrefix(ev, []byte("data:"))
+	if !ok {
+		return nil, 0, false
+	}
+	trimmed := bytes.TrimLeft(rest, " ")
+	off = len(ev) - len(trimmed)
+	return bytes.TrimSpace(trimmed), off, true
+}
+
+// clientGone stops both calls: nobody is left to read their answers.
+func (r *relay) clientGone() {
+	r.status = 499
+	r.x.s.errorsByReason[reasonClientGone].Inc()
+	r.x.decode.cancel.cancel(errClientGone)
+	r.x.prefill.cancel.cancel(errClientGone)
+}
+
+// brokenEvent describes why the decode's stream ended early, as an SSE error
+// event followed by [DONE].
+func (r *relay) brokenEvent() []byte {
+	x := r.x
+	d := &x.decode
+	status, rsn, msg := fasthttp.StatusBadGateway, reasonStreamBroken, "decode backend "+d.backend.addr+" ended the stream early"
+	var peer *errPeerFailed
+	switch {
+	case errors.As(d.cancel.err(), &peer) && peer.role == rolePrefill:
+		// The prefill failed mid-stream; its call is finishing now.
+		x.waitPrefill()
+		status, _, msg = x.prefill.describe()
+	case r.readErr != io.EOF:
+		status, _, msg = classify(r.readErr, d.backend.role, d.backend.addr)
+	}
+	x.s.errorsByReason[rsn].Inc()
+	x.s.log.Warn().Bytes("request_id", x.requestID).Str("route", x.rt.path).
+		Str("backend", d.backend.addr).Err(r.readErr).Msg(msg)
+	r.status = status
+	r.merged = appendSSEError(r.merged[:0], status, msg)
+	return r.merged
+}
+
+// CloseWithError is called by fasthttp once the response is over (or could
+// not be written at all): it returns the decode's connection, accounts the
+// request and lets go of the exchange.
+func (r *relay) CloseWithError(err error) error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	x := r.x
+	if r.status == 0 {
+		// WriteTo never ran: the client was gone before the first byte.
+		r.clientGone()
+	}
+	clean := err == nil && r.readErr == io.EOF && r.start == r.end
+	x.decode.release <- clean
+	<-x.decode.done
+	x.finish(r.status)
+	x.unref()
+	return nil
+}

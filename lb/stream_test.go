@@ -1,0 +1,301 @@
+package lb
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bench/fake"
+)
+
+// stream is a streamed answer from pdlb, read event by event.
+type stream struct {
+	t      testing.TB
+	status int
+	events chan string
+	conn   net.Conn
+}
+
+// openStream posts body to pdlb on a connection of its own and returns once
+// the response headers are in. Events arrive on s.events as the client
+// receives them; the channel closes when the body ends.
+func (h *harness) openStream(path, body string) *stream {
+	h.t.Helper()
+	conn, err := h.nw.Dial("pdlb:8000")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { _ = conn.Close() })
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI("http://pdlb:8000" + path)
+	req.SetBodyString(body)
+	w := bufio.NewWriter(conn)
+	if err := req.Write(w); err != nil || w.Flush() != nil {
+		h.t.Fatalf("cannot send the request: %v", err)
+	}
+	s := &stream{t: h.t, events: make(chan string, 64), conn: conn}
+	resp := &fasthttp.Response{StreamBody: true}
+	headers := make(chan error, 1)
+	go func() {
+		defer close(s.events)
+		err := resp.Read(bufio.NewReader(conn))
+		headers <- err
+		if err != nil {
+			return
+		}
+		readEvents(resp, s.events)
+	}()
+	select {
+	case err := <-headers:
+		if err != nil {
+			h.t.Fatalf("cannot read the response: %s", err)
+		}
+	case <-time.After(10 * time.Second):
+		h.t.Fatalf("no response headers")
+	}
+	s.status = resp.StatusCode()
+	return s
+}
+
+// readEvents sends every blank-line-terminated event of resp's body (and a
+// trailing partial one) to events.
+func readEvents(resp *fasthttp.Response, events chan<- string) {
+	var pending []byte
+	buf := make([]byte, 4096)
+	body := resp.BodyStream()
+	for {
+		n, err := body.Read(buf)
+		pending = append(pending, buf[:n]...)
+		for {
+			i := eventEnd(pending)
+			if i == 0 {
+				break
+			}
+			events <- string(pending[:i])
+			pending = pending[i:]
+		}
+		if err != nil {
+			if len(pending) > 0 {
+				events <- string(pending)
+			}
+			return
+		}
+	}
+}
+
+// next returns the next event, failing the test if none comes in time.
+func (s *stream) next() string {
+	s.t.Helper()
+	select {
+	case ev, ok := <-s.events:
+		if !ok {
+			s.t.Fatalf("the stream ended early")
+		}
+		return ev
+	case <-time.After(10 * time.Second):
+		s.t.Fatalf("no event within 10 s")
+	}
+	return ""
+}
+
+// none fails the test if an event is already waiting: the one expected next
+// has not been produced yet, so pdlb must not have sent it.
+func (s *stream) none() {
+	s.t.Helper()
+	select {
+	case ev := <-s.events:
+		s.t.Fatalf("got event %q before the decode produced it", ev)
+	default:
+	}
+}
+
+// rest returns the remaining events until the body ends.
+func (s *stream) rest() []string {
+	s.t.Helper()
+	var out []string
+	for {
+		select {
+		case ev, ok := <-s.events:
+			if !ok {
+				return out
+			}
+			out = append(out, ev)
+		case <-time.After(10 * time.Second):
+			s.t.Fatalf("the stream did not end; got %q so far", out)
+		}
+	}
+}
+
+func TestStreamRelaysEachEventAtOnce(t *testing.T) {
+	h := newHarness(t)
+	gate := make(chan struct{})
+	h.pair(fake.Config{}, fake.Config{TokenGate: gate})
+	h.start(defaultConfig())
+	go func() { gate <- struct{}{} }() // the first token: pdlb answers once it flows
+	s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 3}}`)
+	if s.status != fasthttp.StatusOK {
+		t.Fatalf("got status %d", s.status)
+	}
+	for i := range 3 {
+		ev := s.next()
+		if text := gjson.Get(strings.TrimPrefix(ev, "data: "), "text").String(); !strings.HasSuffix(text, "tok"+string(rune('0'+i))) {
+			t.Fatalf("event %d: got %q", i, ev)
+		}
+		if i < 2 {
+			s.none()
+			gate <- struct{}{}
+		}
+	}
+	if rest := s.rest(); len(rest) != 1 || rest[0] != "data: [DONE]\n\n" {
+		t.Fatalf("got %q after the tokens; want [DONE]", rest)
+	}
+}
+
+// sseBackend answers every request with the given events, written and
+// flushed one by one, then ends the body.
+func sseBackend(events ...string) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			for _, ev := range events {
+				_, _ = w.WriteString(ev)
+				_ = w.Flush()
+			}
+		})
+	}
+}
+
+func TestStreamBytesArePassedAsTheyAre(t *testing.T) {
+	h := newHarness(t)
+	events := []string{"data: {\"a\":1}\n\n", ": keep-alive\n\n", "data:{\"b\":  2.50}\r\n\r\n", "data: [DONE]\n\n"}
+	h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
+	h.backend("decode-0:30010", sseBackend(events...))
+	h.start(defaultConfig())
+	s := h.openStream("/v1/completions", `{"prompt": "a", "stream": true}`)
+	got := append([]string{s.next()}, s.rest()...)
+	if strings.Join(got, "") != strings.Join(events, "") {
+		t.Fatalf("got %q; want %q", got, events)
+	}
+}
+
+func TestStreamThatEndsEarlyGetsAnErrorEvent(t *testing.T) {
+	h := newHarness(t)
+	h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
+	h.backend("decode-0:30010", sseBackend("data: {\"text\":\"a\"}\n\n", "data: {\"text\":\"ab\"}\n\n"))
+	srv := h.start(defaultConfig())
+	s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+	got := append([]string{s.next()}, s.rest()...)
+	if len(got) != 4 || got[1] != "data: {\"text\":\"ab\"}\n\n" || got[3] != "data: [DONE]\n\n" {
+		t.Fatalf("got %q; want the two events, an error event and [DONE]", got)
+	}
+	if msg := gjson.Get(strings.TrimPrefix(got[2], "data: "), "error.message").String(); !strings.Contains(msg, "decode backend decode-0:30010") {
+		t.Fatalf("got error event %q; want it to name the decode", got[2])
+	}
+	waitIdle(t, srv)
+}
+
+// A prefill that fails after the decode started streaming ends the stream
+// with the prefill's error, and the decode is cancelled.
+func TestPrefillFailureMidStream(t *testing.T) {
+	h := newHarness(t)
+	clientGotFirst, release := make(chan struct{}), make(chan struct{})
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+		<-clientGotFirst
+		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+		ctx.SetBodyString(`{"error": {"message": "KV transfer failed"}}`)
+	})
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			_, _ = w.WriteString("data: {\"text\":\"a\"}\n\n")
+			_ = w.Flush()
+			<-release
+		})
+	})
+	t.Cleanup(func() { close(release) })
+	srv := h.start(defaultConfig())
+	s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+	first := s.next()
+	close(clientGotFirst)
+	rest := append([]string{first}, s.rest()...)
+	if len(rest) != 3 || !strings.Contains(rest[1], "KV transfer failed") || rest[2] != "data: [DONE]\n\n" {
+		t.Fatalf("got %q; want the first event, the prefill's error and [DONE]", rest)
+	}
+	waitIdle(t, srv)
+}
+
+func TestStreamLogprobsAreMerged(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	h.start(defaultConfig())
+	s := h.openStream("/generate", `{"input_ids": [5, 6, 7, 8], "return_logprob": true, "stream": true, "sampling_params": {"max_new_tokens": 2}}`)
+	events := append([]string{s.next()}, s.rest()...)
+	if len(events) != 3 {
+		t.Fatalf("got %d events; want 2 and [DONE]: %q", len(events), events)
+	}
+	want := `[[null,5,null],[-0.2,6,null],[-0.3,7,null],[-0.4,8,null],[-0.4,8,null]]`
+	for _, ev := range events[:2] {
+		if got := gjson.Get(strings.TrimPrefix(ev, "data: "), "meta_info.input_token_logprobs").Raw; got != want {
+			t.Fatalf("got input_token_logprobs %s; want %s", got, want)
+		}
+	}
+}
+
+// A client that goes away mid-stream cancels both legs.
+func TestClientGoneCancelsTheStream(t *testing.T) {
+	h := newHarness(t)
+	gate := make(chan struct{}, 8)
+	gate <- struct{}{}
+	h.pair(fake.Config{}, fake.Config{TokenGate: gate})
+	srv := h.start(defaultConfig())
+	s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 5}}`)
+	s.next()
+	_ = s.conn.Close()
+	for range 4 {
+		gate <- struct{}{}
+	}
+	waitIdle(t, srv)
+}
+
+// Shutdown lets a stream in flight finish before it returns.
+func TestShutdownDrainsStreams(t *testing.T) {
+	h := newHarness(t)
+	gate := make(chan struct{}, 8)
+	gate <- struct{}{}
+	h.pair(fake.Config{}, fake.Config{TokenGate: gate})
+	srv := h.start(defaultConfig())
+	s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 3}}`)
+	s.next()
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shut <- srv.Shutdown(ctx)
+	}()
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned (%v) with a stream in flight", err)
+	default:
+	}
+	gate <- struct{}{}
+	gate <- struct{}{}
+	if rest := s.rest(); len(rest) != 3 || rest[2] != "data: [DONE]\n\n" {
+		t.Fatalf("got %q; want the stream to complete", rest)
+	}
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Fatalf("Shutdown: %s", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Shutdown did not return after the stream ended")
+	}
+}

@@ -1,0 +1,188 @@
+package lb
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// errStaleConn marks a request that died on a reused pooled connection before
+// any response byte arrived: the worker had closed the idle connection. Such
+// a request never reached the worker, so it is resent once on a fresh one.
+var errStaleConn = errors.New("pooled connection was closed by the worker")
+
+// callKey is the Request user-value key under which a *call reaches transport.
+type callKey struct{}
+
+// transport is the RoundTripper of every backend HostClient. It is fasthttp's
+// own round trip plus what a pairing proxy needs:
+//   - a call can be cancelled from another goroutine: its connection is
+//     closed, which unblocks any read or write at once (fasthttp's Do cannot
+//     be interrupted otherwise);
+//   - a streamed body is handed to its consumer without leaving RoundTrip, so
+//     the pooled connection is released exactly once, here;
+//   - a request that dies on a reused connection before any response byte is
+//     reported as errStaleConn, which retryStaleConn resends once.
+//
+// Requests that carry no *call (the fan-out routes) take fasthttp's default
+// path unchanged.
+type transport struct{}
+
+func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
+	c, _ := req.UserValue(callKey{}).(*call)
+	if c == nil {
+		return fasthttp.DefaultTransport.RoundTrip(hc, req, resp)
+	}
+	wait := time.Until(c.deadline)
+	if wait <= 0 {
+		return false, fasthttp.ErrTimeout
+	}
+	cc, err := hc.AcquireConn(wait, false)
+	if err != nil {
+		return false, err
+	}
+	conn := cc.Conn()
+	if err := c.cancel.attach(conn); err != nil {
+		hc.ReleaseConn(cc)
+		return false, err
+	}
+	defer c.cancel.detach()
+	reused := !cc.LastUseTime().IsZero()
+
+	if err := conn.SetDeadline(c.deadline); err != nil {
+		hc.CloseConn(cc)
+		return false, err
+	}
+	bw := hc.AcquireWriter(conn)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	if err != nil {
+		hc.CloseConn(cc)
+		return c.failed(err, reused)
+	}
+
+	resp.StreamBody = c.stream
+	if hc.DisableHeaderNamesNormalizing {
+		resp.Header.DisableNormalizing()
+	}
+	br := hc.AcquireReader(conn)
+	if err := resp.ReadLimitBody(br, hc.MaxResponseBodySize); err != nil {
+		hc.ReleaseReader(br)
+		hc.CloseConn(cc)
+		return c.failed(err, reused)
+	}
+	reusable := !resp.ConnectionClose()
+	if c.stream && resp.BodyStream() != nil {
+		// The consumer reads the body from br through resp.BodyStream() and
+		// reports whether it read it to the end cleanly.
+		reusable = c.handOver() && reusable
+		_ = resp.CloseBodyStream()
+	}
+	hc.ReleaseReader(br)
+	if reusable {
+		hc.ReleaseConn(cc)
+	} else {
+		hc.CloseConn(cc)
+	}
+	return false, nil
+}
+
+// failed turns a round-trip error into the one the caller should see.
+func (c *call) failed(err error, reused bool) (bool, error) {
+	if reason := c.cancel.err(); reason != nil {
+		return false, reason
+	}
+	if reused && isConnDrop(err) {
+		return true, fmt.Errorf("%w: %w", errStaleConn, err)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false, fasthttp.ErrTimeout
+	}
+	return false, err
+}
+
+// isConnDrop reports whether err is the peer closing or resetting the
+// connection before any response byte.
+func isConnDrop(err error) bool {
+	return err == io.EOF || errors.Is(err, fasthttp.ErrConnectionClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// retryStaleConn is the HostClient.RetryIfErr: only a request that never
+// reached the worker is resent, and only once. Every other failure goes back
+// to the exchange, which knows whether a retry is safe.
+func retryStaleConn(_ *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
+	return false, attempts == 1 && errors.Is(err, errStaleConn)
+}
+
+// canceller lets one goroutine abort a call running in another by closing the
+// call's connection. The zero value is ready to use.
+type canceller struct {
+	mu     sync.Mutex
+	conn   net.Conn
+	reason error
+	// over is set once the call has finished; cancelling it is then a no-op,
+	// so reason only ever names what interrupted a running call.
+	over bool
+}
+
+// attach records conn as the call's connection, or returns the reason if the
+// call was cancelled already.
+func (cl *canceller) attach(conn net.Conn) error {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.reason != nil {
+		return cl.reason
+	}
+	cl.conn = conn
+	return nil
+}
+
+func (cl *canceller) detach() {
+	cl.mu.Lock()
+	cl.conn = nil
+	cl.mu.Unlock()
+}
+
+// cancel aborts the call with reason; only the first reason is kept.
+func (cl *canceller) cancel(reason error) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.reason != nil || cl.over {
+		return
+	}
+	cl.reason = reason
+	if cl.conn != nil {
+		_ = cl.conn.Close()
+	}
+}
+
+// end marks the call finished.
+func (cl *canceller) end() {
+	cl.mu.Lock()
+	cl.over = true
+	cl.mu.Unlock()
+}
+
+// err returns why the call was cancelled, or nil.
+func (cl *canceller) err() error {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.reason
+}
+
+func (cl *canceller) reset() {
+	cl.mu.Lock()
+	cl.conn, cl.reason, cl.over = nil, nil, false
+	cl.mu.Unlock()
+}
