@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"pdlb/bench/fake"
+)
+
+// fakeCmd runs fake SGLang servers that speak the PD protocol as real ones
+// do, bugs included. Servers started by one command meet for their KV
+// transfers in memory; servers of separate commands meet over HTTP.
+type fakeCmd struct {
+	Prefill    []string `help:"Serve a fake prefill on this address; its bootstrap server listens on the same host at --bootstrap-port (plus one for each further prefill)." placeholder:"HOST:PORT" sep:"none"`
+	Decode     []string `help:"Serve a fake decode on this address." placeholder:"HOST:PORT" sep:"none"`
+	Aggregated []string `help:"Serve a fake aggregated (non-disaggregated) server on this address." placeholder:"HOST:PORT" sep:"none"`
+
+	BootstrapPort   int           `help:"Bootstrap port of the first prefill; a decode substitutes it when a request's bootstrap_port is null." default:"8998"`
+	Model           string        `help:"Model name the servers report." default:"fake-model"`
+	Tokens          int           `help:"Tokens generated when a request does not say how many." default:"16"`
+	TokenDelay      time.Duration `help:"Time between two generated tokens (stream events)."`
+	PrefillDelay    time.Duration `help:"Time a prefill spends on a prompt."`
+	StartDelay      time.Duration `help:"Answer /health with 503 for this long after starting, as a loading server does."`
+	DPSize          int           `help:"Data-parallel ranks each server reports." default:"1"`
+	RegisterDelay   time.Duration `help:"A prefill's bootstrap server answers 503 'not fully registered' for this long after starting."`
+	OldBootstrapAPI bool          `help:"Answer the bootstrap /route API of SGLang before 2026-02-23."`
+	KVTimeout       time.Duration `help:"How long either side of a KV transfer waits for the other." default:"30s"`
+
+	logFlags
+}
+
+// Validate requires at least one server.
+func (c *fakeCmd) Validate() error {
+	if len(c.Prefill)+len(c.Decode)+len(c.Aggregated) == 0 {
+		return errors.New("nothing to serve: give --prefill, --decode or --aggregated addresses")
+	}
+	return nil
+}
+
+// Run starts the servers and serves until SIGINT or SIGTERM.
+func (c *fakeCmd) Run() error {
+	log := c.logger(os.Stderr)
+	nw := fake.NewTCPNetwork()
+	var servers []*fake.Server
+	defer func() {
+		for _, s := range servers {
+			_ = s.Close()
+		}
+	}()
+	start := func(role fake.Role, addr string, bootstrapPort int) error {
+		cfg := c.config(role, bootstrapPort)
+		cfg.Log = log.With().Str("fake", string(role)).Str("addr", addr).Logger()
+		s := fake.New(cfg)
+		if err := s.Start(nw, addr); err != nil {
+			return fmt.Errorf("cannot start the fake %s on %s: %w", role, addr, err)
+		}
+		servers = append(servers, s)
+		log.Info().Str("role", string(role)).Str("addr", addr).Int("bootstrap_port", cfg.BootstrapPort).Msg("fake server up")
+		return nil
+	}
+	for i, addr := range c.Prefill {
+		if err := start(fake.RolePrefill, addr, c.BootstrapPort+i); err != nil {
+			return err
+		}
+	}
+	for _, addr := range c.Decode {
+		if err := start(fake.RoleDecode, addr, c.BootstrapPort); err != nil {
+			return err
+		}
+	}
+	for _, addr := range c.Aggregated {
+		if err := start(fake.RoleAggregated, addr, c.BootstrapPort); err != nil {
+			return err
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	log.Info().Msg("fake servers stopping")
+	return nil
+}
+
+func (c *fakeCmd) config(role fake.Role, bootstrapPort int) fake.Config {
+	return fake.Config{
+		Role:            role,
+		Model:           c.Model,
+		Tokens:          c.Tokens,
+		TokenDelay:      c.TokenDelay,
+		PrefillDelay:    c.PrefillDelay,
+		StartDelay:      c.StartDelay,
+		BootstrapPort:   bootstrapPort,
+		DPSize:          c.DPSize,
+		RegisterDelay:   c.RegisterDelay,
+		OldBootstrapAPI: c.OldBootstrapAPI,
+		KVTimeout:       c.KVTimeout,
+	}
+}

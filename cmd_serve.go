@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/rs/zerolog"
+
+	"pdlb/lb"
+)
+
+// serveCmd runs the load balancer. Flag names follow sglang_router's, so a
+// mini_lb command line works unchanged.
+type serveCmd struct {
+	Prefill prefillFlags `help:"A prefill worker URL, optionally followed by its bootstrap port or 'none'; repeat for more. Without a port pdlb asks the worker's /server_info, and sends null until it knows." placeholder:"URL [PORT]"`
+	Decode  []string     `help:"A decode worker URL; repeat for more." placeholder:"URL" sep:"none"`
+	Host    string       `help:"Address to listen on." default:"0.0.0.0"`
+	Port    int          `help:"Port to listen on." default:"30000"`
+
+	Policy        string `help:"How to pick a worker in each pool: random (mini_lb's), round_robin or power_of_two (fewer requests in flight of two random picks). sglang_router's other policies fall back to random with a warning." default:"random"`
+	PrefillPolicy string `help:"Policy for the prefill pool (default: --policy)."`
+	DecodePolicy  string `help:"Policy for the decode pool (default: --policy)."`
+
+	RequestTimeoutSecs      int     `help:"Longest a generation may take, streams included." default:"1800"`
+	MaxPayloadSize          int     `help:"Largest request body accepted, in bytes; larger ones get a 413." default:"268435456"`
+	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"3"`
+	MaxConnsPerBackend      int     `help:"Most pooled connections to one worker; requests beyond wait for one." default:"4096"`
+	ShutdownGracePeriodSecs int     `help:"On SIGTERM, how long in-flight requests and streams may finish before pdlb exits." default:"180"`
+	AccessLog               bool    `help:"Log one line per request."`
+	PrometheusHost          string  `help:"Address of the extra /metrics listener enabled by --prometheus-port." default:"0.0.0.0"`
+	PrometheusPort          int     `help:"Also serve /metrics on this port (0: only on the main port)." default:"0"`
+
+	logFlags
+	JSONLog          bool `help:"Accepted for sglang_router compatibility (JSON is the default log format)." group:"mini_lb compatibility"`
+	MiniLB           bool `name:"mini-lb" help:"Accepted for mini_lb compatibility; pdlb always pairs prefill and decode." group:"mini_lb compatibility"`
+	PDDisaggregation bool `name:"pd-disaggregation" help:"Accepted for mini_lb compatibility; always on." group:"mini_lb compatibility"`
+}
+
+// routerOnlyPolicies are sglang_router policies pdlb does not implement; like
+// mini_lb, pdlb uses random instead of failing.
+var routerOnlyPolicies = []string{"cache_aware", "bucket", "consistent_hashing", "prefix_hash", "manual"}
+
+// Validate checks what kong's tags cannot.
+func (c *serveCmd) Validate() error {
+	if c.Port <= 0 || c.Port > 65535 {
+		return fmt.Errorf("--port %d is not a valid port", c.Port)
+	}
+	if c.RequestTimeoutSecs <= 0 {
+		return errors.New("--request-timeout-secs must be positive")
+	}
+	if c.PrometheusPort < 0 || c.PrometheusPort > 65535 {
+		return fmt.Errorf("--prometheus-port %d is not a valid port", c.PrometheusPort)
+	}
+	for _, p := range []string{c.Policy, c.PrefillPolicy, c.DecodePolicy} {
+		if p != "" && !isPolicy(p) && !isRouterOnlyPolicy(p) {
+			return fmt.Errorf("unknown policy %q; want one of %s", p, strings.Join(lb.Policies, ", "))
+		}
+	}
+	return nil
+}
+
+// config converts the flags into an lb.Config, with warnings for what pdlb
+// accepted but does not do.
+func (c *serveCmd) config() (lb.Config, []string) {
+	var warnings []string
+	policy := func(flag, p string) string {
+		if isRouterOnlyPolicy(p) {
+			warnings = append(warnings, fmt.Sprintf("%s %s is not implemented by pdlb; using random", flag, p))
+			return lb.PolicyRandom
+		}
+		return p
+	}
+	base := policy("--policy", c.Policy)
+	cfg := lb.Config{
+		Prefill:            c.Prefill,
+		Decode:             c.Decode,
+		PrefillPolicy:      base,
+		DecodePolicy:       base,
+		RequestTimeout:     time.Duration(c.RequestTimeoutSecs) * time.Second,
+		MaxRequestBodySize: c.MaxPayloadSize,
+		IdleConnTimeout:    time.Duration(c.PoolIdleTimeoutSecs * float64(time.Second)),
+		MaxConnsPerBackend: c.MaxConnsPerBackend,
+		AccessLog:          c.AccessLog,
+	}
+	if c.PrefillPolicy != "" {
+		cfg.PrefillPolicy = policy("--prefill-policy", c.PrefillPolicy)
+	}
+	if c.DecodePolicy != "" {
+		cfg.DecodePolicy = policy("--decode-policy", c.DecodePolicy)
+	}
+	return cfg, warnings
+}
+
+// Run serves until SIGINT or SIGTERM, then drains for the grace period.
+func (c *serveCmd) Run(ignored ignoredFlags) error {
+	log := c.logger(os.Stderr)
+	cfg, warnings := c.config()
+	for _, f := range ignored {
+		log.Warn().Str("flag", f).Msg("ignoring an sglang_router flag that pdlb does not implement")
+	}
+	for _, w := range warnings {
+		log.Warn().Msg(w)
+	}
+	srv, err := lb.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
+	if err != nil {
+		return fmt.Errorf("cannot listen: %w", err)
+	}
+	if c.PrometheusPort > 0 {
+		mln, err := net.Listen("tcp", net.JoinHostPort(c.PrometheusHost, strconv.Itoa(c.PrometheusPort)))
+		if err != nil {
+			return fmt.Errorf("cannot listen for --prometheus-port: %w", err)
+		}
+		go func() {
+			if err := srv.ServeMetrics(mln); err != nil {
+				log.Error().Err(err).Msg("the /metrics listener stopped")
+			}
+		}()
+	}
+	log.Info().Str("version", version).Msg("pdlb starting")
+	return serveUntilSignal(srv, ln, time.Duration(c.ShutdownGracePeriodSecs)*time.Second, log)
+}
+
+func serveUntilSignal(srv *lb.Server, ln net.Listener, grace time.Duration, log zerolog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info().Dur("grace", grace).Msg("shutting down: draining requests in flight")
+	drain, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(drain); err != nil {
+		log.Warn().Err(err).Msg("grace period over with requests still in flight")
+	}
+	return nil
+}
+
+func isPolicy(p string) bool { return contains(lb.Policies, p) }
+
+func isRouterOnlyPolicy(p string) bool { return contains(routerOnlyPolicies, p) }
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// prefillFlags collects --prefill URL [PORT]. As in mini_lb's argparse
+// (nargs="+"), the port token is optional, so the type reads kong's scanner
+// itself: it takes the next token too when that is a port or "none".
+// From the environment, PDLB_PREFILL holds "URL [PORT]" entries separated by
+// commas.
+type prefillFlags []lb.PrefillSpec
+
+func (p *prefillFlags) Decode(ctx *kong.DecodeContext) error {
+	tok, err := ctx.Scan.PopValue("prefill URL")
+	if err != nil {
+		return err
+	}
+	raw := fmt.Sprint(tok.Value)
+	if strings.ContainsAny(raw, ", ") {
+		return p.decodeList(raw)
+	}
+	spec := lb.PrefillSpec{URL: raw}
+	if next := ctx.Scan.Peek(); next.IsValue() {
+		if port, ok, err := parseBootstrapPort(fmt.Sprint(next.Value)); err != nil {
+			return err
+		} else if ok {
+			ctx.Scan.Pop()
+			spec.BootstrapPort = port
+		}
+	}
+	*p = append(*p, spec)
+	return nil
+}
+
+func (p *prefillFlags) decodeList(list string) error {
+	for _, entry := range strings.Split(list, ",") {
+		fields := strings.Fields(entry)
+		switch len(fields) {
+		case 0:
+			continue
+		case 1:
+			*p = append(*p, lb.PrefillSpec{URL: fields[0]})
+		case 2:
+			port, ok, err := parseBootstrapPort(fields[1])
+			if err != nil || !ok {
+				return fmt.Errorf("invalid prefill %q: want URL [PORT|none]", entry)
+			}
+			*p = append(*p, lb.PrefillSpec{URL: fields[0], BootstrapPort: port})
+		default:
+			return fmt.Errorf("invalid prefill %q: want URL [PORT|none]", entry)
+		}
+	}
+	return nil
+}
+
+// parseBootstrapPort reads the optional token after a prefill URL: a port,
+// or "none" (port 0). ok is false when the token is neither, so it belongs
+// to something else; a number that is not a port is an error.
+func parseBootstrapPort(s string) (port int, ok bool, err error) {
+	if strings.EqualFold(s, "none") {
+		return 0, true, nil
+	}
+	n, convErr := strconv.Atoi(s)
+	if convErr != nil {
+		return 0, false, nil
+	}
+	if n <= 0 || n > 65535 {
+		return 0, false, fmt.Errorf("invalid bootstrap port %d", n)
+	}
+	return n, true, nil
+}

@@ -1,0 +1,104 @@
+// Command pdlb is a load balancer for SGLang prefill/decode disaggregated
+// serving, a drop-in replacement for sglang_router's mini_lb. It also ships
+// the fake SGLang servers (pdlb fake) and the load generator (pdlb bench)
+// used to test and measure it.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/alecthomas/kong"
+	"github.com/rs/zerolog"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// cli is pdlb's command line. serve is the default command, so the mini_lb
+// line `pdlb --prefill URL --decode URL` needs no subcommand.
+type cli struct {
+	Serve   serveCmd         `cmd:"" default:"withargs" help:"Run the load balancer (the default command)."`
+	Fake    fakeCmd          `cmd:"" help:"Run fake SGLang servers (prefill, decode, aggregated) for tests and demos."`
+	Bench   benchCmd         `cmd:"" help:"Send load to an endpoint and report throughput and latency."`
+	Version kong.VersionFlag `help:"Print the version and exit."`
+}
+
+// ignoredFlags are the sglang_router flags removed before parsing, bound
+// into the commands' Run so serve can warn about them.
+type ignoredFlags []string
+
+func main() {
+	var c cli
+	parser, err := newParser(&c, os.Stdout, os.Stderr)
+	if err != nil {
+		panic("BUG: invalid command line model: " + err.Error())
+	}
+	args, ignored := stripRouterFlags(parser, os.Args[1:])
+	kctx, err := parser.Parse(args)
+	parser.FatalIfErrorf(err)
+	kctx.FatalIfErrorf(kctx.Run(ignoredFlags(ignored)))
+}
+
+func newParser(c *cli, stdout, stderr io.Writer) (*kong.Kong, error) {
+	return kong.New(c,
+		kong.Name("pdlb"),
+		kong.Description("A fast load balancer for SGLang prefill/decode disaggregation, and a drop-in for mini_lb:\n"+
+			"  pdlb --prefill http://P:30000 [BOOTSTRAP_PORT] --decode http://D:30010 --host 0.0.0.0 --port 8000\n"+
+			"Every flag can also be set by environment variable: PDLB_<FLAG> (e.g. PDLB_REQUEST_TIMEOUT_SECS)."),
+		kong.UsageOnError(),
+		envars(),
+		kong.Vars{"version": version},
+		kong.Writers(stdout, stderr),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true, WrapUpperBound: 100}),
+	)
+}
+
+// envars names each flag's environment variable: PDLB_<FLAG> for the load
+// balancer, PDLB_<COMMAND>_<FLAG> for the tools, so that `pdlb --prefill` and
+// `pdlb fake --prefill` do not read the same variable.
+func envars() kong.Option {
+	set := func(f *kong.Flag, parts ...string) {
+		if f.Name == "help" {
+			return
+		}
+		env := strings.ToUpper(strings.ReplaceAll(strings.Join(append(parts, f.Name), "_"), "-", "_"))
+		f.Envs = []string{env}
+		f.Tag.Envs = f.Envs
+	}
+	return kong.PostBuild(func(k *kong.Kong) error {
+		for _, f := range k.Model.Flags {
+			set(f, "pdlb")
+		}
+		for _, cmd := range k.Model.Children {
+			for _, f := range cmd.Flags {
+				if cmd.Name == "serve" {
+					set(f, "pdlb")
+				} else {
+					set(f, "pdlb", cmd.Name)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// logFlags are shared by every command.
+type logFlags struct {
+	LogLevel  string `help:"Log level: debug, info, warn or error." default:"info" enum:"debug,info,warn,warning,error"`
+	LogFormat string `help:"Log format: json, or console for people." default:"json" enum:"json,console"`
+}
+
+// logger builds the root logger all components derive theirs from.
+func (f *logFlags) logger(w io.Writer) zerolog.Logger {
+	if f.LogFormat == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+	}
+	level, err := zerolog.ParseLevel(strings.Replace(f.LogLevel, "warning", "warn", 1))
+	if err != nil {
+		panic(fmt.Sprintf("BUG: kong let through log level %q", f.LogLevel))
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}

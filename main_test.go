@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"pdlb/lb"
+)
+
+// parse parses args as main does, without running the command.
+func parse(t *testing.T, args ...string) (*cli, ignoredFlags, error) {
+	t.Helper()
+	var c cli
+	var out bytes.Buffer
+	parser, err := newParser(&c, &out, &out)
+	if err != nil {
+		t.Fatalf("cannot build the parser: %s", err)
+	}
+	kept, ignored := stripRouterFlags(parser, args)
+	_, err = parser.Parse(kept)
+	return &c, ignored, err
+}
+
+func TestParseMiniLBLine(t *testing.T) {
+	// The line from the seed reproduction, with pdlb in place of
+	// `python -m sglang_router.launch_router`.
+	c, ignored, err := parse(t, "--mini-lb", "--pd-disaggregation",
+		"--prefill", "http://127.0.0.1:30000", "--decode", "http://127.0.0.1:30010",
+		"--host", "0.0.0.0", "--port", "8000")
+	if err != nil {
+		t.Fatalf("cannot parse the mini_lb line: %s", err)
+	}
+	if len(ignored) != 0 {
+		t.Fatalf("got ignored flags %q; want none", ignored)
+	}
+	s := c.Serve
+	want := []lb.PrefillSpec{{URL: "http://127.0.0.1:30000"}}
+	if !reflect.DeepEqual([]lb.PrefillSpec(s.Prefill), want) {
+		t.Fatalf("got prefill %+v; want %+v", s.Prefill, want)
+	}
+	if !reflect.DeepEqual(s.Decode, []string{"http://127.0.0.1:30010"}) {
+		t.Fatalf("got decode %q", s.Decode)
+	}
+	if s.Host != "0.0.0.0" || s.Port != 8000 || !s.MiniLB || !s.PDDisaggregation {
+		t.Fatalf("got host %q port %d mini-lb %v pd %v", s.Host, s.Port, s.MiniLB, s.PDDisaggregation)
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	c, _, err := parse(t, "--prefill", "http://p:30000", "--decode", "http://d:30010")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Serve
+	if s.Host != "0.0.0.0" || s.Port != 30000 || s.RequestTimeoutSecs != 1800 || s.Policy != "random" {
+		t.Fatalf("got host %q port %d timeout %d policy %q; want mini_lb's defaults", s.Host, s.Port, s.RequestTimeoutSecs, s.Policy)
+	}
+	cfg, warnings := s.config()
+	if cfg.RequestTimeout != 1800*time.Second || cfg.PrefillPolicy != lb.PolicyRandom || len(warnings) != 0 {
+		t.Fatalf("got %+v, warnings %q", cfg, warnings)
+	}
+}
+
+func TestParsePrefillPorts(t *testing.T) {
+	f := func(want []lb.PrefillSpec, args ...string) {
+		t.Helper()
+		c, _, err := parse(t, append(args, "--decode", "http://d:1")...)
+		if err != nil {
+			t.Fatalf("%q: %s", args, err)
+		}
+		if got := []lb.PrefillSpec(c.Serve.Prefill); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: got %+v; want %+v", args, got, want)
+		}
+	}
+	f([]lb.PrefillSpec{{URL: "http://p:1", BootstrapPort: 8998}}, "--prefill", "http://p:1", "8998")
+	f([]lb.PrefillSpec{{URL: "http://p:1"}}, "--prefill", "http://p:1", "none")
+	f([]lb.PrefillSpec{{URL: "http://p:1", BootstrapPort: 9000}, {URL: "http://q:1"}, {URL: "http://r:1", BootstrapPort: 9001}},
+		"--prefill", "http://p:1", "9000", "--prefill", "http://q:1", "--prefill", "http://r:1", "9001")
+	f([]lb.PrefillSpec{{URL: "http://p:1"}}, "--prefill=http://p:1")
+	// The port token may come last on the line, or before another flag.
+	f([]lb.PrefillSpec{{URL: "http://p:1", BootstrapPort: 7}}, "--port", "8000", "--prefill", "http://p:1", "7")
+}
+
+func TestParseEnvironment(t *testing.T) {
+	t.Setenv("PDLB_PREFILL", "http://p:1 8998,http://q:1")
+	t.Setenv("PDLB_DECODE", "http://d:1")
+	t.Setenv("PDLB_REQUEST_TIMEOUT_SECS", "60")
+	c, _, err := parse(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []lb.PrefillSpec{{URL: "http://p:1", BootstrapPort: 8998}, {URL: "http://q:1"}}
+	if got := []lb.PrefillSpec(c.Serve.Prefill); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v; want %+v", got, want)
+	}
+	if c.Serve.RequestTimeoutSecs != 60 || !reflect.DeepEqual(c.Serve.Decode, []string{"http://d:1"}) {
+		t.Fatalf("got timeout %d decode %q", c.Serve.RequestTimeoutSecs, c.Serve.Decode)
+	}
+}
+
+func TestParseRouterFlags(t *testing.T) {
+	c, ignored, err := parse(t, "--mini-lb", "--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1",
+		"--policy", "cache_aware", "--health-check-interval-secs", "3600", "--dp-aware",
+		"--worker-urls", "http://a:1", "http://b:1", "--cache-threshold=0.5", "--selector", "app=x", "role=y",
+		"--request-timeout-secs", "60", "--log-level", "warning", "--port", "8000")
+	if err != nil {
+		t.Fatalf("router flags must be accepted: %s", err)
+	}
+	want := ignoredFlags{"--health-check-interval-secs", "--dp-aware", "--worker-urls", "--cache-threshold", "--selector"}
+	if !reflect.DeepEqual(ignored, want) {
+		t.Fatalf("got ignored %q; want %q", ignored, want)
+	}
+	if c.Serve.Port != 8000 || c.Serve.RequestTimeoutSecs != 60 {
+		t.Fatalf("flags after ignored ones were lost: port %d timeout %d", c.Serve.Port, c.Serve.RequestTimeoutSecs)
+	}
+	cfg, warnings := c.Serve.config()
+	if cfg.PrefillPolicy != lb.PolicyRandom || len(warnings) != 1 || !strings.Contains(warnings[0], "cache_aware") {
+		t.Fatalf("got policy %q, warnings %q; want random with a warning", cfg.PrefillPolicy, warnings)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	f := func(wantErr string, args ...string) {
+		t.Helper()
+		_, _, err := parse(t, args...)
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("%q: got error %v; want one containing %q", args, err, wantErr)
+		}
+	}
+	f("unknown flag --no-such-flag", "--prefill", "http://p:1", "--decode", "http://d:1", "--no-such-flag")
+	f("unknown policy", "--prefill", "http://p:1", "--decode", "http://d:1", "--policy", "fastest")
+	f("invalid bootstrap port", "--prefill", "http://p:1", "70000", "--decode", "http://d:1")
+	f("not a valid port", "--prefill", "http://p:1", "--decode", "http://d:1", "--port", "0")
+}
+
+func TestParseSubcommandsKeepTheirFlags(t *testing.T) {
+	var c cli
+	var out bytes.Buffer
+	parser, err := newParser(&c, &out, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"bench", "--policy", "x"}
+	if kept, ignored := stripRouterFlags(parser, args); !reflect.DeepEqual(kept, args) || ignored != nil {
+		t.Fatalf("got kept %q ignored %q; want the bench arguments untouched", kept, ignored)
+	}
+}
