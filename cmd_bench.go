@@ -22,11 +22,11 @@ type benchCmd struct {
 	Warmup       time.Duration `help:"Time at the start whose requests are left out of the figures."`
 	MaxNewTokens int           `help:"Output tokens asked for per request." default:"16"`
 	PromptWords  int           `help:"Prompt length in words." default:"32"`
-	Seed         uint64        `help:"Seed for the prompt text."`
+	Seed         uint64        `help:"Seed for the prompt text." placeholder:"N"`
 	Model        string        `help:"The model field on OpenAI routes." default:"default"`
 	Timeout      time.Duration `help:"Longest a request may take." default:"60s"`
 	JSON         string        `help:"Also write the report as JSON to this file ('-' for standard output)." placeholder:"FILE"`
-	Quiet        bool          `help:"No progress line." short:"q"`
+	Quiet        bool          `help:"No progress line (there is none when standard error is not a terminal)." short:"q"`
 }
 
 // Run runs the load until done or interrupted, then prints the report.
@@ -45,7 +45,7 @@ func (c *benchCmd) Run() error {
 		Model:        c.Model,
 		Timeout:      c.Timeout,
 	}
-	if !c.Quiet {
+	if !c.Quiet && isTerminal(os.Stderr) {
 		cfg.Progress = os.Stderr
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -58,6 +58,13 @@ func (c *benchCmd) Run() error {
 		return err
 	}
 	return c.writeJSON(report)
+}
+
+// isTerminal reports whether f is a terminal, where a redrawn progress line
+// makes sense (in a log file it is noise).
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func (c *benchCmd) writeJSON(report *bench.Report) error {

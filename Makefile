@@ -1,0 +1,35 @@
+# pdlb: `make run` for the demo, `make test` for the tests.
+
+GO      ?= go
+BIN     := bin/pdlb
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+export PDLB := $(BIN)
+
+.PHONY: build run test bench fuzz clean
+
+build:
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) .
+
+# The demo: fake workers, pdlb in front of them, a short load run.
+run: build
+	scripts/demo.sh
+
+# What CI runs: formatting, vet, and every test under the race detector.
+test:
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+# pdlb against the direct path, as ratios (see scripts/bench.sh), and the
+# micro-benchmarks of the hot path.
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./bootstrap/ ./lb/
+	scripts/bench.sh
+
+# A longer fuzzing session of the body injector than the tests run.
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzAppend -fuzztime 60s ./bootstrap/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./bootstrap/
+
+clean:
+	rm -rf bin

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The demo behind `make run`: fake prefill, decode and aggregated SGLang
+# servers, pdlb in front of the PD pair, a few requests shown in full, then a
+# short load run through pdlb with a readable report.
+#
+# Ports can be moved with DEMO_BASE_PORT (default 18000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+base=${DEMO_BASE_PORT:-18000}
+prefill=127.0.0.1:$((base + 1))
+decode=127.0.0.1:$((base + 2))
+aggregated=127.0.0.1:$((base + 3))
+bootstrap_port=$((base + 998))
+lb=127.0.0.1:$base
+logs=$(mktemp -d)
+
+start "fake workers" "$logs/fake.log" "$PDLB" fake --prefill "$prefill" --decode "$decode" \
+	--aggregated "$aggregated" --bootstrap-port "$bootstrap_port" --token-delay 2ms --log-format console
+wait_http "http://$prefill/health"
+# The mini_lb command line, with pdlb in place of `python -m sglang_router.launch_router`.
+start "pdlb" "$logs/pdlb.log" "$PDLB" --mini-lb --pd-disaggregation \
+	--prefill "http://$prefill" "$bootstrap_port" --decode "http://$decode" \
+	--host 127.0.0.1 --port "$base" --log-format console
+wait_http "http://$lb/health"
+
+echo
+echo "== POST /generate through pdlb"
+curl -s "http://$lb/generate" -H 'Content-Type: application/json' \
+	-d '{"text": "Hello World How are you?", "sampling_params": {"max_new_tokens": 8, "temperature": 0.0}}'
+echo
+echo
+echo "== POST /v1/chat/completions, streamed"
+curl -sN "http://$lb/v1/chat/completions" -H 'Content-Type: application/json' \
+	-d '{"model": "fake-model", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "stream": true}'
+echo "== GET /health_generate (every worker is asked)"
+curl -s -o /dev/null -w "%{http_code}\n" "http://$lb/health_generate"
+
+echo
+echo "== 5 s of load: 32 clients, non-stream /generate through pdlb"
+"$PDLB" bench "http://$lb" --concurrency 32 --duration 5s --warmup 1s --max-new-tokens 16
+echo
+echo "== 5 s of load: 32 clients, streamed /v1/chat/completions through pdlb"
+"$PDLB" bench "http://$lb" --route /v1/chat/completions --stream --concurrency 32 --duration 5s --warmup 1s
+echo
+echo "== pdlb's own view (a few of its metrics)"
+curl -s "http://$lb/metrics" | grep -E '^pdlb_(requests_total|backend_requests_total|request_errors_total)' | grep -v ' 0$' || true
+echo
+echo "logs: $logs"

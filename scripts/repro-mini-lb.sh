@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The seed reproduction of the first-request failure (SGLang PR #22990),
+# as its report wrote it, with pdlb in place of
+# `python -m sglang_router.launch_router`.
+#
+# Against real servers, start them as the report does and pass their URLs:
+#   PREFILL_URL=http://127.0.0.1:30000 DECODE_URL=http://127.0.0.1:30010 scripts/repro-mini-lb.sh
+# Without URLs it starts fake servers first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+port=${LB_PORT:-8000}
+if [[ -z "${PREFILL_URL:-}" || -z "${DECODE_URL:-}" ]]; then
+	base=${REPRO_BASE_PORT:-17000}
+	PREFILL_URL=http://127.0.0.1:$((base + 1))
+	DECODE_URL=http://127.0.0.1:$((base + 2))
+	start "fake workers" "$(mktemp)" "$PDLB" fake --prefill "${PREFILL_URL#http://}" \
+		--decode "${DECODE_URL#http://}" --bootstrap-port $((base + 998)) --dp-size 4
+	wait_http "$PREFILL_URL/health"
+	port=$base
+fi
+
+start "pdlb" "$(mktemp)" "$PDLB" --mini-lb --pd-disaggregation \
+	--prefill "$PREFILL_URL" --decode "$DECODE_URL" \
+	--host 0.0.0.0 --port "$port"
+wait_http "http://127.0.0.1:$port/health"
+
+# The very first request carries disagg_prefill_dp_rank.
+status=$(curl -s -o /tmp/pdlb-repro.json -w '%{http_code}' -X POST "http://127.0.0.1:$port/generate" \
+	-H 'Content-Type: application/json' \
+	-d '{
+        "text": "Hello World How are you?",
+        "sampling_params": {"max_new_tokens": 128, "temperature": 0.0},
+        "stream": false,
+        "routed_dp_rank": 0,
+        "disagg_prefill_dp_rank": 0
+    }')
+echo "status $status"
+cat /tmp/pdlb-repro.json
+echo
+[[ "$status" == 200 ]]
