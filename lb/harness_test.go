@@ -92,11 +92,18 @@ func defaultConfig() Config {
 	}
 }
 
-// start runs pdlb with cfg on the harness network.
+// start runs pdlb with cfg on the harness network, logging warnings to the
+// test log.
 func (h *harness) start(cfg Config) *Server {
 	h.t.Helper()
+	return h.startLogged(cfg, zerolog.New(zerolog.NewTestWriter(h.t)).Level(zerolog.WarnLevel))
+}
+
+// startLogged runs pdlb with cfg and log on the harness network.
+func (h *harness) startLogged(cfg Config, log zerolog.Logger) *Server {
+	h.t.Helper()
 	cfg.Dial = h.nw.Dial
-	srv, err := New(cfg, zerolog.New(zerolog.NewTestWriter(h.t)).Level(zerolog.WarnLevel))
+	srv, err := New(cfg, log)
 	if err != nil {
 		h.t.Fatalf("cannot build the server: %s", err)
 	}

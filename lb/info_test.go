@@ -134,10 +134,11 @@ func TestModelInfoWithNoPrefill(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	h := newHarness(t)
 	h.pair(fake.Config{}, fake.Config{})
-	h.start(defaultConfig())
+	srv := h.start(defaultConfig())
 	h.post("/generate", `{"text": "a"}`)
 	h.post("/generate", `not json`)
 	h.openStream("/generate", `{"text": "a", "stream": true}`).rest()
+	waitIdle(t, srv) // a stream is counted once it is over
 	r := h.do(fasthttp.MethodGet, "/metrics", "")
 	for _, want := range []string{
 		`pdlb_requests_total{route="/generate",code="200"} 2`,

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
@@ -235,5 +236,55 @@ func TestOversizedRequests(t *testing.T) {
 	r := h.post("/generate", `{"text": "`+strings.Repeat("a", 2048)+`"}`)
 	if r.status != fasthttp.StatusRequestEntityTooLarge || gjson.GetBytes(r.body, "error.code").Int() != 413 {
 		t.Fatalf("got %d %s; want a 413 JSON error", r.status, r.body)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger writing from several
+// goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestAccessLog(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		cfg := defaultConfig()
+		cfg.AccessLog = on
+		var logs syncBuffer
+		srv := h.startLogged(cfg, zerolog.New(&logs))
+		h.post("/generate", `{"text": "a"}`, "X-Request-Id", "req-1")
+		h.openStream("/generate", `{"text": "a", "stream": true}`).rest()
+		waitIdle(t, srv) // a stream is logged once it is over, after its last byte
+		lines := 0
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if gjson.Get(line, "message").String() != "request" {
+				continue
+			}
+			lines++
+			if gjson.Get(line, "prefill").String() != "prefill-0:30000" || gjson.Get(line, "status").Int() != 200 ||
+				gjson.Get(line, "route").String() != "/generate" || !gjson.Get(line, "took").Exists() {
+				t.Fatalf("got access log line %s", line)
+			}
+			if lines == 1 && gjson.Get(line, "request_id").String() != "req-1" {
+				t.Fatalf("got access log line %s; want request_id req-1", line)
+			}
+		}
+		if want := map[bool]int{false: 0, true: 2}[on]; lines != want {
+			t.Fatalf("access log %v: got %d lines; want %d:\n%s", on, lines, want, logs.String())
+		}
 	}
 }
