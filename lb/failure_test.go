@@ -28,75 +28,56 @@ func waitIdle(t *testing.T, srv *Server) {
 	}
 }
 
-// A dead prefill must not leave the client waiting for the decode's KV
-// timeout (sglang#9726): the client hears about the prefill at once.
-func TestDeadPrefillFailsFast(t *testing.T) {
-	for _, stream := range []bool{false, true} {
-		t.Run(map[bool]string{false: "buffered", true: "stream"}[stream], func(t *testing.T) {
-			h := newHarness(t)
-			h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second})
-			srv := h.start(defaultConfig())
-			body := `{"text": "a"}`
-			if stream {
-				body = `{"text": "a", "stream": true}`
-			}
-			r := h.post("/generate", body)
-			if r.status != fasthttp.StatusBadGateway {
-				t.Fatalf("got %d %s; want 502", r.status, r.body)
-			}
-			if msg := gjson.GetBytes(r.body, "error.message").String(); !strings.Contains(msg, "prefill backend prefill-0:30000") {
-				t.Fatalf("got message %q; want it to name the prefill", msg)
-			}
-			if r.took > 2*time.Second {
-				t.Fatalf("the client waited %s for a dead prefill", r.took)
-			}
-			waitIdle(t, srv)
-		})
+// When one leg fails, the other is cancelled at once and the client hears
+// about the failure in well under the workers' KV timeout (sglang#9726).
+func TestFailedLegCancelsItsPeer(t *testing.T) {
+	prefillDown := func(h *harness) {
+		h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second})
 	}
-}
-
-// A prefill that answers with an error cancels the decode, and the client
-// gets the prefill's answer.
-func TestPrefillErrorReachesClient(t *testing.T) {
-	for _, stream := range []bool{false, true} {
-		t.Run(map[bool]string{false: "buffered", true: "stream"}[stream], func(t *testing.T) {
-			h := newHarness(t)
-			h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
-				ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
-				ctx.SetContentType("application/json")
-				ctx.SetBodyString(`{"error": {"message": "overloaded"}}`)
+	prefillRefuses := func(h *harness) {
+		h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+			ctx.SetContentType("application/json")
+			ctx.SetBodyString(`{"error": {"message": "overloaded"}}`)
+		})
+		prefillDown(h)
+	}
+	decodeDown := func(h *harness) {
+		h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 20 * time.Second})
+	}
+	for _, tc := range []struct {
+		name   string
+		setup  func(*harness)
+		status int
+		// body is the exact answer, or else a part of its error message.
+		body, message string
+	}{
+		{name: "prefill down", setup: prefillDown, status: fasthttp.StatusBadGateway, message: "prefill backend prefill-0:30000"},
+		{name: "prefill refuses", setup: prefillRefuses, status: fasthttp.StatusServiceUnavailable, body: `{"error": {"message": "overloaded"}}`},
+		{name: "decode down", setup: decodeDown, status: fasthttp.StatusBadGateway, message: "decode backend decode-0:30010"},
+	} {
+		for _, stream := range []string{"false", "true"} {
+			t.Run(tc.name+"/stream="+stream, func(t *testing.T) {
+				h := newHarness(t)
+				tc.setup(h)
+				srv := h.start(defaultConfig())
+				r := h.post("/v1/chat/completions", `{"messages": [{"role": "user", "content": "hi"}], "stream": `+stream+`}`)
+				if r.status != tc.status {
+					t.Fatalf("got %d %s; want %d", r.status, r.body, tc.status)
+				}
+				if tc.body != "" && string(r.body) != tc.body {
+					t.Fatalf("got %s; want the failing worker's answer %s", r.body, tc.body)
+				}
+				if msg := gjson.GetBytes(r.body, "error.message").String(); !strings.Contains(msg, tc.message) {
+					t.Fatalf("got message %q; want it to contain %q", msg, tc.message)
+				}
+				if r.took > 2*time.Second {
+					t.Fatalf("the client waited %s", r.took)
+				}
+				waitIdle(t, srv)
 			})
-			h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second})
-			srv := h.start(defaultConfig())
-			body := `{"text": "a"}`
-			if stream {
-				body = `{"text": "a", "stream": true}`
-			}
-			r := h.post("/generate", body)
-			if r.status != fasthttp.StatusServiceUnavailable || string(r.body) != `{"error": {"message": "overloaded"}}` {
-				t.Fatalf("got %d %s; want the prefill's 503", r.status, r.body)
-			}
-			if r.took > 2*time.Second {
-				t.Fatalf("the client waited %s", r.took)
-			}
-			waitIdle(t, srv)
-		})
+		}
 	}
-}
-
-// A dead decode must not leave the prefill holding its KV cache.
-func TestDeadDecodeFailsFast(t *testing.T) {
-	h := newHarness(t)
-	h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 20 * time.Second})
-	srv := h.start(defaultConfig())
-	r := h.post("/v1/chat/completions", `{"messages": [{"role": "user", "content": "hi"}]}`)
-	if r.status != fasthttp.StatusBadGateway || !strings.Contains(gjson.GetBytes(r.body, "error.message").String(), "decode backend decode-0:30010") {
-		t.Fatalf("got %d %s; want a 502 naming the decode", r.status, r.body)
-	}
-	if r.took > 2*time.Second {
-		t.Fatalf("the client waited %s", r.took)
-	}
-	waitIdle(t, srv)
 }
 
 func TestTimeoutGives504(t *testing.T) {

@@ -107,9 +107,19 @@ func (x *exchange) unref() {
 	x.relay.reset()
 	x.prefillWaited = false
 	x.requestID = x.requestID[:0]
+	// A rare huge request must not pin its buffers in the pool.
+	if cap(x.body) > maxPooledBuffer {
+		x.body = nil
+	}
+	if cap(x.scratch) > maxPooledBuffer {
+		x.scratch = nil
+	}
 	x.s.exchanges.Put(x)
 	x.s.live.Done()
 }
+
+// maxPooledBuffer is the largest buffer a pooled exchange keeps.
+const maxPooledBuffer = 1 << 20
 
 func drain(ch chan struct{}) {
 	select {

@@ -143,6 +143,9 @@ func (r *relay) reset() {
 		// A rare huge event grew it; don't keep that in the pool.
 		r.buf = nil
 	}
+	if cap(r.merged) > maxPooledBuffer {
+		r.merged = nil
+	}
 }
 
 // prime reads the stream's first bytes, so the client is only committed to
