@@ -29,6 +29,7 @@ type fakeCmd struct {
 	DPSize          int           `help:"Data-parallel ranks each server reports." default:"1"`
 	RegisterDelay   time.Duration `help:"A prefill's bootstrap server answers 503 'not fully registered' for this long after starting."`
 	OldBootstrapAPI bool          `help:"Answer the bootstrap /route API of SGLang before 2026-02-23."`
+	FirstRequestBug bool          `help:"Decode: fail a first request carrying disagg_prefill_dp_rank as SGLang did before PR #22990."`
 	KVTimeout       time.Duration `help:"How long either side of a KV transfer waits for the other." default:"30s"`
 
 	logFlags
@@ -97,6 +98,7 @@ func (c *fakeCmd) config(role fake.Role, bootstrapPort int) fake.Config {
 		DPSize:          c.DPSize,
 		RegisterDelay:   c.RegisterDelay,
 		OldBootstrapAPI: c.OldBootstrapAPI,
+		FirstRequestBug: c.FirstRequestBug,
 		KVTimeout:       c.KVTimeout,
 	}
 }

@@ -113,7 +113,7 @@ func (s *Server) appendGenerateItem(dst []byte, r *request, it *item, k int, fin
 	dst = append(dst, `,"completion_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(k), 10)
 	dst = append(dst, `,"cached_tokens":0,"weight_version":"default","dp_rank":`...)
-	dst = strconv.AppendInt(dst, int64(s.dpRank(it)), 10)
+	dst = strconv.AppendInt(dst, int64(it.dpRank), 10)
 	dst = append(dst, `,"e2e_latency":`...)
 	dst = appendFloat(dst, time.Since(r.start).Seconds())
 	if it.logprob {
@@ -179,19 +179,6 @@ func appendTokenText(dst []byte, from, to int) []byte {
 		dst = strconv.AppendInt(dst, int64(t), 10)
 	}
 	return append(dst, '"')
-}
-
-// dpRank is the DP rank that serves it: routed_dp_rank when in range, else
-// bootstrap_room % dp_size, as SGLang's follow_bootstrap_room does.
-func (s *Server) dpRank(it *item) int {
-	d := s.cfg.DPSize
-	if it.routedDPRank >= 0 && it.routedDPRank < d {
-		return it.routedDPRank
-	}
-	if it.hasRoom {
-		return int(it.room % uint64(d))
-	}
-	return 0
 }
 
 // appendCompletion appends a chat.completion or text_completion answer.

@@ -57,8 +57,9 @@ func (s *Server) serveNewRoute(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	if !s.registered() {
-		writeText(ctx, fasthttp.StatusServiceUnavailable, "Prefill server not fully registered yet (0 workers registered).")
+	if n := s.registeredWorkers(); n < s.cfg.DPSize {
+		writeText(ctx, fasthttp.StatusServiceUnavailable,
+			"Prefill server not fully registered yet ("+strconv.Itoa(n)+" workers registered).")
 		return
 	}
 	if ranks == [4]int{-1, -1, -1, -1} {
@@ -135,7 +136,22 @@ func (s *Server) serveDPRanks(ctx *fasthttp.RequestCtx) {
 // registered reports whether every rank has registered: RegisterDelay
 // after Start.
 func (s *Server) registered() bool {
-	return s.elapsed() >= s.cfg.RegisterDelay
+	return s.registeredWorkers() == s.cfg.DPSize
+}
+
+// registeredWorkers is how many ranks have registered with the bootstrap
+// server (PUT /route): one by one, evenly over RegisterDelay, the last at
+// RegisterDelay after Start. The fake has one worker per DP rank (attention
+// TP, CP and PP sizes of 1).
+func (s *Server) registeredWorkers() int {
+	d, delay, el := s.cfg.DPSize, s.cfg.RegisterDelay, s.elapsed()
+	switch {
+	case delay <= 0 || el >= delay:
+		return d
+	case el <= 0:
+		return 0
+	}
+	return min(int(float64(d)*float64(el)/float64(delay)), d-1)
 }
 
 // appendRouteInfo appends the parallel info of the current API, with

@@ -76,13 +76,25 @@ type Config struct {
 	// default.
 	BootstrapAddr string
 
-	// DPSize is the number of data-parallel ranks reported by /server_info
-	// and the bootstrap server. Zero means 1.
+	// DPSize is the number of data-parallel ranks, as SGLang's --dp with
+	// --enable-dp-attention: reported by /server_info and the bootstrap
+	// server, and dispatched to (dp.go). Each rank has its own prefill info
+	// cache on a decode, and meta_info.dp_rank reports the rank of an item.
+	// Zero means 1.
 	DPSize int
 
+	// FirstRequestBug makes a decode reproduce SGLang between 2026-03-18
+	// and PR #22990 (PROTOCOL.md §4): a request carrying
+	// disagg_prefill_dp_rank fails on a decode DP rank that has not cached
+	// the prefill's parallel info, and does not fill that cache; only a
+	// request without the field, on the same rank, does. False means the
+	// fixed behaviour. Other roles ignore it.
+	FirstRequestBug bool
+
 	// RegisterDelay is how long after Start the bootstrap server answers 503
-	// "Prefill server not fully registered yet" (or nulls on the old API).
-	// Zero means registered at once.
+	// "Prefill server not fully registered yet (N workers registered)" (or
+	// nulls on the old API); the DP ranks register one by one over it, so
+	// N grows. Zero means registered at once.
 	RegisterDelay time.Duration
 
 	// OldBootstrapAPI makes the bootstrap server answer the /route API of

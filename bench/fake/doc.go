@@ -6,11 +6,21 @@
 // bootstrap server (PROTOCOL.md §3). A decode serves the HTTP API and only
 // finishes a request once the prefill named by the request's bootstrap_host
 // and bootstrap_port has served the same bootstrap_room: the two legs meet in
-// a rendezvous keyed by (bootstrap address, room), each side waiting at most
-// Config.KVTimeout. So a load balancer that injects mismatched fields, or
-// sends only one leg, gets the same SGLang-shaped failures a real KV transfer
-// would give. An aggregated server needs no prefill and ignores bootstrap
-// fields.
+// a rendezvous keyed by (bootstrap address, room, prefill DP rank), each side
+// waiting at most Config.KVTimeout. So a load balancer that injects
+// mismatched fields, or sends only one leg, gets the same SGLang-shaped
+// failures a real KV transfer would give. An aggregated server needs no
+// prefill and ignores bootstrap fields.
+//
+// With Config.DPSize > 1 a server has that many data-parallel ranks, as
+// SGLang with --enable-dp-attention (PROTOCOL.md §4, §5): each item goes to
+// its routed_dp_rank, else a prefill follows bootstrap_room % DPSize and the
+// other roles take turns. A prefill refuses a routed rank that contradicts
+// the room unless disagg_prefill_dp_rank is given (SGLang's
+// follow_bootstrap_room conflict), and each decode rank resolves the prefill
+// DP rank with a prefill info cache of its own; Config.FirstRequestBug
+// brings back the bug SGLang PR #22990 fixed in that resolution. So DP
+// fields a real deployment would reject fail here too.
 //
 // Servers are connected by a Network: in memory for tests
 // (fasthttputil.InmemoryListener per address, no ports) or over TCP. The

@@ -100,3 +100,24 @@ func (s *Server) rejectNoRoom(ctx *fasthttp.RequestCtx, r *request, it *item) {
 	}
 	ctx.SetContentType(contentSSE)
 }
+
+// rejectBadRank answers a request with a routed_dp_rank out of range.
+// SGLang raises the refusal as a ValueError in its tokenizer manager, which
+// each route reports its own way: 400 in the route's shape, or, once a
+// stream has begun, a {"error": {"message"}} event on /generate and an SSE
+// error event on OpenAI routes, then [DONE].
+func (s *Server) rejectBadRank(ctx *fasthttp.RequestCtx, r *request, msg string) {
+	var b []byte
+	switch {
+	case !r.stream:
+		writeBadRequest(ctx, r.route, msg)
+		return
+	case r.route == routeGenerate:
+		b = append([]byte("data: "), appendGenerateError(nil, msg)...)
+		b = append(b, "\n\n"...)
+	default:
+		b = appendStreamError(nil, fasthttp.StatusBadRequest, "BadRequestError", msg)
+	}
+	ctx.SetBody(append(b, "data: [DONE]\n\n"...))
+	ctx.SetContentType(contentSSE)
+}

@@ -39,7 +39,8 @@ func abortedAt(item int) *failure {
 }
 
 // serveGenerate answers /generate, /v1/completions and /v1/chat/completions:
-// parse, refuse roomless PD requests, meet the other leg, generate, answer.
+// parse, refuse DP ranks out of range and roomless PD requests, dispatch to
+// DP ranks, meet the other leg, generate, answer.
 func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt route) {
 	if !ctx.IsPost() && (rt != routeGenerate || !ctx.IsPut()) {
 		methodNotAllowed(ctx)
@@ -51,11 +52,16 @@ func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt route) {
 		return
 	}
 	s.st.generateRequests.Add(1)
+	if msg := s.checkRanks(r); msg != "" {
+		s.rejectBadRank(ctx, r, msg)
+		return
+	}
 	if it := s.roomless(r); it != nil {
 		s.st.rejectedNoRoom.Add(1)
 		s.rejectNoRoom(ctx, r, it)
 		return
 	}
+	s.dispatch(r)
 	c := s.track(r)
 	if r.stream {
 		s.startStream(ctx, r, c) // the stream untracks c when it ends
@@ -89,10 +95,7 @@ func (s *Server) roomless(r *request) *item {
 func (s *Server) transfer(r *request, c *call) *failure {
 	switch s.cfg.Role {
 	case RolePrefill:
-		if !s.pause(c, s.cfg.PrefillDelay) {
-			return abortedAt(0)
-		}
-		return s.eachItem(r, func(it *item) *failure { return s.sendKV(c, it) })
+		return s.eachItem(r, func(it *item) *failure { return s.prefillItem(c, it) })
 	case RoleDecode:
 		deadline := r.start.Add(s.cfg.KVTimeout)
 		return s.eachItem(r, func(it *item) *failure { return s.receiveKV(c, r, it, deadline) })
@@ -101,6 +104,19 @@ func (s *Server) transfer(r *request, c *call) *failure {
 		return abortedAt(0)
 	}
 	return nil
+}
+
+// prefillItem is a prefill's work on it: SGLang's KV sender refuses a DP
+// rank conflict at once, before any compute; else the prefill computes the
+// prompt, then hands its KV cache over.
+func (s *Server) prefillItem(c *call, it *item) *failure {
+	if f := s.conflict(it); f != nil {
+		return f
+	}
+	if !s.pause(c, s.cfg.PrefillDelay) {
+		return abortedAt(it.index)
+	}
+	return s.sendKV(c, it)
 }
 
 // eachItem runs f on every item, concurrently when there are several, and

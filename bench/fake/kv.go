@@ -7,12 +7,15 @@ import (
 	"time"
 )
 
-// The KV transfer is a rendezvous keyed by (bootstrap address, room): the
-// prefill at that address arrives with the room once its KV cache is ready,
-// the decode arrives once it wants the cache, and whichever comes first
-// waits for the other, at most KVTimeout. Each prefill owns the rendezvous
-// of its own address; a decode reaches it in process (channels) or over
-// HTTP (kvhttp.go).
+// The KV transfer is a rendezvous keyed by (bootstrap address, room,
+// prefill DP rank): the prefill at that address arrives with the room, on
+// the DP rank it dispatched the item to, once its KV cache is ready; the
+// decode arrives with the room and the prefill DP rank it resolved (dp.go)
+// once it wants the cache; whichever comes first waits for the other, at
+// most KVTimeout. Legs that disagree on the rank never meet, as a decode
+// waiting on a prefill DP rank that never got the request never gets its
+// KV. Each prefill owns the rendezvous of its own address; a decode reaches
+// it in process (channels) or over HTTP (kvhttp.go).
 
 // side is a leg of a KV transfer.
 type side uint8
@@ -33,6 +36,12 @@ const (
 	duplicate            // another request of the same leg holds the room
 )
 
+// roomKey names a rendezvous of one prefill: a room on one of its DP ranks.
+type roomKey struct {
+	room uint64
+	rank int
+}
+
 // meeting is one leg waiting in a room; met is closed when the other comes.
 type meeting struct {
 	side side
@@ -44,7 +53,7 @@ type meeting struct {
 // waiter gives up (timeout, abort, Close), so none leak.
 type rendezvous struct {
 	mu    sync.Mutex
-	rooms map[uint64]*meeting
+	rooms map[roomKey]*meeting
 }
 
 // alreadyMet is the meeting of a leg that found the other one waiting.
@@ -54,32 +63,32 @@ var alreadyMet = func() *meeting {
 	return m
 }()
 
-// arrive enters room on side sd. It returns a meeting to wait on, or nil if
-// a request of the same side already waits in the room: two requests in
+// arrive enters room k on side sd. It returns a meeting to wait on, or nil
+// if a request of the same side already waits in the room: two requests in
 // flight with one room corrupt each other's transfer (PROTOCOL.md §2).
-func (r *rendezvous) arrive(room uint64, sd side) *meeting {
+func (r *rendezvous) arrive(k roomKey, sd side) *meeting {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if m := r.rooms[room]; m != nil {
+	if m := r.rooms[k]; m != nil {
 		if m.side == sd {
 			return nil
 		}
-		delete(r.rooms, room)
+		delete(r.rooms, k)
 		close(m.met)
 		return alreadyMet
 	}
 	m := &meeting{side: sd, met: make(chan struct{})}
-	r.rooms[room] = m
+	r.rooms[k] = m
 	return m
 }
 
-// leave withdraws m from room and reports false, unless the other leg met
+// leave withdraws m from room k and reports false, unless the other leg met
 // it meanwhile: then it reports true and the transfer stands.
-func (r *rendezvous) leave(room uint64, m *meeting) bool {
+func (r *rendezvous) leave(k roomKey, m *meeting) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.rooms[room] == m {
-		delete(r.rooms, room)
+	if r.rooms[k] == m {
+		delete(r.rooms, k)
 		return false
 	}
 	return true
@@ -92,10 +101,10 @@ func (r *rendezvous) pending() int {
 	return len(r.rooms)
 }
 
-// meet arrives in room on side sd and waits for the other leg, at most
+// meet arrives in room k on side sd and waits for the other leg, at most
 // timeout. stop, quit and peerQuit end the wait early; nil ones never do.
-func (r *rendezvous) meet(room uint64, sd side, timeout time.Duration, stop, quit, peerQuit <-chan struct{}) meetResult {
-	m := r.arrive(room, sd)
+func (r *rendezvous) meet(k roomKey, sd side, timeout time.Duration, stop, quit, peerQuit <-chan struct{}) meetResult {
+	m := r.arrive(k, sd)
 	if m == nil {
 		return duplicate
 	}
@@ -118,17 +127,17 @@ func (r *rendezvous) meet(room uint64, sd side, timeout time.Duration, stop, qui
 	case <-peerQuit:
 		res = peerGone
 	}
-	if r.leave(room, m) {
+	if r.leave(k, m) {
 		return met
 	}
 	return res
 }
 
 // sendKV is the prefill leg of item it: wait for the decode to claim the
-// room.
+// room on the DP rank the item was dispatched to.
 func (s *Server) sendKV(c *call, it *item) *failure {
 	start := time.Now()
-	res := s.kv.meet(it.room, sidePrefill, s.cfg.KVTimeout, c.done, s.quit, nil)
+	res := s.kv.meet(roomKey{it.room, it.dpRank}, sidePrefill, s.cfg.KVTimeout, c.done, s.quit, nil)
 	reason := ""
 	switch res {
 	case met:
@@ -145,8 +154,9 @@ func (s *Server) sendKV(c *call, it *item) *failure {
 	return &failure{item: it.index, msg: prefillFailure(it, reason)}
 }
 
-// receiveKV is the decode leg of item it: learn the prefill's parallel
-// info, then wait, until deadline, for the prefill to serve the room.
+// receiveKV is the decode leg of item it: resolve the prefill DP rank that
+// holds the KV (learning the prefill's parallel info on the way), then wait,
+// until deadline, for that rank to serve the room.
 func (s *Server) receiveKV(c *call, r *request, it *item, deadline time.Time) *failure {
 	ep := s.endpoint()
 	port := it.port
@@ -154,22 +164,30 @@ func (s *Server) receiveKV(c *call, r *request, it *item, deadline time.Time) *f
 		port = s.cfg.BootstrapPort // bootstrap_port null: SGLang uses its own
 	}
 	addr := joinHostPort(it.host, strconv.Itoa(port))
-	if _, err := s.prefillInfo(c, ep.net, addr, deadline); err != nil {
-		if s.stopped(c) {
-			return &failure{item: it.index, msg: decodeFailure("handshake", it, abortMessage), aborted: true}
-		}
-		s.log.Debug().Err(err).Str("bootstrap_addr", addr).Msg("kv handshake failed")
-		s.st.kvFailed.Add(1)
-		reason := "Could not fetch prefill parallel info from bootstrap_addr: " + shownAddr(it.host, port)
-		return &failure{item: it.index, msg: decodeFailure("handshake", it, reason)}
+	rank, f := s.resolvePrefillRank(c, ep.net, addr, it, port, deadline)
+	if f != nil {
+		return f
 	}
+	k := roomKey{it.room, rank}
 	var res meetResult
 	if p := ep.net.prefill(addr); p != nil {
-		res = p.kv.meet(it.room, sideDecode, time.Until(deadline), c.done, s.quit, p.quit)
+		res = p.kv.meet(k, sideDecode, time.Until(deadline), c.done, s.quit, p.quit)
 	} else {
-		res = s.meetRemote(c, ep.net, addr, it.room, deadline)
+		res = s.meetRemote(c, ep.net, addr, k, deadline)
 	}
 	return s.receiveResult(res, r, it, port)
+}
+
+// handshakeFailure is the failure of a decode item whose prefill parallel
+// info could not be had: aborted, or SGLang's fetch failure.
+func (s *Server) handshakeFailure(c *call, it *item, addr string, port int, err error) *failure {
+	if s.stopped(c) {
+		return &failure{item: it.index, msg: decodeFailure("handshake", it, abortMessage), aborted: true}
+	}
+	s.log.Debug().Err(err).Str("bootstrap_addr", addr).Msg("kv handshake failed")
+	s.st.kvFailed.Add(1)
+	reason := "Could not fetch prefill parallel info from bootstrap_addr: " + shownAddr(it.host, port)
+	return &failure{item: it.index, msg: decodeFailure("handshake", it, reason)}
 }
 
 // receiveResult turns the decode's rendezvous result into a failure.
@@ -198,19 +216,21 @@ func shownAddr(host string, port int) string {
 }
 
 // prefillFailure is the message of a prefill request whose transfer failed
-// (SGLang prefill.py, handle_bootstrap_failure).
+// (SGLang prefill.py, handle_bootstrap_failure). rank is the tp_rank of the
+// scheduler: with DP attention and an attention TP size of 1, as the fake
+// reports, the DP rank.
 func prefillFailure(it *item, reason string) string {
 	room := strconv.FormatUint(it.room, 10)
-	return "Prefill bootstrap failed for request rank=0 req.rid=" + pyRepr(it.rid) +
+	return "Prefill bootstrap failed for request rank=" + strconv.Itoa(it.dpRank) + " req.rid=" + pyRepr(it.rid) +
 		" req.bootstrap_room=" + room + " with exception " + kvTransferError(room, reason)
 }
 
 // decodeFailure is the message of a decode request whose handshake or
 // transfer failed (SGLang decode.py: "Decode handshake failed", "Decode
-// transfer failed").
+// transfer failed"); rank as in prefillFailure.
 func decodeFailure(stage string, it *item, reason string) string {
 	room := strconv.FormatUint(it.room, 10)
-	return "Decode " + stage + " failed for request rank=0 decode_req.req.rid=" + pyRepr(it.rid) +
+	return "Decode " + stage + " failed for request rank=" + strconv.Itoa(it.dpRank) + " decode_req.req.rid=" + pyRepr(it.rid) +
 		" decode_req.req.bootstrap_room=" + room + " with exception " + kvTransferError(room, reason)
 }
 

@@ -15,12 +15,13 @@ import (
 // its Network's registry (another process) meets it through the prefill's
 // bootstrap server, on a fake-only endpoint:
 //
-//	POST /fake/kv_transfer {"bootstrap_room": R, "timeout": SECONDS}
+//	POST /fake/kv_transfer {"bootstrap_room": R, "prefill_dp_rank": D, "timeout": SECONDS}
 //
-// It waits at the prefill's rendezvous as the decode leg of room R for at
-// most timeout (default the prefill's KVTimeout), and answers 200 when the
-// prefill served R, 504 on timeout, 409 when another decode holds R, 503
-// when the prefill closes, 400 on a bad body; the body is
+// It waits at the prefill's rendezvous as the decode leg of room R on
+// prefill DP rank D (default 0) for at most timeout (default the prefill's
+// KVTimeout), and answers 200 when rank D of the prefill served R, 504 on
+// timeout, 409 when another decode holds R on D, 503 when the prefill
+// closes, 400 on a bad body; the body is
 // {"status": "ok"|"timeout"|"duplicate"|"closing"}.
 
 // kvTransferPath is the fake-only bootstrap endpoint.
@@ -33,8 +34,8 @@ const callGrace = time.Second
 // errNoNetwork fails the KV transfers of a decode without a Network.
 var errNoNetwork = errors.New("no network to reach the bootstrap server")
 
-// meetRemote meets the prefill at addr over HTTP.
-func (s *Server) meetRemote(c *call, n *Network, addr string, room uint64, deadline time.Time) meetResult {
+// meetRemote meets the prefill at addr over HTTP in room k.
+func (s *Server) meetRemote(c *call, n *Network, addr string, k roomKey, deadline time.Time) meetResult {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -43,7 +44,9 @@ func (s *Server) meetRemote(c *call, n *Network, addr string, room uint64, deadl
 	req.SetRequestURI("http://" + addr + kvTransferPath)
 	req.Header.SetContentType(contentJSON)
 	b := append(make([]byte, 0, 64), `{"bootstrap_room":`...)
-	b = strconv.AppendUint(b, room, 10)
+	b = strconv.AppendUint(b, k.room, 10)
+	b = append(b, `,"prefill_dp_rank":`...)
+	b = strconv.AppendInt(b, int64(k.rank), 10)
 	b = append(b, `,"timeout":`...)
 	b = appendFloat(b, max(time.Until(deadline), 0).Seconds())
 	req.SetBody(append(b, '}'))
@@ -74,9 +77,12 @@ func (s *Server) serveKVTransfer(ctx *fasthttp.RequestCtx) {
 	s.st.kvTransferHTTP.Add(1)
 	p := s.parsers.Get()
 	v, err := p.ParseBytes(ctx.PostBody())
-	var room uint64
+	var k roomKey
 	if err == nil {
-		room, err = roomField(v)
+		k.room, err = roomField(v)
+	}
+	if err == nil {
+		k.rank, err = rankField(v)
 	}
 	timeout := s.cfg.KVTimeout
 	if err == nil && v.Exists("timeout") {
@@ -87,7 +93,7 @@ func (s *Server) serveKVTransfer(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusBadRequest, []byte(`{"status":"bad request"}`))
 		return
 	}
-	switch s.kv.meet(room, sideDecode, timeout, nil, s.quit, nil) {
+	switch s.kv.meet(k, sideDecode, timeout, nil, s.quit, nil) {
 	case met:
 		writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
 	case duplicate:
@@ -106,6 +112,16 @@ func roomField(v *fastjson.Value) (uint64, error) {
 		err = badRequest("bootstrap_room is required")
 	}
 	return room, err
+}
+
+// rankField reads an optional prefill_dp_rank: absent or null is 0, which
+// is what a decode of a fake without DP ranks means.
+func rankField(v *fastjson.Value) (int, error) {
+	rank, _, err := intField(v.Get("prefill_dp_rank"))
+	if err != nil {
+		err = badRequest("prefill_dp_rank must be an integer")
+	}
+	return rank, err
 }
 
 // bootstrapCall sends req to the bootstrap server at addr on a connection

@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -88,7 +89,21 @@ func (n *Network) Dial(addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, refused(key)
 	}
-	return c, nil
+	return memConn{c}, nil
+}
+
+// memConn is the client end of an in-memory connection. Writing to one
+// whose server end has closed fails as it does over TCP, with EPIPE, so
+// clients tell a dropped connection from other failures the same way on
+// both networks.
+type memConn struct{ net.Conn }
+
+func (c memConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if errors.Is(err, fasthttputil.ErrConnectionClosed) {
+		err = &net.OpError{Op: "write", Net: "memory", Addr: c.RemoteAddr(), Err: syscall.EPIPE}
+	}
+	return n, err
 }
 
 // addPrefill registers s under its bootstrap address, and under loopback

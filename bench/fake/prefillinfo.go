@@ -11,15 +11,14 @@ import (
 )
 
 // The decode's prefill info cache, SGLang's prefill_info_table (PROTOCOL.md
-// §4): on the first request naming a bootstrap address, the decode fetches
-// the prefill's parallel info from its bootstrap server and keeps it. While
-// the prefill is not fully registered (503, or nulls on the old API) the
-// fetch is retried every infoRetry until the item's deadline; a failure is
-// not cached, so the next request tries again.
-//
-// SGLang's first-request bug (PROTOCOL.md §4) consults
-// disagg_prefill_dp_rank before this cache; a switch reproducing it belongs
-// in front of prefillInfo, in receiveKV.
+// §4). Each DP rank of a decode is its own scheduler process with its own KV
+// manager, so each has its own table: on the first request a decode DP rank
+// gets for a bootstrap address, that rank fetches the prefill's parallel
+// info from its bootstrap server and keeps it. While the prefill is not
+// fully registered (503, or nulls on the old API) the fetch is retried every
+// infoRetry until the item's deadline; a failure is not cached, so the next
+// request tries again. SGLang's first-request bug consults
+// disagg_prefill_dp_rank before this cache (dp.go).
 
 // infoRetry is how often a decode asks an unregistered prefill again.
 const infoRetry = 100 * time.Millisecond
@@ -34,6 +33,7 @@ const (
 type prefillInfo struct {
 	dpSize     int
 	followRoom bool // follow_bootstrap_room; the old API implies it
+	old        bool // answered the old /route API, whose rank queries differ
 }
 
 // infoEntry is a cached or in-flight fetch; ready is closed when info or
@@ -56,12 +56,12 @@ var errStopped = errors.New("request aborted or server closing")
 // errNotRegistered is a prefill not fully registered yet.
 var errNotRegistered = errors.New("prefill server not fully registered yet")
 
-// prefillInfo returns the parallel info of the prefill at addr, from the
-// cache or fetched over n; concurrent first requests share one fetch.
-func (s *Server) prefillInfo(c *call, n *Network, addr string, deadline time.Time) (prefillInfo, error) {
-	e, owner := s.infos.entry(addr)
+// prefillInfo returns the parallel info of the prefill at addr, from ic or
+// fetched over n into ic; concurrent first requests share one fetch.
+func (s *Server) prefillInfo(c *call, ic *infoCache, n *Network, addr string, deadline time.Time) (prefillInfo, error) {
+	e, owner := ic.entry(addr)
 	if owner {
-		s.fillInfo(c, n, addr, e, deadline)
+		s.fillInfo(c, ic, n, addr, e, deadline)
 	}
 	select {
 	case <-e.ready:
@@ -91,17 +91,35 @@ func (ic *infoCache) entry(addr string) (e *infoEntry, owner bool) {
 	return e, true
 }
 
+// cached reports whether the info of addr is in ic, fetched and kept: an
+// entry still being fetched is not, as SGLang fills its table only once the
+// fetch is done.
+func (ic *infoCache) cached(addr string) bool {
+	ic.mu.RLock()
+	e := ic.m[addr]
+	ic.mu.RUnlock()
+	if e == nil {
+		return false
+	}
+	select {
+	case <-e.ready:
+		return e.err == nil
+	default:
+		return false
+	}
+}
+
 // fillInfo fetches into e and publishes it; a failed entry is dropped.
-func (s *Server) fillInfo(c *call, n *Network, addr string, e *infoEntry, deadline time.Time) {
+func (s *Server) fillInfo(c *call, ic *infoCache, n *Network, addr string, e *infoEntry, deadline time.Time) {
 	e.info, e.err = s.fetchPrefillInfo(c, n, addr, deadline)
 	if e.err == nil {
 		s.st.prefillInfoFetch.Add(1)
 	} else {
-		s.infos.mu.Lock()
-		if s.infos.m[addr] == e {
-			delete(s.infos.m, addr)
+		ic.mu.Lock()
+		if ic.m[addr] == e {
+			delete(ic.m, addr)
 		}
-		s.infos.mu.Unlock()
+		ic.mu.Unlock()
 	}
 	close(e.ready)
 }
@@ -172,7 +190,7 @@ func (s *Server) parsePrefillInfo(body []byte, old bool) (prefillInfo, error) {
 		if d == nil || d.Type() != fastjson.TypeNumber {
 			return prefillInfo{}, errNotRegistered
 		}
-		return prefillInfo{dpSize: max(d.GetInt(), 1), followRoom: true}, nil
+		return prefillInfo{dpSize: max(d.GetInt(), 1), followRoom: true, old: true}, nil
 	}
 	d := v.GetInt("dp_size")
 	if d < 1 {

@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"math"
 	"strconv"
 	"time"
 
@@ -46,9 +47,14 @@ type item struct {
 	port          int    // bootstrap_port; 0 when null
 	room          uint64
 	hasRoom       bool
-	routedDPRank  int // routed_dp_rank (or data_parallel_rank); -1 when absent
-	prefillDPRank int // disagg_prefill_dp_rank, for the first-request bug switch; -1 when absent
+	routedDPRank  int // routed_dp_rank (or data_parallel_rank); noRank when absent
+	prefillDPRank int // disagg_prefill_dp_rank; noRank when absent
+	dpRank        int // the DP rank of this server that serves the item, set by dispatch
 }
+
+// noRank marks an absent DP-rank field. Any integer a client sends, -1
+// included, is a rank to check or to fail on, as in SGLang.
+const noRank = math.MinInt
 
 // badRequest is a client error answered 400 in the route's error shape.
 type badRequest string
@@ -106,7 +112,7 @@ func (s *Server) expand(r *request, v *fastjson.Value, prompts []prompt) error {
 			return err
 		}
 		for j := 0; j < n; j++ {
-			it := item{index: len(r.items), first: j == 0, promptTokens: pr.tokens, prefillDPRank: -1}
+			it := item{index: len(r.items), first: j == 0, promptTokens: pr.tokens, prefillDPRank: noRank}
 			if err := s.fillItem(&it, r, v, p, j); err != nil {
 				return err
 			}
@@ -129,9 +135,9 @@ func (s *Server) fillItem(it *item, r *request, v *fastjson.Value, p, j int) err
 	if r.route == routeGenerate {
 		it.logprob = truthy(at(v.Get("return_logprob"), p))
 	}
-	it.routedDPRank = optInt(at(v.Get("routed_dp_rank"), p), -1)
-	if it.routedDPRank < 0 {
-		it.routedDPRank = optInt(at(v.Get("data_parallel_rank"), p), -1)
+	it.routedDPRank = optInt(at(v.Get("routed_dp_rank"), p), noRank)
+	if it.routedDPRank == noRank {
+		it.routedDPRank = optInt(at(v.Get("data_parallel_rank"), p), noRank) // the deprecated alias
 	}
 	if s.cfg.Role == RoleAggregated {
 		return nil // a server without disaggregation ignores bootstrap fields
@@ -152,7 +158,7 @@ func fillBootstrap(it *item, v *fastjson.Value, p, j int) error {
 	if it.room, it.hasRoom, err = roomOf(v.Get("bootstrap_room"), p, j, it.index); err != nil {
 		return err
 	}
-	it.prefillDPRank = optInt(at(v.Get("disagg_prefill_dp_rank"), p), -1)
+	it.prefillDPRank = optInt(at(v.Get("disagg_prefill_dp_rank"), p), noRank)
 	return nil
 }
 

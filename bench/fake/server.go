@@ -44,8 +44,9 @@ type Server struct {
 	ep        atomic.Pointer[endpoint]
 	startedAt atomic.Int64 // per cfg.Now, in Unix nanoseconds
 	kv        rendezvous
-	infos     infoCache
-	calls     sync.Map // rid → *call, the in-flight generate requests
+	infos     []infoCache   // per DP rank: each rank has its own prefill_info_table
+	rr        atomic.Uint64 // round-robin dispatch to DP ranks
+	calls     sync.Map      // rid → *call, the in-flight generate requests
 	st        counters
 	parsers   fastjson.ParserPool
 	bufs      sync.Pool
@@ -68,8 +69,12 @@ type endpoint struct {
 func New(cfg Config) *Server {
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, log: cfg.Log, quit: make(chan struct{}), ridSeed: rand.Uint64()}
-	s.kv.rooms = make(map[uint64]*meeting)
-	s.infos.m = make(map[string]*infoEntry)
+	s.kv.rooms = make(map[roomKey]*meeting)
+	s.infos = make([]infoCache, cfg.DPSize)
+	for i := range s.infos {
+		s.infos[i].m = make(map[string]*infoEntry)
+	}
+	s.st.ranks = make([]atomic.Uint64, cfg.DPSize)
 	s.conns.conns = make(map[net.Conn]bool)
 	s.conns.empty = make(chan struct{})
 	s.startedAt.Store(cfg.Now().UnixNano())

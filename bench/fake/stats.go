@@ -26,8 +26,9 @@ type Stats struct {
 
 	// KVTransfersOK and KVTransfersFailed count request items whose KV
 	// transfer succeeded or failed (timeout, unreachable bootstrap server,
-	// duplicate room), on whichever side this server is. Aborted items
-	// count in neither.
+	// duplicate room, DP-rank conflict, first-request bug, prefill DP rank
+	// unknown to the bootstrap server), on whichever side this server is.
+	// Aborted items count in neither.
 	KVTransfersOK     uint64
 	KVTransfersFailed uint64
 
@@ -49,8 +50,26 @@ type Stats struct {
 	KVTransferHTTP uint64
 
 	// PrefillInfoFetches counts the prefill parallel infos a decode fetched
-	// and cached (once per bootstrap address while it stays cached).
+	// and cached: once per DP rank and bootstrap address while it stays
+	// cached, as each DP rank keeps its own table.
 	PrefillInfoFetches uint64
+
+	// RankRequests counts, per DP rank (index), the request items
+	// dispatched to it: each prompt or sample of a batch counts on its own
+	// rank. Requests refused before dispatch (400) count nowhere. Its length
+	// is Config.DPSize; the snapshot is a copy.
+	RankRequests []uint64
+
+	// DPConflicts counts prefill items failed for a follow_bootstrap_room
+	// conflict: routed_dp_rank against bootstrap_room % DPSize, with no
+	// disagg_prefill_dp_rank. They count in KVTransfersFailed too.
+	DPConflicts uint64
+
+	// FirstRequestFailures counts decode items failed by the first-request
+	// bug (Config.FirstRequestBug): disagg_prefill_dp_rank given to a DP
+	// rank without the prefill's info cached. They count in
+	// KVTransfersFailed too.
+	FirstRequestFailures uint64
 }
 
 // counters are a Server's live counters; Stats snapshots them.
@@ -60,8 +79,10 @@ type counters struct {
 	other, generateRequests, rejectedNoRoom          atomic.Uint64
 	kvOK, kvFailed, aborts                           atomic.Uint64
 	bootstrapRoute, kvTransferHTTP, prefillInfoFetch atomic.Uint64
+	dpConflicts, firstRequestFailures                atomic.Uint64
 	inFlight                                         atomic.Int64
 	flushTimeout                                     atomic.Pointer[string]
+	ranks                                            []atomic.Uint64 // per DP rank, made by New
 }
 
 // Stats returns a snapshot of the server's counters. It is safe to call at
@@ -87,6 +108,13 @@ func (s *Server) Stats() Stats {
 		BootstrapRoute:     c.bootstrapRoute.Load(),
 		KVTransferHTTP:     c.kvTransferHTTP.Load(),
 		PrefillInfoFetches: c.prefillInfoFetch.Load(),
+		RankRequests:       make([]uint64, len(c.ranks)),
+
+		DPConflicts:          c.dpConflicts.Load(),
+		FirstRequestFailures: c.firstRequestFailures.Load(),
+	}
+	for i := range c.ranks {
+		st.RankRequests[i] = c.ranks[i].Load()
 	}
 	if p := c.flushTimeout.Load(); p != nil {
 		st.FlushCacheTimeout = *p
