@@ -27,6 +27,20 @@ type Fields struct {
 	// port repeated, rooms as given. The body must then be a batch of
 	// exactly len(Rooms) items, as Parse counts them.
 	Batch bool
+
+	// PrefillDPRank, when set, replaces disagg_prefill_dp_rank: the prefill
+	// DP rank that holds the KV cache (PROTOCOL.md §5).
+	PrefillDPRank DPRank
+	// RoutedDPRank, when set, replaces routed_dp_rank and drops its
+	// deprecated alias data_parallel_rank: the DP rank of the worker that
+	// receives the body.
+	RoutedDPRank DPRank
+}
+
+// DPRank is an optional data-parallel rank. The zero value is "not given".
+type DPRank struct {
+	Set  bool
+	Rank int
 }
 
 // Append appends body to dst with bootstrap_host, bootstrap_port and
@@ -95,7 +109,7 @@ func appendOthers(dst, body []byte, f Fields) ([]byte, int, bool, error) {
 			dst = append(dst, body[:m.start]...)
 		}
 		switch {
-		case isBootstrapKey(m.key):
+		case f.replaces(m.key):
 			// Dropped with the separator before it. A leading member has
 			// none, and the next kept member then leaves out its own.
 		case kept:
@@ -141,7 +155,32 @@ func isBootstrapKey(key []byte) bool {
 	return false
 }
 
+// replaces reports whether Append writes its own member for key, so the
+// client's must go. Keys compare as raw bytes, as in isBootstrapKey.
+func (f *Fields) replaces(key []byte) bool {
+	switch string(key) {
+	case "disagg_prefill_dp_rank":
+		return f.PrefillDPRank.Set
+	case "routed_dp_rank", "data_parallel_rank":
+		return f.RoutedDPRank.Set
+	}
+	return isBootstrapKey(key)
+}
+
 func (f *Fields) appendTo(dst []byte) []byte {
+	dst = f.appendBootstrap(dst)
+	if f.PrefillDPRank.Set {
+		dst = append(dst, `,"disagg_prefill_dp_rank":`...)
+		dst = strconv.AppendInt(dst, int64(f.PrefillDPRank.Rank), 10)
+	}
+	if f.RoutedDPRank.Set {
+		dst = append(dst, `,"routed_dp_rank":`...)
+		dst = strconv.AppendInt(dst, int64(f.RoutedDPRank.Rank), 10)
+	}
+	return dst
+}
+
+func (f *Fields) appendBootstrap(dst []byte) []byte {
 	if !f.Batch {
 		dst = append(dst, `"bootstrap_host":`...)
 		dst = appendString(dst, f.Host)

@@ -302,3 +302,33 @@ func TestAlignRoomPanics(t *testing.T) {
 	f(4, -1)
 	f(2, 100)
 }
+
+func TestAppendDPRanks(t *testing.T) {
+	f := func(body string, fields Fields, want string) {
+		t.Helper()
+		got, err := Append(nil, []byte(body), fields)
+		if err != nil {
+			t.Fatalf("Append(%q): unexpected error: %s", body, err)
+		}
+		if string(got) != want {
+			t.Fatalf("Append(%q):\ngot  %s\nwant %s", body, got, want)
+		}
+	}
+	const add = `"bootstrap_host":"h","bootstrap_port":1,"bootstrap_room":4`
+	base := Fields{Host: "h", Port: 1, Rooms: []uint64{4}}
+	prefill := base
+	prefill.PrefillDPRank = DPRank{Set: true, Rank: 0}
+	prefill.RoutedDPRank = DPRank{Set: true, Rank: 0}
+	decode := base
+	decode.PrefillDPRank = DPRank{Set: true, Rank: 0}
+
+	// Unset ranks leave the client's members alone.
+	f(`{"routed_dp_rank":1,"disagg_prefill_dp_rank":2}`, base, `{"routed_dp_rank":1,"disagg_prefill_dp_rank":2,`+add+`}`)
+	// The prefill's body: both ranks replaced, the deprecated alias dropped.
+	f(`{"routed_dp_rank":1,"data_parallel_rank":1,"text":"a","disagg_prefill_dp_rank":2}`, prefill,
+		`{"text":"a",`+add+`,"disagg_prefill_dp_rank":0,"routed_dp_rank":0}`)
+	// The decode's body keeps its own routed_dp_rank.
+	f(`{"routed_dp_rank":1,"text":"a"}`, decode, `{"routed_dp_rank":1,"text":"a",`+add+`,"disagg_prefill_dp_rank":0}`)
+	// Nested members of those names are not touched.
+	f(`{"x":{"routed_dp_rank":1}}`, prefill, `{"x":{"routed_dp_rank":1},`+add+`,"disagg_prefill_dp_rank":0,"routed_dp_rank":0}`)
+}

@@ -35,6 +35,13 @@ type Request struct {
 	// HasReturnRoutedExperts is true when the key "return_routed_experts" is
 	// present with any value.
 	HasReturnRoutedExperts bool
+
+	// PrefillDPRank is the client's disagg_prefill_dp_rank, set when it is an
+	// integer. A list (per batch item) is left to the workers and not set.
+	PrefillDPRank DPRank
+	// RoutedDPRank is the client's routed_dp_rank, or its deprecated alias
+	// data_parallel_rank, under the same rules.
+	RoutedDPRank DPRank
 }
 
 // Parse reads what routing needs from body without decoding it and without
@@ -60,7 +67,7 @@ func Parse(body []byte) (Request, error) {
 	if body[i] != '{' {
 		return Request{}, notObject(body, i)
 	}
-	r, err := scanRequest(body)
+	r, ranks, err := scanRequest(body)
 	if err != nil {
 		return Request{}, fmt.Errorf("%w: %w", ErrNotJSON, err)
 	}
@@ -69,7 +76,19 @@ func Parse(body []byte) (Request, error) {
 	if err := validate(body); err != nil {
 		return Request{}, fmt.Errorf("%w: %w", ErrNotJSON, err)
 	}
+	if r.PrefillDPRank, err = dpRank("disagg_prefill_dp_rank", ranks.prefill); err != nil {
+		return Request{}, err
+	}
+	if r.RoutedDPRank, err = dpRank("routed_dp_rank", ranks.routed); err != nil {
+		return Request{}, err
+	}
 	return r, nil
+}
+
+// rawRanks are the raw values of the DP-rank members, nil when absent. They
+// are read once the body is known to be valid JSON.
+type rawRanks struct {
+	prefill, routed []byte
 }
 
 // validate checks that body, whose nesting has been bounded, is valid JSON.
@@ -102,17 +121,18 @@ func notObject(body []byte, i int) error {
 	return fmt.Errorf("%w, got %s", ErrNotObject, kindOf(body[i]))
 }
 
-func scanRequest(body []byte) (Request, error) {
+func scanRequest(body []byte) (Request, rawRanks, error) {
+	var r Request
+	var ranks rawRanks
 	ms, err := newMembers(body)
 	if err != nil {
-		return Request{}, err
+		return r, ranks, err
 	}
-	var r Request
 	var text, inputIDs []byte
 	for {
 		m, ok, err := ms.next()
 		if err != nil {
-			return Request{}, err
+			return r, ranks, err
 		}
 		if !ok {
 			break
@@ -129,10 +149,14 @@ func scanRequest(body []byte) (Request, error) {
 			r.ReturnLogprob = truthy(m.value)
 		case fieldReturnRoutedExperts:
 			r.HasReturnRoutedExperts = true
+		case fieldPrefillDPRank:
+			ranks.prefill = m.value
+		case fieldRoutedDPRank:
+			ranks.routed = m.value
 		}
 	}
 	r.Batch, err = batchSize(text, inputIDs)
-	return r, err
+	return r, ranks, err
 }
 
 // batchSize is mini_lb's _get_request_batch_size over the raw values of the
@@ -156,6 +180,37 @@ func batchSize(text, inputIDs []byte) (int, error) {
 	return -1, nil
 }
 
+// ErrBadDPRank is wrapped by the error Parse returns for a DP-rank field
+// that is neither an integer, a list nor null.
+var ErrBadDPRank = errors.New("invalid DP rank")
+
+// dpRank reads a DP-rank member's raw value: an integer is a set rank;
+// absence, null or a list (per batch item, left to the workers) is no rank.
+func dpRank(name string, raw []byte) (DPRank, error) {
+	if raw == nil || string(raw) == "null" || raw[0] == '[' {
+		return DPRank{}, nil
+	}
+	neg := raw[0] == '-'
+	digits := raw
+	if neg {
+		digits = raw[1:]
+	}
+	if len(digits) == 0 || len(digits) > 9 {
+		return DPRank{}, fmt.Errorf("%w: %s must be an integer rank, got %.20s", ErrBadDPRank, name, raw)
+	}
+	n := 0
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return DPRank{}, fmt.Errorf("%w: %s must be an integer rank, got %.20s", ErrBadDPRank, name, raw)
+		}
+		n = n*10 + int(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return DPRank{Set: true, Rank: n}, nil
+}
+
 // field names the top-level members the package reads.
 type field uint8
 
@@ -166,12 +221,17 @@ const (
 	fieldStream
 	fieldReturnLogprob
 	fieldReturnRoutedExperts
+	fieldPrefillDPRank
+	fieldRoutedDPRank
 )
+
+// maxFieldLen is the length of the longest key fieldOf recognises.
+const maxFieldLen = len("disagg_prefill_dp_rank")
 
 // fieldOf identifies a raw key. A key spelled with escapes ("str\u0065am")
 // is decoded first, because that is the key the worker's json.loads sees.
 func fieldOf(key []byte) field {
-	var buf [len("return_routed_experts")]byte
+	var buf [maxFieldLen]byte
 	if bytes.IndexByte(key, '\\') >= 0 {
 		n, ok := unescapeASCII(&buf, key)
 		if !ok {
@@ -190,6 +250,10 @@ func fieldOf(key []byte) field {
 		return fieldReturnLogprob
 	case "return_routed_experts":
 		return fieldReturnRoutedExperts
+	case "disagg_prefill_dp_rank":
+		return fieldPrefillDPRank
+	case "routed_dp_rank", "data_parallel_rank":
+		return fieldRoutedDPRank
 	}
 	return fieldOther
 }
@@ -197,7 +261,7 @@ func fieldOf(key []byte) field {
 // unescapeASCII decodes the raw key into buf and returns its length. It gives
 // up (false) on anything that cannot decode to one of the printable ASCII
 // names fieldOf looks for, or that is longer than buf.
-func unescapeASCII(buf *[len("return_routed_experts")]byte, raw []byte) (int, bool) {
+func unescapeASCII(buf *[maxFieldLen]byte, raw []byte) (int, bool) {
 	n := 0
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]

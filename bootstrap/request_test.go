@@ -204,3 +204,43 @@ func TestParseAllocs(t *testing.T) {
 	f(batchBody)
 	f(`{"str\u0065am":true,"a":"caf\u00e9 \"q\"","return_logprob":[]}`)
 }
+
+func TestParseDPRanks(t *testing.T) {
+	f := func(body string, prefill, routed DPRank) {
+		t.Helper()
+		got, err := Parse([]byte(body))
+		if err != nil {
+			t.Fatalf("Parse(%q): unexpected error: %s", body, err)
+		}
+		if got.PrefillDPRank != prefill || got.RoutedDPRank != routed {
+			t.Fatalf("Parse(%q): got prefill %+v routed %+v; want %+v %+v", body, got.PrefillDPRank, got.RoutedDPRank, prefill, routed)
+		}
+	}
+	none := DPRank{}
+	f(`{"text": "a"}`, none, none)
+	// The seed request of the first-request bug (SGLang PR #22990).
+	f(`{"text": "Hello World How are you?", "stream": false, "routed_dp_rank": 0, "disagg_prefill_dp_rank": 0}`,
+		DPRank{Set: true}, DPRank{Set: true})
+	f(`{"disagg_prefill_dp_rank": 3, "data_parallel_rank": 1}`, DPRank{Set: true, Rank: 3}, DPRank{Set: true, Rank: 1})
+	f(`{"disagg_prefill_dp_rank": -2}`, DPRank{Set: true, Rank: -2}, none)
+	f(`{"disagg_prefill_dp_rank": null, "routed_dp_rank": [0, 1]}`, none, none)
+	f(`{"disagg_prefill_dp_rank": 1, "disagg_prefill_dp_rank": null}`, none, none)
+	f(`{"disagg_prefill_d\u0070_rank": 5}`, DPRank{Set: true, Rank: 5}, none)
+
+	bad := func(body string) {
+		t.Helper()
+		_, err := Parse([]byte(body))
+		if !errors.Is(err, ErrBadDPRank) || !strings.Contains(err.Error(), "must be an integer rank") {
+			t.Fatalf("Parse(%q): got error %v; want one wrapping %q", body, err, ErrBadDPRank)
+		}
+	}
+	bad(`{"disagg_prefill_dp_rank": "0"}`)
+	bad(`{"disagg_prefill_dp_rank": 1.5}`)
+	bad(`{"routed_dp_rank": true}`)
+	bad(`{"routed_dp_rank": 1e3}`)
+	bad(`{"routed_dp_rank": 12345678901234567890}`)
+	// Invalid JSON is reported as such, whatever the rank looks like.
+	if _, err := Parse([]byte(`{"routed_dp_rank": "0", }`)); !errors.Is(err, ErrNotJSON) {
+		t.Fatalf("got %v; want ErrNotJSON", err)
+	}
+}
