@@ -30,6 +30,10 @@ type serveCmd struct {
 	PrefillPolicy string `help:"Policy for the prefill pool (default: --policy)."`
 	DecodePolicy  string `help:"Policy for the decode pool (default: --policy)."`
 
+	PrefillDPPolicy   string `help:"Pick the prefill DP rank of requests that name none: off (mini_lb's behaviour), round_robin or least_inflight. pdlb then sends the rank to both workers and draws the room to match." default:"off" enum:"off,round_robin,least_inflight"`
+	NoPrewarm         bool   `help:"Do not warm decode × prefill pairs; for decodes without SGLang's first-request bug (PR #22990)."`
+	WarmupTimeoutSecs int    `help:"Longest one pair warm-up, and a request's wait for it, may take." default:"30"`
+
 	RequestTimeoutSecs      int     `help:"Longest a generation may take, streams included." default:"1800"`
 	MaxPayloadSize          int     `help:"Largest request body accepted, in bytes; larger ones get a 413." default:"268435456"`
 	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"3"`
@@ -56,6 +60,9 @@ func (c *serveCmd) Validate() error {
 	}
 	if c.RequestTimeoutSecs <= 0 {
 		return errors.New("--request-timeout-secs must be positive")
+	}
+	if c.WarmupTimeoutSecs <= 0 {
+		return errors.New("--warmup-timeout-secs must be positive")
 	}
 	if c.PrometheusPort < 0 || c.PrometheusPort > 65535 {
 		return fmt.Errorf("--prometheus-port %d is not a valid port", c.PrometheusPort)
@@ -90,6 +97,9 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		IdleConnTimeout:    time.Duration(c.PoolIdleTimeoutSecs * float64(time.Second)),
 		MaxConnsPerBackend: c.MaxConnsPerBackend,
 		AccessLog:          c.AccessLog,
+		PrefillDPPolicy:    c.PrefillDPPolicy,
+		NoPrewarm:          c.NoPrewarm,
+		WarmupTimeout:      time.Duration(c.WarmupTimeoutSecs) * time.Second,
 	}
 	if c.PrefillPolicy != "" {
 		cfg.PrefillPolicy = policy("--prefill-policy", c.PrefillPolicy)

@@ -26,14 +26,24 @@ const (
 // every request and safe for concurrent use; never copy it.
 type Backend struct {
 	role string
+	// index is the backend's place in its pool, and for a prefill its
+	// target in the bootstrap registry.
+	index int
 	// url is the worker URL as configured, without a trailing slash.
 	url  string
 	addr string
 	// bootstrapHost is the URL's host formatted for bootstrap_host.
 	bootstrapHost string
-	// bootstrapPort is the prefill's bootstrap port, 0 while unknown (sent
-	// as null). It is atomic because it may be learned after startup.
-	bootstrapPort atomic.Int32
+	// host is the URL's host, unformatted.
+	host string
+
+	// epoch grows each time the worker drops pdlb's connections, as a
+	// restarted worker does; a decode's pairs are warmed again after.
+	epoch atomic.Uint64
+	// dpSize is a decode's dp_size, learned when its pairs are warmed.
+	dpSize atomic.Int32
+	// ranks is a prefill's load per DP rank (--prefill-dp-policy).
+	ranks atomic.Pointer[rankLoad]
 
 	hc  *fasthttp.HostClient
 	log zerolog.Logger
@@ -88,16 +98,18 @@ func parseWorkerURL(raw string) (workerURL, error) {
 	return w, nil
 }
 
-func newBackend(role, rawURL string, cfg *Config, ms *metrics.Set, log zerolog.Logger) (*Backend, error) {
+func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.Set, log zerolog.Logger) (*Backend, error) {
 	w, err := parseWorkerURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
 	b := &Backend{
 		role:          role,
+		index:         index,
 		url:           strings.TrimSuffix(rawURL, "/"),
 		addr:          w.addr,
 		bootstrapHost: bootstrap.Host(w.host),
+		host:          w.host,
 		log:           log.With().Str("role", role).Str("backend", w.addr).Logger(),
 	}
 	b.healthy.Store(true)

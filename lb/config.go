@@ -2,6 +2,7 @@ package lb
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -70,6 +71,20 @@ type Config struct {
 	// AccessLog writes one info-level line per finished request.
 	AccessLog bool
 
+	// NoPrewarm turns off pair warm-up, for decodes without SGLang's
+	// first-request bug (PROTOCOL.md §4): requests carrying
+	// disagg_prefill_dp_rank then go out without waiting for a warm pair.
+	NoPrewarm bool
+	// WarmupTimeout bounds one pair warm-up, and a request's wait for it
+	// (a 503 after). Zero means 30 s.
+	WarmupTimeout time.Duration
+	// PrefillDPPolicy picks the prefill DP rank of requests that name none:
+	// one of DPPolicies. Empty means DPPolicyOff, mini_lb's behaviour.
+	PrefillDPPolicy string
+	// BootstrapRefresh is how often the registry re-reads a ready prefill's
+	// bootstrap server, to see it go away or change. Zero means 5 s.
+	BootstrapRefresh time.Duration
+
 	// Dial connects to a worker address ("host:port"). Nil means TCP with
 	// fasthttp's dialer; tests pass in-memory listeners.
 	Dial fasthttp.DialFunc
@@ -107,6 +122,15 @@ func (c *Config) setDefaults() {
 	if c.ClientReadTimeout <= 0 {
 		c.ClientReadTimeout = 60 * time.Second
 	}
+	if c.WarmupTimeout <= 0 {
+		c.WarmupTimeout = 30 * time.Second
+	}
+	if c.PrefillDPPolicy == "" {
+		c.PrefillDPPolicy = DPPolicyOff
+	}
+	if c.BootstrapRefresh <= 0 {
+		c.BootstrapRefresh = 5 * time.Second
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -134,18 +158,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	for _, p := range []string{c.PrefillPolicy, c.DecodePolicy} {
-		if p != "" && !validPolicy(p) {
+		if p != "" && !slices.Contains(Policies, p) {
 			return fmt.Errorf("unknown policy %q; want one of %v", p, Policies)
 		}
 	}
-	return nil
-}
-
-func validPolicy(p string) bool {
-	for _, q := range Policies {
-		if p == q {
-			return true
-		}
+	if c.PrefillDPPolicy != "" && !slices.Contains(DPPolicies, c.PrefillDPPolicy) {
+		return fmt.Errorf("unknown prefill DP policy %q; want one of %v", c.PrefillDPPolicy, DPPolicies)
 	}
-	return false
+	return nil
 }

@@ -24,6 +24,7 @@ const (
 	reasonBackendFailed
 	reasonStreamBroken
 	reasonClientGone
+	reasonNotWarm
 	reasonInternal
 	numReasons
 )
@@ -39,6 +40,7 @@ var reasonNames = [numReasons]string{
 	reasonBackendFailed:      "backend_failed",
 	reasonStreamBroken:       "stream_broken",
 	reasonClientGone:         "client_gone",
+	reasonNotWarm:            "pair_not_warm",
 	reasonInternal:           "internal",
 }
 
@@ -116,6 +118,10 @@ func (e *errPeerFailed) Error() string {
 
 // errClientGone cancels the calls of a client that went away mid-stream.
 var errClientGone = errors.New("client closed the connection")
+
+// errColdPair cancels the prefill of an exchange that is tried again because
+// its decode had not cached the prefill's info.
+var errColdPair = errors.New("decode had not cached the prefill's info; retrying on a warmed pair")
 
 // classify maps a call error to the status, reason and message the client
 // sees. role and addr name the backend.

@@ -30,6 +30,8 @@ type harness struct {
 	nw  *fake.Network
 	srv *Server
 	cl  *fasthttp.HostClient
+	// decode is the fake decode started by pair.
+	decode *fake.Server
 }
 
 func newHarness(t testing.TB) *harness {
@@ -59,7 +61,9 @@ func (h *harness) pair(prefill, decode fake.Config) (p, d *fake.Server) {
 	if decode.KVTimeout == 0 {
 		decode.KVTimeout = 5 * time.Second
 	}
-	return h.fake("prefill-0:30000", prefill), h.fake("decode-0:30010", decode)
+	p = h.fake("prefill-0:30000", prefill)
+	h.decode = h.fake("decode-0:30010", decode)
+	return p, h.decode
 }
 
 // backend serves handler on addr, for tests that need a backend the fakes
@@ -85,11 +89,21 @@ func (h *harness) backend(addr string, handler fasthttp.RequestHandler) {
 }
 
 // defaultConfig is the pair started by pair, with its bootstrap port given.
+// Warm-up is off, so the workers see only the tests' own requests; the
+// warm-up tests turn it on.
 func defaultConfig() Config {
 	return Config{
-		Prefill: []PrefillSpec{{URL: "http://prefill-0:30000", BootstrapPort: 8998}},
-		Decode:  []string{"http://decode-0:30010"},
+		Prefill:   []PrefillSpec{{URL: "http://prefill-0:30000", BootstrapPort: 8998}},
+		Decode:    []string{"http://decode-0:30010"},
+		NoPrewarm: true,
 	}
+}
+
+// warmConfig is defaultConfig with warm-up on, as pdlb runs by default.
+func warmConfig() Config {
+	cfg := defaultConfig()
+	cfg.NoPrewarm = false
+	return cfg
 }
 
 // start runs pdlb with cfg on the harness network, logging warnings to the
@@ -128,6 +142,16 @@ func (h *harness) startLogged(cfg Config, log zerolog.Logger) *Server {
 		<-served
 	})
 	return srv
+}
+
+// waitBootstrap waits until the registry knows the first prefill.
+func (h *harness) waitBootstrap() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := h.srv.registry.WaitReady(ctx, 0); err != nil {
+		h.t.Fatalf("the bootstrap registry is not ready: %s", err)
+	}
 }
 
 // reply is a finished response, copied out of fasthttp's pools.

@@ -2,6 +2,7 @@ package lb
 
 import (
 	"encoding/json"
+	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"pdlb/bootstrap"
 )
 
 // controlTimeout bounds each backend call of the control routes. SGLang's
@@ -36,6 +39,8 @@ func (s *Server) serveControl(ctx *fasthttp.RequestCtx, rt *route) {
 		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 		s.ms.WritePrometheus(ctx)
 		metrics.WriteProcessMetrics(ctx)
+	case "/bootstrap":
+		s.serveBootstrap(ctx)
 	default:
 		panic("BUG: no control handler for " + rt.path)
 	}
@@ -226,40 +231,49 @@ func (s *Server) proxyFromPrefill(ctx *fasthttp.RequestCtx, uri string) {
 	s.writeError(ctx, fasthttp.StatusBadGateway, reasonBackendFailed, msg)
 }
 
-// learnBootstrapPort asks a prefill that was given no bootstrap port for the
-// one it serves, retrying with backoff until it answers; until then,
-// requests carry null, as with mini_lb.
-func (s *Server) learnBootstrapPort(b *Backend) {
-	defer s.bg.Done()
-	retry := time.NewTimer(0)
-	defer retry.Stop()
-	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
-		select {
-		case <-s.stop:
-			return
-		case <-retry.C:
-		}
-		if b.askBootstrapPort() {
-			return
-		}
-		retry.Reset(wait)
-	}
+// bootstrapStatus is one prefill's entry in /bootstrap.
+type bootstrapStatus struct {
+	URL        string           `json:"url"`
+	Bootstrap  string           `json:"bootstrap"`
+	Ready      bool             `json:"ready"`
+	Port       int              `json:"port"`
+	PortSource string           `json:"port_source"`
+	Info       *bootstrap.Info  `json:"info,omitempty"`
+	Ranks      []bootstrap.Rank `json:"ranks,omitempty"`
+	Error      string           `json:"error,omitempty"`
+	Generation uint64           `json:"generation"`
+	Updated    time.Time        `json:"updated"`
+	Pairs      []pairStatus     `json:"pairs,omitempty"`
 }
 
-// askBootstrapPort reads disaggregation_bootstrap_port from b's /server_info
-// and reports whether b answered (with a port or without one).
-func (b *Backend) askBootstrapPort() bool {
-	a := b.get(fasthttp.MethodGet, "/server_info", controlTimeout)
-	if !a.ok() {
-		b.log.Debug().Err(a.err).Int("status", a.status).Msg("cannot read /server_info yet")
-		return false
+// serveBootstrap shows what the registry knows of each prefill, and which
+// of its pairs are warm.
+func (s *Server) serveBootstrap(ctx *fasthttp.RequestCtx) {
+	out := struct {
+		Prewarm         bool              `json:"prewarm"`
+		PrefillDPPolicy string            `json:"prefill_dp_policy"`
+		Prefills        []bootstrapStatus `json:"prefills"`
+	}{Prewarm: s.warm != nil, PrefillDPPolicy: s.cfg.PrefillDPPolicy}
+	for i, b := range s.prefills.backends {
+		st := s.registry.State(i)
+		bs := bootstrapStatus{
+			URL: b.url, Bootstrap: net.JoinHostPort(b.host, strconv.Itoa(st.Port)), Ready: st.Ready,
+			Port: st.Port, PortSource: st.PortSource, Ranks: st.Ranks, Error: st.Err,
+			Generation: st.Generation, Updated: st.Updated,
+		}
+		if st.Ready {
+			info := st.Info
+			bs.Info = &info
+		}
+		if s.warm != nil {
+			bs.Pairs = s.warm.status(i)
+		}
+		out.Prefills = append(out.Prefills, bs)
 	}
-	port := gjson.GetBytes(a.body, "disaggregation_bootstrap_port")
-	if p := port.Int(); port.Type == gjson.Number && p > 0 && p <= 65535 {
-		b.bootstrapPort.CompareAndSwap(0, int32(p))
-		b.log.Info().Int64("bootstrap_port", p).Msg("learned the bootstrap port from /server_info")
-	} else {
-		b.log.Warn().Msg("/server_info reports no disaggregation_bootstrap_port; sending bootstrap_port null")
+	body, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		panic("BUG: cannot marshal the bootstrap report: " + err.Error())
 	}
-	return true
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
 }

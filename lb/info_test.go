@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -165,9 +166,11 @@ func TestBootstrapPortIsLearned(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Prefill[0].BootstrapPort = 0
 	srv := h.start(cfg)
-	b := srv.prefills.backends[0]
-	if !b.askBootstrapPort() || b.bootstrapPort.Load() != 9123 {
-		t.Fatalf("got bootstrap port %d; want 9123", b.bootstrapPort.Load())
+	if err := srv.registry.Refresh(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if st := srv.registry.State(0); st.Port != 9123 || st.PortSource != "server_info" {
+		t.Fatalf("got bootstrap port %d from %s; want 9123 from server_info", st.Port, st.PortSource)
 	}
 	if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
 		t.Fatalf("got %d %s", r.status, r.body)
@@ -194,8 +197,8 @@ func TestUnknownBootstrapPortIsNull(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Prefill[0].BootstrapPort = 0
 	srv := h.start(cfg)
-	if !srv.prefills.backends[0].askBootstrapPort() {
-		t.Fatalf("the prefill's /server_info was not read")
+	if err := srv.registry.Refresh(context.Background(), 0); err == nil {
+		t.Fatalf("the registry reached a bootstrap server that does not exist")
 	}
 	h.post("/generate", `{"text": "a"}`)
 	if port := <-got; port != "null" {

@@ -23,11 +23,19 @@ type exchange struct {
 	start time.Time
 	refs  atomic.Int32
 
-	// body is the client body with the bootstrap fields spliced in. Both
-	// calls send it with SetBodyRaw, so it must stay untouched until both
-	// have finished: the reference count guarantees that.
-	body      []byte
-	rooms     []uint64
+	// body is the client body with the bootstrap fields spliced in, as the
+	// decode gets it; prefillBody is the prefill's when a DP-rank plan makes
+	// it differ, else empty. The calls send them with SetBodyRaw, so they
+	// must stay untouched until both calls have finished: the reference
+	// count guarantees that.
+	body        []byte
+	prefillBody []byte
+	rooms       []uint64
+	// plan is the request's prefill DP-rank placement.
+	plan dpPlan
+	// coldRetry allows one more attempt when the decode says it has not
+	// cached the prefill's info (see warm.go).
+	coldRetry bool
 	requestID []byte
 	// merge is set when the client asked for logprobs (or routed experts)
 	// that only the prefill computes, and the answers must be merged.
@@ -111,6 +119,9 @@ func (x *exchange) unref() {
 	if cap(x.body) > maxPooledBuffer {
 		x.body = nil
 	}
+	if cap(x.prefillBody) > maxPooledBuffer {
+		x.prefillBody = nil
+	}
 	if cap(x.scratch) > maxPooledBuffer {
 		x.scratch = nil
 	}
@@ -148,63 +159,109 @@ func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []
 		rt.observe(fasthttp.StatusServiceUnavailable, s.cfg.Now().Sub(start))
 		return
 	}
-	x := s.acquireExchange()
-	s.live.Add(1)
-	x.refs.Store(3)
-	x.rt, x.start = rt, start
-	x.requestID = append(x.requestID[:0], requestID...)
-	x.merge = info.HasReturnLogprob || info.HasReturnRoutedExperts
-	if err := x.inject(ctx.PostBody(), info, p); err != nil {
-		// Parse accepted the body, so Append must too.
-		panic("BUG: cannot inject bootstrap fields into a parsed body: " + err.Error())
-	}
 	deadline := start.Add(s.cfg.RequestTimeout)
-	x.prefill.prepare(ctx, p, x.body, deadline, requestID)
-	x.decode.prepare(ctx, d, x.body, deadline, requestID)
-	if info.Stream {
-		x.relay.mergeLogprobs = info.ReturnLogprob
-		x.serveStream(ctx)
-		return
+	for attempt := 0; ; attempt++ {
+		plan, aerr := s.planDP(info, rt, p, d, deadline)
+		if aerr != nil {
+			s.writeError(ctx, aerr.status, aerr.reason, aerr.msg)
+			rt.observe(aerr.status, s.cfg.Now().Sub(start))
+			return
+		}
+		x := s.acquireExchange()
+		s.live.Add(1)
+		x.refs.Store(3)
+		x.rt, x.start, x.plan = rt, start, plan
+		x.coldRetry = attempt == 0 && s.warm != nil
+		x.requestID = append(x.requestID[:0], requestID...)
+		x.merge = info.HasReturnLogprob || info.HasReturnRoutedExperts
+		x.inject(ctx.PostBody(), info, p)
+		x.prefill.prepare(ctx, p, x.prefillSends(), deadline, requestID)
+		x.decode.prepare(ctx, d, x.body, deadline, requestID)
+		var answered bool
+		if info.Stream {
+			x.relay.mergeLogprobs = info.ReturnLogprob
+			answered = x.serveStream(ctx)
+		} else {
+			answered = x.serveBuffered(ctx)
+		}
+		if answered {
+			return
+		}
+		// The decode had not cached the prefill's info: it restarted, or a
+		// warm-up missed it. Warm the pair and send the request again.
+		s.coldRetries.Inc()
+		s.warm.pair(p, d).markCold()
 	}
-	x.serveBuffered(ctx)
 }
 
-// inject draws the rooms and splices the bootstrap fields into x.body.
-func (x *exchange) inject(body []byte, info bootstrap.Request, p *Backend) error {
+// inject draws the rooms and splices the bootstrap fields, and the DP-rank
+// fields of x.plan, into the bodies.
+func (x *exchange) inject(body []byte, info bootstrap.Request, p *Backend) {
 	batch := x.rt.batch && info.Batch >= 0
 	n := 1
 	if batch {
 		n = info.Batch
 	}
-	x.rooms = x.rooms[:0]
-	for range n {
-		x.rooms = append(x.rooms, x.s.newRoom())
-	}
+	x.rooms = x.plan.rooms(x.rooms, n, x.s.newRoom)
 	f := bootstrap.Fields{
 		Host:  p.bootstrapHost,
-		Port:  int(p.bootstrapPort.Load()),
+		Port:  x.s.bootstrapPort(p),
 		Rooms: x.rooms,
 		Batch: batch,
 	}
-	var err error
-	x.body, err = bootstrap.Append(x.body[:0], body, f)
-	return err
+	x.prefillBody = x.prefillBody[:0]
+	if x.plan.hint {
+		f.PrefillDPRank = bootstrap.DPRank{Set: true, Rank: x.plan.rank}
+		x.body = mustAppend(x.body[:0], body, f)
+		f.RoutedDPRank = f.PrefillDPRank
+		x.prefillBody = mustAppend(x.prefillBody, body, f)
+		return
+	}
+	x.body = mustAppend(x.body[:0], body, f)
 }
 
-// prepare builds the call's request from the client's: same method, URI and
-// headers (minus hop-by-hop ones), the injected body, and the request ID.
+// mustAppend is bootstrap.Append on a body Parse has accepted, which Append
+// must accept too.
+func mustAppend(dst, body []byte, f bootstrap.Fields) []byte {
+	out, err := bootstrap.Append(dst, body, f)
+	if err != nil {
+		panic("BUG: cannot inject bootstrap fields into a parsed body: " + err.Error())
+	}
+	return out
+}
+
+// prefillSends is the body the prefill call sends.
+func (x *exchange) prefillSends() []byte {
+	if len(x.prefillBody) > 0 {
+		return x.prefillBody
+	}
+	return x.body
+}
+
+// prepare builds the call's request from the client's: same URI and
+// headers (minus hop-by-hop ones), the given body and the request ID.
 func (c *call) prepare(ctx *fasthttp.RequestCtx, b *Backend, body []byte, deadline time.Time, requestID []byte) {
-	c.backend = b
-	c.deadline = deadline
 	ctx.Request.Header.CopyTo(&c.req.Header)
 	stripHopHeaders(&c.req.Header)
 	// pdlb reads and merges answers, so they must come uncompressed.
 	c.req.Header.Del(fasthttp.HeaderAcceptEncoding)
+	c.target(b, ctx.Request.RequestURI(), body, deadline, requestID)
+}
+
+// target points the call at b: a POST of body to uri, by deadline.
+func (c *call) target(b *Backend, uri, body []byte, deadline time.Time, requestID []byte) {
+	c.backend = b
+	c.deadline = deadline
+	c.req.Header.SetMethod(fasthttp.MethodPost)
+	c.req.SetRequestURIBytes(uri)
+	c.req.Header.SetContentTypeBytes(contentTypeJSON)
 	c.req.Header.SetBytesKV(headerRequestID, requestID)
 	c.req.Header.SetHost(b.addr)
 	c.req.SetBodyRaw(body)
 	c.req.SetUserValue(callKey{}, c)
 }
+
+var contentTypeJSON = []byte("application/json")
 
 // run performs the call and, if it failed, cancels its peer: a prefill that
 // failed will never send the KV cache the decode waits for, and a decode that
@@ -216,9 +273,18 @@ func (c *call) run() {
 	c.err = b.hc.Do(&c.req, &c.resp)
 	c.cancel.end()
 	b.inflight.Add(-1)
+	if c == &c.x.prefill {
+		c.x.plan.release()
+	}
 	if c.err != nil || c.resp.StatusCode() >= fasthttp.StatusBadRequest {
-		if c.cancel.err() == nil && (c.err != nil || c.resp.StatusCode() >= fasthttp.StatusInternalServerError) {
+		own := c.cancel.err() == nil
+		if own && (c.err != nil || c.resp.StatusCode() >= fasthttp.StatusInternalServerError) {
 			b.errors.Inc()
+		}
+		if own && c.err != nil && !errors.Is(c.err, fasthttp.ErrTimeout) {
+			// Unreachable or dropping connections: the worker may be
+			// restarting, and come back with empty caches.
+			b.epoch.Add(1)
 		}
 		c.peer.cancel.cancel(&errPeerFailed{role: b.role, addr: b.addr})
 	}
@@ -234,17 +300,32 @@ func (c *call) handOver() bool {
 }
 
 // serveBuffered answers a non-stream request: the decode call runs on the
-// handler's goroutine, the prefill call beside it.
-func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) {
+// handler's goroutine, the prefill call beside it. It reports false, having
+// written nothing, when the exchange should be tried again on a warmed pair.
+func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) bool {
 	go x.prefill.run()
 	x.decode.run()
 	<-x.decode.done
+	d := &x.decode
+	if d.err == nil && d.resp.StatusCode() >= fasthttp.StatusInternalServerError && x.coldPair(d.resp.Body()) {
+		// The decode's error has cancelled the prefill already.
+		x.unref()
+		return false
+	}
 	if x.merge {
 		x.waitPrefill()
 	}
 	x.respond(ctx)
 	x.finish(ctx.Response.StatusCode())
 	x.unref()
+	return true
+}
+
+// coldPair reports whether the decode's failure says it has not cached the
+// prefill's parallel info (the first-request bug, PROTOCOL.md §4) while one
+// more attempt is allowed.
+func (x *exchange) coldPair(failure []byte) bool {
+	return x.coldRetry && bytes.Contains(failure, coldPairMarker)
 }
 
 // respond writes the decode's answer, or the error that explains why there

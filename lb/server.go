@@ -35,14 +35,20 @@ type Server struct {
 	routes         map[string]*route
 	notFound       *route
 	errorsByReason [numReasons]*metrics.Counter
+	coldRetries    *metrics.Counter
 	exchanges      sync.Pool
 	// live counts exchanges not yet released: a call may outlive the
 	// client's answer, and a drain waits for it.
 	live sync.WaitGroup
 
-	// stop ends background work; bg waits for it.
-	stop      chan struct{}
-	stopOnce  sync.Once
+	// registry follows each prefill's bootstrap server; warm keeps the
+	// pairs warm, nil when warm-up is off.
+	registry *bootstrap.Registry
+	warm     *warmer
+
+	// ctx ends background work when Shutdown cancels it; bg waits for it.
+	ctx       context.Context
+	cancel    context.CancelFunc
 	startOnce sync.Once
 	bg        sync.WaitGroup
 }
@@ -59,18 +65,23 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		log:     log.With().Str("component", "lb").Logger(),
 		ms:      metrics.NewSet(),
 		newRoom: cfg.NewRoom,
-		stop:    make(chan struct{}),
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if s.newRoom == nil {
 		s.newRoom = bootstrap.NewRoom
 	}
 	for r := range numReasons {
 		s.errorsByReason[r] = s.ms.NewCounter(fmt.Sprintf(`pdlb_request_errors_total{reason=%q}`, r))
 	}
+	s.coldRetries = s.ms.NewCounter(`pdlb_cold_pair_retries_total`)
 	if err := s.buildPools(); err != nil {
 		return nil, err
 	}
 	s.buildRoutes()
+	s.buildRegistry(log)
+	if !cfg.NoPrewarm {
+		s.warm = newWarmer(s)
+	}
 	s.srv = &fasthttp.Server{
 		Handler:              s.handle,
 		ErrorHandler:         s.handleParseError,
@@ -87,17 +98,16 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 
 func (s *Server) buildPools() error {
 	s.prefills = &Pool{role: rolePrefill, policy: s.cfg.PrefillPolicy}
-	for _, p := range s.cfg.Prefill {
-		b, err := newBackend(rolePrefill, p.URL, &s.cfg, s.ms, s.log)
+	for i, p := range s.cfg.Prefill {
+		b, err := newBackend(rolePrefill, i, p.URL, &s.cfg, s.ms, s.log)
 		if err != nil {
 			return fmt.Errorf("invalid prefill URL: %w", err)
 		}
-		b.bootstrapPort.Store(int32(p.BootstrapPort))
 		s.prefills.backends = append(s.prefills.backends, b)
 	}
 	s.decodes = &Pool{role: roleDecode, policy: s.cfg.DecodePolicy}
-	for _, d := range s.cfg.Decode {
-		b, err := newBackend(roleDecode, d, &s.cfg, s.ms, s.log)
+	for i, d := range s.cfg.Decode {
+		b, err := newBackend(roleDecode, i, d, &s.cfg, s.ms, s.log)
 		if err != nil {
 			return fmt.Errorf("invalid decode URL: %w", err)
 		}
@@ -113,7 +123,7 @@ func (s *Server) buildRoutes() {
 	}
 	s.routes["/flush_cache"] = newRoute(s.ms, "/flush_cache", fasthttp.MethodPost, false)
 	for _, p := range []string{"/health", "/health_generate", "/server_info", "/get_server_info",
-		"/model_info", "/get_model_info", "/v1/models", "/metrics"} {
+		"/model_info", "/get_model_info", "/v1/models", "/metrics", "/bootstrap"} {
 		s.routes[p] = newRoute(s.ms, p, fasthttp.MethodGet, false)
 	}
 	s.notFound = newRoute(s.ms, "other", "", false)
@@ -153,7 +163,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if err == nil {
 		err = s.waitExchanges(ctx)
 	}
-	s.stopOnce.Do(func() { close(s.stop) })
+	s.cancel()
 	s.bg.Wait()
 	return err
 }
@@ -174,12 +184,45 @@ func (s *Server) waitExchanges(ctx context.Context) error {
 }
 
 func (s *Server) startBackground() {
-	for _, b := range s.prefills.backends {
-		if b.bootstrapPort.Load() == 0 {
-			s.bg.Add(1)
-			go s.learnBootstrapPort(b)
-		}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		s.registry.Run(s.ctx.Done())
+	}()
+}
+
+// buildRegistry sets up the bootstrap registry of the prefills. When one
+// becomes ready or changes, its pairs are warmed (again).
+func (s *Server) buildRegistry(log zerolog.Logger) {
+	targets := make([]bootstrap.Target, len(s.prefills.backends))
+	for i, b := range s.prefills.backends {
+		targets[i] = bootstrap.Target{APIAddr: b.addr, Host: b.host, Port: s.cfg.Prefill[i].BootstrapPort}
 	}
+	s.registry = bootstrap.NewRegistry(bootstrap.Config{
+		Targets:         targets,
+		Dial:            s.cfg.Dial,
+		RefreshInterval: s.cfg.BootstrapRefresh,
+		Metrics:         s.ms,
+		Log:             log.With().Str("component", "bootstrap").Logger(),
+		Now:             s.cfg.Now,
+		OnChange: func(i int, st *bootstrap.State) {
+			if s.warm != nil && st.Ready {
+				s.warm.prewarm(i)
+			}
+		},
+	})
+}
+
+// bootstrapPort is the bootstrap_port sent for prefill p: the one given on
+// the command line or learned from its /server_info, or the default one
+// once the registry has reached it there; 0 (sent as null, as mini_lb
+// does) before.
+func (s *Server) bootstrapPort(p *Backend) int {
+	st := s.registry.State(p.index)
+	if st.PortSource == "default" && !st.Ready {
+		return 0
+	}
+	return st.Port
 }
 
 // handle routes a request. Unknown paths and wrong methods get JSON errors.

@@ -19,8 +19,9 @@ const (
 // back until the decode's first bytes: a failure before them (a dead
 // prefill, a decode error) still gets a proper HTTP error, and only once
 // tokens flow is the client committed to a 200 event stream, relayed by
-// relay after the handler returns.
-func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) {
+// relay after the handler returns. It reports false, having written nothing,
+// when the exchange should be tried again on a warmed pair.
+func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) bool {
 	d := &x.decode
 	d.stream = true
 	go x.prefill.run()
@@ -31,11 +32,10 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) {
 		x.respond(ctx)
 		x.finish(ctx.Response.StatusCode())
 		x.unref()
-		return
+		return true
 	}
 	if d.resp.StatusCode() != fasthttp.StatusOK || !isEventStream(d.resp.Header.ContentType()) {
-		x.respondBufferedStream(ctx)
-		return
+		return x.respondBufferedStream(ctx)
 	}
 	if err := x.relay.prime(d.resp.BodyStream()); err != nil {
 		d.release <- false
@@ -49,7 +49,15 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) {
 		}
 		x.finish(ctx.Response.StatusCode())
 		x.unref()
-		return
+		return true
+	}
+	if x.coldPair(x.relay.buf[:x.relay.end]) {
+		// SGLang streams the failure as the first event of a 200 stream.
+		d.release <- false
+		<-d.done
+		x.prefill.cancel.cancel(errColdPair)
+		x.unref()
+		return false
 	}
 	if x.relay.mergeLogprobs {
 		x.waitPrefill()
@@ -60,17 +68,22 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.SetContentTypeBytes(d.resp.Header.ContentType())
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
 	ctx.Response.SetBodyStream(&x.relay, -1)
+	return true
 }
 
 // respondBufferedStream answers a stream request that the decode answered
 // with something other than an event stream (an error, typically): the body
 // is read whole and passed on with the decode's status.
-func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) {
+func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) bool {
 	d := &x.decode
 	var err error
 	x.scratch, err = appendAll(x.scratch[:0], d.resp.BodyStream(), x.s.cfg.MaxResponseBodySize)
 	d.release <- err == nil
 	<-d.done
+	if err == nil && d.resp.StatusCode() >= fasthttp.StatusInternalServerError && x.coldPair(x.scratch) {
+		x.unref()
+		return false
+	}
 	if err != nil {
 		status, r, msg := classify(err, d.backend.role, d.backend.addr)
 		x.logFailure(d, msg)
@@ -82,6 +95,7 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) {
 	}
 	x.finish(ctx.Response.StatusCode())
 	x.unref()
+	return true
 }
 
 func isEventStream(contentType []byte) bool {

@@ -102,6 +102,8 @@ func (c *call) failed(err error, reused bool) (bool, error) {
 		return false, reason
 	}
 	if reused && isConnDrop(err) {
+		// The worker closed a pooled connection: it may have restarted.
+		c.backend.epoch.Add(1)
 		return true, fmt.Errorf("%w: %w", errStaleConn, err)
 	}
 	var ne net.Error

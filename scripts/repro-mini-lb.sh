@@ -5,7 +5,10 @@
 #
 # Against real servers, start them as the report does and pass their URLs:
 #   PREFILL_URL=http://127.0.0.1:30000 DECODE_URL=http://127.0.0.1:30010 scripts/repro-mini-lb.sh
-# Without URLs it starts fake servers first.
+# Without URLs it starts fake servers first: --dp 4 on both sides, the
+# decode behaving as SGLang did before PR #22990. The script exits 0 when
+# the very first request succeeds. PDLB_ARGS adds flags to pdlb's line:
+# PDLB_ARGS=--no-prewarm shows the failure mini_lb gets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -16,14 +19,15 @@ if [[ -z "${PREFILL_URL:-}" || -z "${DECODE_URL:-}" ]]; then
 	PREFILL_URL=http://127.0.0.1:$((base + 1))
 	DECODE_URL=http://127.0.0.1:$((base + 2))
 	start "fake workers" "$(mktemp)" "$PDLB" fake --prefill "${PREFILL_URL#http://}" \
-		--decode "${DECODE_URL#http://}" --bootstrap-port $((base + 998)) --dp-size 4
+		--decode "${DECODE_URL#http://}" --bootstrap-port $((base + 998)) --dp-size 4 --first-request-bug
 	wait_http "$PREFILL_URL/health"
 	port=$base
 fi
 
+# shellcheck disable=SC2086 # PDLB_ARGS is a list of flags
 start "pdlb" "$(mktemp)" "$PDLB" --mini-lb --pd-disaggregation \
 	--prefill "$PREFILL_URL" --decode "$DECODE_URL" \
-	--host 0.0.0.0 --port "$port"
+	--host 0.0.0.0 --port "$port" ${PDLB_ARGS:-}
 wait_http "http://127.0.0.1:$port/health"
 
 # The very first request carries disagg_prefill_dp_rank.

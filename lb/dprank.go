@@ -1,0 +1,165 @@
+package lb
+
+import (
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bootstrap"
+)
+
+// Prefill DP-rank policies (--prefill-dp-policy).
+const (
+	// DPPolicyOff leaves DP ranks to the client and the workers, as mini_lb.
+	DPPolicyOff = "off"
+	// DPPolicyRoundRobin cycles through a prefill's DP ranks.
+	DPPolicyRoundRobin = "round_robin"
+	// DPPolicyLeastInflight picks the prefill DP rank with the fewest of
+	// pdlb's requests in flight.
+	DPPolicyLeastInflight = "least_inflight"
+)
+
+// DPPolicies lists the prefill DP-rank policies.
+var DPPolicies = []string{DPPolicyOff, DPPolicyRoundRobin, DPPolicyLeastInflight}
+
+// dpPlan is where a request's KV cache lives on the prefill side
+// (PROTOCOL.md §5). When rank is set, the room is drawn so that
+// room % size == rank, which keeps SGLang's follow_bootstrap_room placement
+// and the DP-rank fields in agreement; with hint, the prefill is sent
+// routed_dp_rank and disagg_prefill_dp_rank, and the decode
+// disagg_prefill_dp_rank, all equal to rank.
+type dpPlan struct {
+	rank int // -1 when the plan places nothing
+	size int
+	hint bool
+	// load counts the request against its rank until the prefill call ends.
+	load *rankLoad
+}
+
+var noPlan = dpPlan{rank: -1}
+
+// rankLoad is pdlb's view of one prefill's DP ranks for one registry
+// generation: requests in flight per rank, and the round-robin cursor.
+type rankLoad struct {
+	generation uint64
+	next       atomic.Uint32
+	inflight   []atomic.Int32
+}
+
+// answerError is an answer pdlb gives instead of forwarding a request.
+type answerError struct {
+	status int
+	reason reason
+	msg    string
+}
+
+// planDP places a request on a prefill DP rank: the client's own
+// disagg_prefill_dp_rank (checked against the prefill's dp_size, which
+// SGLang never does), else the --prefill-dp-policy's choice, else the
+// client's routed_dp_rank, to which the room is aligned so that the prefill
+// does not find a follow_bootstrap_room conflict. A plan that tells the
+// decode a rank waits for the pair's warm-up (see warm.go).
+func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadline time.Time) (dpPlan, *answerError) {
+	hinted := info.PrefillDPRank.Set
+	if hinted && info.PrefillDPRank.Rank < 0 {
+		return noPlan, rankOutOfRange(info.PrefillDPRank.Rank, -1, p)
+	}
+	st := s.registry.State(p.index)
+	batch := rt.batch && info.Batch >= 0
+	wantsPolicy := !hinted && !batch && s.cfg.PrefillDPPolicy != DPPolicyOff && st.Ready && st.Info.DPSize > 1
+	if (hinted || wantsPolicy) && s.warm != nil {
+		if err := s.warm.ensure(s.warm.pair(p, d), deadline); err != nil {
+			if !hinted {
+				// The policy is an optimisation: without a warm pair, fall
+				// back to mini_lb's placement rather than fail.
+				return noPlan, nil
+			}
+			return noPlan, &answerError{fasthttp.StatusServiceUnavailable, reasonNotWarm, err.Error()}
+		}
+		st = s.registry.State(p.index)
+	}
+	size := 0
+	if st.Ready {
+		size = st.Info.DPSize
+	}
+	switch {
+	case hinted:
+		r := info.PrefillDPRank.Rank
+		if size > 0 && r >= size {
+			return noPlan, rankOutOfRange(r, size, p)
+		}
+		return dpPlan{rank: r, size: size, hint: true}, nil
+	case wantsPolicy && st.Ready && st.Info.DPSize > 1:
+		load := p.rankLoad(st)
+		r := s.pickRank(load)
+		load.inflight[r].Add(1)
+		return dpPlan{rank: r, size: size, hint: true, load: load}, nil
+	case info.RoutedDPRank.Set && size > 1 && info.RoutedDPRank.Rank >= 0 && info.RoutedDPRank.Rank < size:
+		return dpPlan{rank: info.RoutedDPRank.Rank, size: size}, nil
+	}
+	return noPlan, nil
+}
+
+func rankOutOfRange(rank, size int, p *Backend) *answerError {
+	valid := "[0, dp_size)"
+	if size > 0 {
+		valid = "[0, " + strconv.Itoa(size) + ")"
+	}
+	return &answerError{fasthttp.StatusBadRequest, reasonInvalidRequest,
+		"disagg_prefill_dp_rank=" + strconv.Itoa(rank) + " out of range " + valid + " for prefill " + p.url}
+}
+
+// rankLoad returns b's per-rank load for the registry state st, starting a
+// fresh one when the prefill's DP layout may have changed.
+func (b *Backend) rankLoad(st *bootstrap.State) *rankLoad {
+	for {
+		cur := b.ranks.Load()
+		if cur != nil && cur.generation == st.Generation && len(cur.inflight) == st.Info.DPSize {
+			return cur
+		}
+		fresh := &rankLoad{generation: st.Generation, inflight: make([]atomic.Int32, st.Info.DPSize)}
+		if b.ranks.CompareAndSwap(cur, fresh) {
+			return fresh
+		}
+	}
+}
+
+// pickRank chooses a DP rank by the policy.
+func (s *Server) pickRank(l *rankLoad) int {
+	n := len(l.inflight)
+	start := int(l.next.Add(1)-1) % n
+	if s.cfg.PrefillDPPolicy == DPPolicyRoundRobin {
+		return start
+	}
+	best := start
+	for i := 1; i < n; i++ {
+		r := (start + i) % n
+		if l.inflight[r].Load() < l.inflight[best].Load() {
+			best = r
+		}
+	}
+	return best
+}
+
+// rooms fills rooms with n fresh rooms placed on the plan's rank.
+func (pl *dpPlan) rooms(rooms []uint64, n int, newRoom func() uint64) []uint64 {
+	rooms = rooms[:0]
+	for range n {
+		room := newRoom()
+		if pl.rank >= 0 && pl.size > 1 {
+			room = bootstrap.AlignRoom(room, pl.size, pl.rank)
+		}
+		rooms = append(rooms, room)
+	}
+	return rooms
+}
+
+// release ends the request's claim on its rank.
+func (pl *dpPlan) release() {
+	if pl.load != nil {
+		pl.load.inflight[pl.rank].Add(-1)
+		pl.load = nil
+	}
+}

@@ -1,0 +1,268 @@
+package lb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bootstrap"
+)
+
+// SGLang decodes between 2026-03-18 and PR #22990 fail every request that
+// carries disagg_prefill_dp_rank until a request without it has made them
+// cache the prefill's parallel info (PROTOCOL.md §4; each decode DP rank has
+// a cache of its own). The warmer sends that request itself: one tiny
+// generation per decode DP rank through each prefill × decode pair, at
+// startup and whenever the pair may have gone cold: the prefill came back or
+// changed (a new registry generation), or the decode dropped connections
+// (a new epoch, as after a restart). A request that tells a decode a prefill
+// DP rank waits for its pair to be warm.
+
+// coldPairMarker is how an affected decode says it has not cached the
+// prefill's info.
+var coldPairMarker = []byte("is healthy before, but now it is down")
+
+// warmupBody is the tiny generation that makes a decode cache a prefill's
+// info: no DP-rank hint, one token.
+const warmupBody = `{"input_ids":[1],"sampling_params":{"max_new_tokens":1,"temperature":0}}`
+
+// warmer keeps the pairs warm. It is nil when warm-up is turned off.
+type warmer struct {
+	s       *Server
+	pairs   [][]*pair // [prefill index][decode index]
+	timeout time.Duration
+
+	ok, failed *metrics.Counter
+}
+
+// pair is the warm-up state of one prefill × decode pair.
+type pair struct {
+	p, d *Backend
+	// warmth is what the pair was last warmed for; nil when cold.
+	warmth atomic.Pointer[warmth]
+
+	mu      sync.Mutex
+	running chan struct{} // closed when the running warm-up ends; nil if none runs
+	lastErr error
+}
+
+// warmth records a successful warm-up.
+type warmth struct {
+	generation uint64 // the prefill's registry generation
+	epoch      uint64 // the decode's connection epoch
+	at         time.Time
+}
+
+func newWarmer(s *Server) *warmer {
+	w := &warmer{
+		s:       s,
+		timeout: s.cfg.WarmupTimeout,
+		ok:      s.ms.NewCounter(`pdlb_warmups_total{result="ok"}`),
+		failed:  s.ms.NewCounter(`pdlb_warmups_total{result="failed"}`),
+	}
+	for _, p := range s.prefills.backends {
+		row := make([]*pair, len(s.decodes.backends))
+		for j, d := range s.decodes.backends {
+			row[j] = &pair{p: p, d: d}
+		}
+		w.pairs = append(w.pairs, row)
+	}
+	s.ms.NewGauge(`pdlb_warm_pairs`, func() float64 {
+		n := 0
+		for _, row := range w.pairs {
+			for _, pr := range row {
+				if w.isWarm(pr) {
+					n++
+				}
+			}
+		}
+		return float64(n)
+	})
+	return w
+}
+
+func (w *warmer) pair(p, d *Backend) *pair { return w.pairs[p.index][d.index] }
+
+// isWarm reports whether pr was warmed for the prefill and decode as they
+// are now.
+func (w *warmer) isWarm(pr *pair) bool {
+	wm := pr.warmth.Load()
+	return wm != nil && wm.generation == w.s.registry.State(pr.p.index).Generation && wm.epoch == pr.d.epoch.Load()
+}
+
+// markCold forgets that pr was warm: its decode showed it was not.
+func (pr *pair) markCold() { pr.warmth.Store(nil) }
+
+// ensure returns once pr is warm, warming it if need be (one warm-up at a
+// time per pair, shared by every request that waits), or an error when it
+// cannot be warmed by deadline or within the warm-up timeout.
+func (w *warmer) ensure(pr *pair, deadline time.Time) error {
+	wait := time.NewTimer(min(time.Until(deadline), w.timeout))
+	defer wait.Stop()
+	// Twice at most: the pair may go cold again while a warm-up runs.
+	for range 2 {
+		if w.isWarm(pr) {
+			return nil
+		}
+		select {
+		case <-w.start(pr):
+		case <-wait.C:
+			return fmt.Errorf("pair prefill %s × decode %s is not warm yet; retry later", pr.p.url, pr.d.url)
+		}
+		pr.mu.Lock()
+		err := pr.lastErr
+		pr.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("cannot warm pair prefill %s × decode %s: %w", pr.p.url, pr.d.url, err)
+		}
+	}
+	if w.isWarm(pr) {
+		return nil
+	}
+	return fmt.Errorf("pair prefill %s × decode %s keeps going cold", pr.p.url, pr.d.url)
+}
+
+// start starts a warm-up of pr unless one runs, and returns the channel
+// closed when it ends.
+func (w *warmer) start(pr *pair) <-chan struct{} {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.running != nil {
+		return pr.running
+	}
+	done := make(chan struct{})
+	pr.running = done
+	w.s.bg.Add(1)
+	go func() {
+		defer w.s.bg.Done()
+		err := w.warm(pr)
+		pr.mu.Lock()
+		pr.lastErr, pr.running = err, nil
+		pr.mu.Unlock()
+		close(done)
+	}()
+	return done
+}
+
+// prewarm starts warming every pair of prefill i.
+func (w *warmer) prewarm(i int) {
+	for _, pr := range w.pairs[i] {
+		if !w.isWarm(pr) {
+			w.start(pr)
+		}
+	}
+}
+
+// warm sends the warm-up generation through pr for each DP rank of its
+// decode, once the prefill's bootstrap server is ready.
+func (w *warmer) warm(pr *pair) error {
+	ctx, cancel := context.WithTimeout(w.s.ctx, w.timeout)
+	defer cancel()
+	st, err := w.s.registry.WaitReady(ctx, pr.p.index)
+	if err != nil {
+		w.failed.Inc()
+		return fmt.Errorf("bootstrap server of prefill %s not ready: %s", pr.p.url, w.s.registry.State(pr.p.index).Err)
+	}
+	epoch := pr.d.epoch.Load()
+	ranks := pr.d.learnDPSize(ctx)
+	deadline, _ := ctx.Deadline()
+	for r := range ranks {
+		if err := w.generate(pr, st, r, ranks > 1, deadline); err != nil {
+			w.failed.Inc()
+			pr.d.log.Warn().Str("prefill", pr.p.addr).Int("decode_dp_rank", r).Err(err).Msg("pair warm-up failed")
+			return err
+		}
+	}
+	pr.warmth.Store(&warmth{generation: st.Generation, epoch: epoch, at: w.s.cfg.Now()})
+	w.ok.Inc()
+	pr.d.log.Info().Str("prefill", pr.p.addr).Int("decode_dp_ranks", ranks).Msg("pair warmed")
+	return nil
+}
+
+// generate sends the warm-up body through the pair, to decode DP rank
+// decodeRank when routed, and reports whether the decode answered 200.
+func (w *warmer) generate(pr *pair, st *bootstrap.State, decodeRank int, routed bool, deadline time.Time) error {
+	s := w.s
+	x := s.acquireExchange()
+	s.live.Add(1)
+	x.refs.Store(3)
+	x.rt = s.routes["/generate"]
+	x.requestID = append(x.requestID[:0], "pdlb-warmup"...)
+	x.rooms = append(x.rooms[:0], s.newRoom())
+	f := bootstrap.Fields{Host: pr.p.bootstrapHost, Port: st.Port, Rooms: x.rooms}
+	x.prefillBody = mustAppend(x.prefillBody[:0], []byte(warmupBody), f)
+	x.body = x.body[:0]
+	if routed {
+		f.RoutedDPRank = bootstrap.DPRank{Set: true, Rank: decodeRank}
+		x.body = mustAppend(x.body, []byte(warmupBody), f)
+	} else {
+		x.body = append(x.body, x.prefillBody...)
+	}
+	uri := []byte("/generate")
+	x.prefill.target(pr.p, uri, x.prefillBody, deadline, x.requestID)
+	x.decode.target(pr.d, uri, x.body, deadline, x.requestID)
+	go x.prefill.run()
+	x.decode.run()
+	<-x.decode.done
+	d := &x.decode
+	var err error
+	switch {
+	case d.err != nil:
+		_, _, msg := d.describe()
+		err = errors.New(msg)
+	case d.resp.StatusCode() != fasthttp.StatusOK:
+		_, _, msg := d.describe()
+		err = errors.New(msg)
+	}
+	x.unref()
+	return err
+}
+
+// learnDPSize reads the decode's dp_size from its /server_info; 1 when it
+// does not say.
+func (b *Backend) learnDPSize(ctx context.Context) int {
+	timeout := controlTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	a := b.get(fasthttp.MethodGet, "/server_info", timeout)
+	n := 1
+	if v := gjson.GetBytes(a.body, "dp_size"); a.ok() && v.Type == gjson.Number && v.Int() > 1 && v.Int() <= 1024 {
+		n = int(v.Int())
+	}
+	b.dpSize.Store(int32(n))
+	return n
+}
+
+// pairStatus is one pair's line in /bootstrap.
+type pairStatus struct {
+	Decode   string     `json:"decode"`
+	Warm     bool       `json:"warm"`
+	WarmedAt *time.Time `json:"warmed_at,omitempty"`
+	Error    string     `json:"error,omitempty"`
+}
+
+func (w *warmer) status(i int) []pairStatus {
+	out := make([]pairStatus, 0, len(w.pairs[i]))
+	for _, pr := range w.pairs[i] {
+		ps := pairStatus{Decode: pr.d.url, Warm: w.isWarm(pr)}
+		if wm := pr.warmth.Load(); wm != nil {
+			at := wm.at
+			ps.WarmedAt = &at
+		}
+		pr.mu.Lock()
+		if pr.lastErr != nil {
+			ps.Error = pr.lastErr.Error()
+		}
+		pr.mu.Unlock()
+		out = append(out, ps)
+	}
+	return out
+}

@@ -1,0 +1,196 @@
+package lb
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bench/fake"
+)
+
+// seedRequest is the first request of the report behind SGLang PR #22990:
+// through mini_lb it fails on a freshly started affected decode.
+const seedRequest = `{"text": "Hello World How are you?", "sampling_params": {"max_new_tokens": 128, "temperature": 0.0}, "stream": false, "routed_dp_rank": 0, "disagg_prefill_dp_rank": 0}`
+
+// dpPair starts the seed's topology: a prefill and a decode with --dp 4,
+// the decode affected by the first-request bug.
+func (h *harness) dpPair() (p, d *fake.Server) {
+	h.t.Helper()
+	return h.pair(fake.Config{DPSize: 4, Tokens: 4}, fake.Config{DPSize: 4, Tokens: 4, FirstRequestBug: true})
+}
+
+func TestSeedRequestFailsWithoutWarmup(t *testing.T) {
+	h := newHarness(t)
+	_, d := h.dpPair()
+	h.start(defaultConfig())
+	r := h.post("/generate", seedRequest)
+	if r.status != fasthttp.StatusInternalServerError || !strings.Contains(string(r.body), "is healthy before, but now it is down") {
+		t.Fatalf("got %d %s; want the decode's first-request failure, as through mini_lb", r.status, r.body)
+	}
+	if n := d.Stats().FirstRequestFailures; n != 1 {
+		t.Fatalf("the decode counted %d first-request failures; want 1", n)
+	}
+}
+
+func TestSeedRequestSucceedsFirstTime(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		h := newHarness(t)
+		_, d := h.dpPair()
+		h.start(warmConfig())
+		body := seedRequest
+		if stream {
+			body = strings.Replace(body, `"stream": false`, `"stream": true`, 1)
+			s := h.openStream("/generate", body)
+			if events := append([]string{s.next()}, s.rest()...); s.status != fasthttp.StatusOK || events[len(events)-1] != "data: [DONE]\n\n" {
+				t.Fatalf("got %d %q", s.status, events)
+			}
+		} else if r := h.post("/generate", body); r.status != fasthttp.StatusOK {
+			t.Fatalf("got %d %s; want the seed request to succeed the first time", r.status, r.body)
+		}
+		if n := d.Stats().FirstRequestFailures; n != 0 {
+			t.Fatalf("the decode failed %d requests; the warm-up must come first", n)
+		}
+	}
+}
+
+// A decode that restarts has empty caches again while pdlb runs on: the
+// seed request must still succeed.
+func TestSeedRequestSucceedsAfterDecodeRestart(t *testing.T) {
+	h := newHarness(t)
+	h.dpPair()
+	h.start(warmConfig())
+	if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
+		t.Fatalf("before the restart: got %d %s", r.status, r.body)
+	}
+	for round := range 2 {
+		if err := h.decode.Close(); err != nil {
+			t.Fatal(err)
+		}
+		h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
+		if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
+			t.Fatalf("after restart %d: got %d %s", round+1, r.status, r.body)
+		}
+	}
+}
+
+func TestPrefillDPRankOutOfRange(t *testing.T) {
+	h := newHarness(t)
+	p, d := h.dpPair()
+	h.start(warmConfig())
+	h.post("/generate", seedRequest) // the pair is warm from here on
+	served := p.Stats().GenerateRequests + d.Stats().GenerateRequests
+	for _, rank := range []string{"4", "-1", "99"} {
+		r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": `+rank+`}`)
+		msg := gjson.GetBytes(r.body, "error.message").String()
+		if r.status != fasthttp.StatusBadRequest || !strings.Contains(msg, "disagg_prefill_dp_rank="+rank+" out of range [0, ") {
+			t.Fatalf("rank %s: got %d %s; want a 400 naming the range", rank, r.status, r.body)
+		}
+		if rank != "-1" && !strings.Contains(msg, "[0, 4)") {
+			t.Fatalf("rank %s: got %q; want the range [0, 4)", rank, msg)
+		}
+	}
+	r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": "0"}`)
+	if r.status != fasthttp.StatusBadRequest || !strings.Contains(string(r.body), "must be an integer rank") {
+		t.Fatalf("got %d %s; want a 400 for a non-integer rank", r.status, r.body)
+	}
+	if n := p.Stats().GenerateRequests + d.Stats().GenerateRequests - served; n != 0 {
+		t.Fatalf("%d bad requests reached the workers", n)
+	}
+}
+
+func TestPrefillDPPolicySharesRanks(t *testing.T) {
+	for _, policy := range []string{DPPolicyRoundRobin, DPPolicyLeastInflight} {
+		t.Run(policy, func(t *testing.T) {
+			h := newHarness(t)
+			p, d := h.dpPair()
+			cfg := warmConfig()
+			cfg.PrefillDPPolicy = policy
+			h.start(cfg)
+			// Once the seed request is answered, the warm-up is over.
+			if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
+				t.Fatalf("got %d %s", r.status, r.body)
+			}
+			before := p.Stats().RankRequests
+			for range 40 {
+				if r := h.post("/v1/completions", `{"prompt": "a", "max_tokens": 2}`); r.status != fasthttp.StatusOK {
+					t.Fatalf("got %d %s", r.status, r.body)
+				}
+			}
+			after := p.Stats().RankRequests
+			for rank := range after {
+				got := after[rank] - before[rank]
+				// least_inflight may skip a rank whose prefill call is
+				// still finishing when the next request comes.
+				if policy == DPPolicyRoundRobin && got != 10 || got == 0 {
+					t.Fatalf("prefill rank %d served %d of 40 requests (%v → %v)", rank, got, before, after)
+				}
+			}
+			if n := p.Stats().DPConflicts + d.Stats().FirstRequestFailures; n != 0 {
+				t.Fatalf("%d conflicts or first-request failures", n)
+			}
+		})
+	}
+}
+
+// A client's own routed_dp_rank reaches both workers as with mini_lb, but the
+// room is drawn to match it, so the prefill finds no conflict.
+func TestClientRoutedDPRankGetsAMatchingRoom(t *testing.T) {
+	h := newHarness(t)
+	p, _ := h.dpPair()
+	h.start(warmConfig())
+	h.waitBootstrap()
+	for range 8 {
+		if r := h.post("/generate", `{"text": "a", "routed_dp_rank": 2}`); r.status != fasthttp.StatusOK {
+			t.Fatalf("got %d %s", r.status, r.body)
+		}
+	}
+	if n := p.Stats().DPConflicts; n != 0 {
+		t.Fatalf("%d follow_bootstrap_room conflicts", n)
+	}
+}
+
+func TestBootstrapRoute(t *testing.T) {
+	h := newHarness(t)
+	h.dpPair()
+	h.start(warmConfig())
+	h.post("/generate", seedRequest) // waits for the pair to be warm
+	r := h.do(fasthttp.MethodGet, "/bootstrap", "")
+	if r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	p := gjson.GetBytes(r.body, "prefills.0")
+	if !p.Get("ready").Bool() || p.Get("info.DPSize").Int() != 4 || len(p.Get("ranks").Array()) != 4 ||
+		p.Get("port").Int() != 8998 || p.Get("port_source").String() != "cli" {
+		t.Fatalf("got %s", p.Raw)
+	}
+	if pr := p.Get("pairs.0"); pr.Get("decode").String() != "http://decode-0:30010" || !pr.Get("warm").Bool() {
+		t.Fatalf("got pair %s; want the warm pair", pr.Raw)
+	}
+	m := h.do(fasthttp.MethodGet, "/metrics", "")
+	for _, want := range []string{`pdlb_bootstrap_ready{prefill="prefill-0:30000"} 1`, `pdlb_warmups_total{result="ok"} 1`, `pdlb_warm_pairs 1`} {
+		if !strings.Contains(string(m.body), want) {
+			t.Fatalf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func TestLeastInflightPicksTheIdlestRank(t *testing.T) {
+	s := &Server{cfg: Config{PrefillDPPolicy: DPPolicyLeastInflight}}
+	l := &rankLoad{inflight: make([]atomic.Int32, 4)}
+	for r, n := range []int32{3, 1, 0, 2} {
+		l.inflight[r].Store(n)
+	}
+	for range 8 {
+		if r := s.pickRank(l); r != 2 {
+			t.Fatalf("picked rank %d; want 2, the idlest", r)
+		}
+	}
+	l.inflight[2].Store(5)
+	if r := s.pickRank(l); r != 1 {
+		t.Fatalf("picked rank %d; want 1", r)
+	}
+}
