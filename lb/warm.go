@@ -114,7 +114,11 @@ func (w *warmer) ensure(pr *pair, deadline time.Time) error {
 		select {
 		case <-w.start(pr):
 		case <-wait.C:
-			return fmt.Errorf("pair prefill %s × decode %s is not warm yet; retry later", pr.p.url, pr.d.url)
+			why := "its warm-up is still running"
+			if st := w.s.registry.State(pr.p.index); !st.Ready {
+				why = "the prefill's bootstrap server is not ready: " + st.Err
+			}
+			return fmt.Errorf("pair prefill %s × decode %s is not warm yet (%s); retry later", pr.p.url, pr.d.url, why)
 		}
 		pr.mu.Lock()
 		err := pr.lastErr

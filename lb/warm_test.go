@@ -194,3 +194,53 @@ func TestLeastInflightPicksTheIdlestRank(t *testing.T) {
 		t.Fatalf("picked rank %d; want 1", r)
 	}
 }
+
+// Requests that wait for a pair share its one warm-up.
+func TestWarmupIsSingleFlight(t *testing.T) {
+	h := newHarness(t)
+	_, d := h.dpPair()
+	h.start(warmConfig())
+	const clients = 8
+	done := make(chan int, clients)
+	for range clients {
+		go func() {
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.Header.SetMethod(fasthttp.MethodPost)
+			req.SetRequestURI("http://pdlb:8000/generate")
+			req.SetBodyString(seedRequest)
+			if err := h.cl.DoTimeout(req, resp, 10*time.Second); err != nil {
+				done <- 0
+				return
+			}
+			done <- resp.StatusCode()
+		}()
+	}
+	for range clients {
+		if status := <-done; status != fasthttp.StatusOK {
+			t.Fatalf("got status %d", status)
+		}
+	}
+	// One warm-up generation per decode DP rank, then the clients'.
+	if got := d.Stats().GenerateRequests; got != clients+4 {
+		t.Fatalf("the decode served %d generations; want %d", got, clients+4)
+	}
+}
+
+// A pair that cannot be warmed gives a clear 503, not a hang.
+func TestUnwarmablePairGives503(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{DPSize: 4, RegisterDelay: time.Hour}, fake.Config{DPSize: 4, FirstRequestBug: true})
+	cfg := warmConfig()
+	cfg.WarmupTimeout = 300 * time.Millisecond
+	h.start(cfg)
+	r := h.post("/generate", seedRequest)
+	msg := gjson.GetBytes(r.body, "error.message").String()
+	if r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(msg, "prefill-0:30000") || !strings.Contains(msg, "not fully registered") {
+		t.Fatalf("got %d %s; want a 503 saying why the pair is not warm", r.status, r.body)
+	}
+	if r.took > 3*time.Second {
+		t.Fatalf("the client waited %s", r.took)
+	}
+}
