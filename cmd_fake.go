@@ -20,17 +20,18 @@ type fakeCmd struct {
 	Decode     []string `help:"Serve a fake decode on this address." placeholder:"HOST:PORT" sep:"none"`
 	Aggregated []string `help:"Serve a fake aggregated (non-disaggregated) server on this address." placeholder:"HOST:PORT" sep:"none"`
 
-	BootstrapPort   int           `help:"Bootstrap port of the first prefill; a decode substitutes it when a request's bootstrap_port is null." default:"8998"`
-	Model           string        `help:"Model name the servers report." default:"fake-model"`
-	Tokens          int           `help:"Tokens generated when a request does not say how many." default:"16"`
-	TokenDelay      time.Duration `help:"Time between two generated tokens (stream events)."`
-	PrefillDelay    time.Duration `help:"Time a prefill spends on a prompt."`
-	StartDelay      time.Duration `help:"Answer /health with 503 for this long after starting, as a loading server does."`
-	DPSize          int           `help:"Data-parallel ranks each server reports." default:"1"`
-	RegisterDelay   time.Duration `help:"A prefill's bootstrap server answers 503 'not fully registered' for this long after starting."`
-	OldBootstrapAPI bool          `help:"Answer the bootstrap /route API of SGLang before 2026-02-23."`
-	FirstRequestBug bool          `help:"Decode: fail a first request carrying disagg_prefill_dp_rank as SGLang did before PR #22990."`
-	KVTimeout       time.Duration `help:"How long either side of a KV transfer waits for the other." default:"30s"`
+	BootstrapPort        int           `help:"Bootstrap port of the first prefill; a decode substitutes it when a request's bootstrap_port is null." default:"8998"`
+	Model                string        `help:"Model name the servers report." default:"fake-model"`
+	Tokens               int           `help:"Tokens generated when a request does not say how many." default:"16"`
+	TokenDelay           time.Duration `help:"Time between two generated tokens (stream events)."`
+	PrefillDelay         time.Duration `help:"Time a prefill spends on a prompt."`
+	StartDelay           time.Duration `help:"Answer /health with 503 for this long after starting, as a loading server does."`
+	DPSize               int           `help:"Data-parallel ranks each server reports." default:"1"`
+	RegisterDelay        time.Duration `help:"A prefill's bootstrap server answers 503 'not fully registered' for this long after starting."`
+	OldBootstrapAPI      bool          `help:"Answer the bootstrap /route API of SGLang before 2026-02-23."`
+	FirstRequestBug      bool          `help:"Decode: fail a first request carrying disagg_prefill_dp_rank as SGLang did before PR #22990."`
+	DecodeConditionalAgg bool          `help:"Decode: serve requests marked do_local_prefill itself (SGLang PR #34773, --disaggregation-decode-enable-conditional-agg)."`
+	KVTimeout            time.Duration `help:"How long either side of a KV transfer waits for the other." default:"30s"`
 
 	logFlags
 }
@@ -99,6 +100,7 @@ func (c *fakeCmd) config(role fake.Role, bootstrapPort int) fake.Config {
 		RegisterDelay:   c.RegisterDelay,
 		OldBootstrapAPI: c.OldBootstrapAPI,
 		FirstRequestBug: c.FirstRequestBug,
+		ConditionalAgg:  c.DecodeConditionalAgg,
 		KVTimeout:       c.KVTimeout,
 	}
 }

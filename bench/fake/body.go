@@ -130,10 +130,12 @@ func (s *Server) appendGenerateItem(dst []byte, r *request, it *item, k int, fin
 // appendLogprobs appends meta_info's input_token_logprobs and
 // output_token_logprobs, entries [logprob, token_id, null]. A decode reports
 // only the last prompt position, as in SGLang PD the decode's list covers
-// only what it computed; so the merge of both legs' lists is visible.
+// only what it computed; so the merge of both legs' lists is visible. An
+// item the decode prefilled itself has the whole prompt's list, as on an
+// aggregated server: there is nothing to merge.
 func (s *Server) appendLogprobs(dst []byte, it *item, k int) []byte {
 	from, to := 0, it.promptTokens
-	if s.cfg.Role == RoleDecode {
+	if s.cfg.Role == RoleDecode && !it.local {
 		from = max(to-1, 0)
 	}
 	dst = append(dst, `,"input_token_logprobs":[`...)

@@ -55,8 +55,9 @@ type Config struct {
 	// TokenDelay applies.
 	TokenGate <-chan struct{}
 
-	// PrefillDelay is how long a prefill or aggregated server "computes" a
-	// prompt before its KV cache is ready. Zero means no delay.
+	// PrefillDelay is how long a prefill or aggregated server, or a decode
+	// prefilling locally (ConditionalAgg), "computes" a prompt before its KV
+	// cache is ready. Zero means no delay.
 	PrefillDelay time.Duration
 
 	// StartDelay is how long after Start /health and /health_generate
@@ -90,6 +91,15 @@ type Config struct {
 	// request without the field, on the same rank, does. False means the
 	// fixed behaviour. Other roles ignore it.
 	FirstRequestBug bool
+
+	// ConditionalAgg is a decode's
+	// --disaggregation-decode-enable-conditional-agg (SGLang PR #34773, an
+	// open draft; PROTOCOL.md §6): a /generate item marked
+	// "do_local_prefill": true is prefilled by the decode itself, taking
+	// PrefillDelay, and answered as an aggregated server answers, with no KV
+	// transfer (local.go). False means the field is ignored, as by a server
+	// without the feature. Other roles ignore it.
+	ConditionalAgg bool
 
 	// RegisterDelay is how long after Start the bootstrap server answers 503
 	// "Prefill server not fully registered yet (N workers registered)" (or

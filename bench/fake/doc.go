@@ -22,6 +22,12 @@
 // brings back the bug SGLang PR #22990 fixed in that resolution. So DP
 // fields a real deployment would reject fail here too.
 //
+// With Config.ConditionalAgg a decode stands for SGLang's draft PR #34773
+// (PROTOCOL.md §6): a /generate item marked "do_local_prefill": true is
+// prefilled by the decode itself and answered as an aggregated server
+// answers, with no KV transfer and no room needed (local.go). Without the
+// flag, and on the other roles and routes, the field is ignored.
+//
 // Servers are connected by a Network: in memory for tests
 // (fasthttputil.InmemoryListener per address, no ports) or over TCP. The
 // Network also keeps an in-process registry of prefills by bootstrap address,
@@ -34,8 +40,9 @@
 // j. A prompt counts len(input_ids) tokens, or ceil(bytes/4) (at least 1) of
 // its text, or of all message text on /v1/chat/completions. Logprobs, asked
 // with return_logprob on /generate, are -0.1 to -1.0 by position; a decode
-// reports input_token_logprobs for the last prompt token only, so a load
-// balancer's merge with the prefill's full list is visible.
+// reports input_token_logprobs for the last prompt token only (unless it
+// prefilled the item itself), so a load balancer's merge with the prefill's
+// full list is visible.
 //
 // /abort_request, and Close, end a request with a finish_reason of type
 // "abort" (no status code, HTTP 200); a failed KV transfer ends it with

@@ -76,13 +76,14 @@ func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt route) {
 }
 
 // roomless returns the first item without a bootstrap_room when the server
-// is a prefill or decode, which refuse such requests (PROTOCOL.md §4).
+// is a prefill or decode, which refuse such requests (PROTOCOL.md §4),
+// unless the decode prefills that item itself (PROTOCOL.md §6).
 func (s *Server) roomless(r *request) *item {
 	if s.cfg.Role == RoleAggregated {
 		return nil
 	}
 	for i := range r.items {
-		if !r.items[i].hasRoom {
+		if !r.items[i].hasRoom && !r.items[i].local {
 			return &r.items[i]
 		}
 	}
@@ -90,15 +91,15 @@ func (s *Server) roomless(r *request) *item {
 }
 
 // transfer does the work before the first token: a prefill computes then
-// hands its KV cache over, a decode waits for it, an aggregated server
-// computes.
+// hands its KV cache over, a decode waits for it (or computes the items it
+// prefills itself), an aggregated server computes.
 func (s *Server) transfer(r *request, c *call) *failure {
 	switch s.cfg.Role {
 	case RolePrefill:
 		return s.eachItem(r, func(it *item) *failure { return s.prefillItem(c, it) })
 	case RoleDecode:
 		deadline := r.start.Add(s.cfg.KVTimeout)
-		return s.eachItem(r, func(it *item) *failure { return s.receiveKV(c, r, it, deadline) })
+		return s.eachItem(r, func(it *item) *failure { return s.decodeItem(c, r, it, deadline) })
 	}
 	if !s.pause(c, s.cfg.PrefillDelay) {
 		return abortedAt(0)

@@ -49,6 +49,10 @@ func (s *Server) serveServerInfo(ctx *fasthttp.RequestCtx) {
 	b = strconv.AppendInt(b, int64(ep.bootPort), 10)
 	b = append(b, `,"disaggregation_transfer_backend":"mooncake","tp_size":1,"pp_size":1,"dp_size":`...)
 	b = strconv.AppendInt(b, int64(s.cfg.DPSize), 10)
+	if s.cfg.Role == RoleDecode && s.cfg.ConditionalAgg {
+		// The server arg of SGLang PR #34773, so a router can see the feature.
+		b = append(b, `,"disaggregation_decode_enable_conditional_agg":true`...)
+	}
 	b = append(b, `,"page_size":1,"load_balance_method":"round_robin","max_total_num_tokens":1048576,"internal_states":[`...)
 	for r := range s.cfg.DPSize {
 		if r > 0 {

@@ -47,9 +47,10 @@ type item struct {
 	port          int    // bootstrap_port; 0 when null
 	room          uint64
 	hasRoom       bool
-	routedDPRank  int // routed_dp_rank (or data_parallel_rank); noRank when absent
-	prefillDPRank int // disagg_prefill_dp_rank; noRank when absent
-	dpRank        int // the DP rank of this server that serves the item, set by dispatch
+	local         bool // prefilled by the decode itself (do_local_prefill, local.go)
+	routedDPRank  int  // routed_dp_rank (or data_parallel_rank); noRank when absent
+	prefillDPRank int  // disagg_prefill_dp_rank; noRank when absent
+	dpRank        int  // the DP rank of this server that serves the item, set by dispatch
 }
 
 // noRank marks an absent DP-rank field. Any integer a client sends, -1
@@ -142,7 +143,11 @@ func (s *Server) fillItem(it *item, r *request, v *fastjson.Value, p, j int) err
 	if s.cfg.Role == RoleAggregated {
 		return nil // a server without disaggregation ignores bootstrap fields
 	}
-	return fillBootstrap(it, v, p, j)
+	if err := fillBootstrap(it, v, p, j); err != nil {
+		return err
+	}
+	it.local = s.localPrefill(r.route, v, p)
+	return nil
 }
 
 // fillBootstrap reads the PD fields of prompt p, sample j.

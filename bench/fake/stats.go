@@ -32,6 +32,12 @@ type Stats struct {
 	KVTransfersOK     uint64
 	KVTransfersFailed uint64
 
+	// LocalPrefills counts request items a decode with Config.ConditionalAgg
+	// prefilled itself (do_local_prefill, PROTOCOL.md §6), once their
+	// prefill is done: aborted ones do not count. They count in neither
+	// KVTransfersOK nor KVTransfersFailed.
+	LocalPrefills uint64
+
 	// FlushCacheTimeout is the timeout query argument of the last
 	// /flush_cache, "" when it had none.
 	FlushCacheTimeout string
@@ -77,7 +83,7 @@ type counters struct {
 	generate, completions, chat                      atomic.Uint64
 	health, serverInfo, modelInfo, flush, abort      atomic.Uint64
 	other, generateRequests, rejectedNoRoom          atomic.Uint64
-	kvOK, kvFailed, aborts                           atomic.Uint64
+	kvOK, kvFailed, aborts, localPrefills            atomic.Uint64
 	bootstrapRoute, kvTransferHTTP, prefillInfoFetch atomic.Uint64
 	dpConflicts, firstRequestFailures                atomic.Uint64
 	inFlight                                         atomic.Int64
@@ -103,6 +109,7 @@ func (s *Server) Stats() Stats {
 		RejectedNoRoom:     c.rejectedNoRoom.Load(),
 		KVTransfersOK:      c.kvOK.Load(),
 		KVTransfersFailed:  c.kvFailed.Load(),
+		LocalPrefills:      c.localPrefills.Load(),
 		Aborts:             c.aborts.Load(),
 		InFlight:           c.inFlight.Load(),
 		BootstrapRoute:     c.bootstrapRoute.Load(),
