@@ -50,9 +50,14 @@ func FuzzParse(f *testing.F) {
 		case err == nil && !object:
 			t.Fatalf("Parse(%q) accepted a body that is not a JSON object", body)
 		case err == nil:
+			if r.PromptTokens < 0 || r.Batch >= 0 && r.PromptTokens != 0 {
+				t.Fatalf("Parse(%q): got PromptTokens %d for batch %d", body, r.PromptTokens, r.Batch)
+			}
+			r.PromptTokens = 0 // an estimate; TestParsePromptTokens checks it
 			if want := wantRequest(t, body); r != want {
 				t.Fatalf("Parse(%q): got %+v; want %+v", body, r, want)
 			}
+		case errors.Is(err, ErrBadDPRank):
 		case errors.Is(err, errTooDeep):
 		case object:
 			t.Fatalf("Parse(%q): unexpected error: %s", body, err)
@@ -244,7 +249,23 @@ func wantRequest(t *testing.T, body []byte) Request {
 			r.Batch = len(ids)
 		}
 	}
+	r.PrefillDPRank = wantRank(m["disagg_prefill_dp_rank"])
+	r.RoutedDPRank = wantRank(m["routed_dp_rank"])
+	if _, ok := m["routed_dp_rank"]; !ok {
+		r.RoutedDPRank = wantRank(m["data_parallel_rank"])
+	}
 	return r
+}
+
+// wantRank is a decoded DP-rank value as Parse reads it; Parse rejects the
+// values that are neither integers, lists nor null.
+func wantRank(v any) DPRank {
+	if n, ok := v.(json.Number); ok {
+		if i, err := strconv.Atoi(string(n)); err == nil {
+			return DPRank{Set: true, Rank: i}
+		}
+	}
+	return DPRank{}
 }
 
 func pyTruthy(v any) bool {

@@ -35,6 +35,12 @@ type Fields struct {
 	// deprecated alias data_parallel_rank: the DP rank of the worker that
 	// receives the body.
 	RoutedDPRank DPRank
+
+	// LocalPrefill makes a body for a decode that prefills the request
+	// itself (SGLang PR #34773): instead of the bootstrap fields, which it
+	// removes, Append writes "do_local_prefill": true. Host, Port, Rooms
+	// and Batch are then ignored.
+	LocalPrefill bool
 }
 
 // DPRank is an optional data-parallel rank. The zero value is "not given".
@@ -60,6 +66,9 @@ type DPRank struct {
 // length, when body is not a well-formed object nested at most as deeply as
 // Parse allows, or when f does not fit it.
 func Append(dst, body []byte, f Fields) ([]byte, error) {
+	if f.LocalPrefill {
+		f.Batch = false
+	}
 	if err := f.check(); err != nil {
 		return dst, fmt.Errorf("cannot append bootstrap fields: %w", err)
 	}
@@ -76,6 +85,9 @@ func Append(dst, body []byte, f Fields) ([]byte, error) {
 }
 
 func (f *Fields) check() error {
+	if f.LocalPrefill {
+		return nil
+	}
 	if !f.Batch && len(f.Rooms) != 1 {
 		return fmt.Errorf("a scalar body takes exactly one room, got %d", len(f.Rooms))
 	}
@@ -163,12 +175,18 @@ func (f *Fields) replaces(key []byte) bool {
 		return f.PrefillDPRank.Set
 	case "routed_dp_rank", "data_parallel_rank":
 		return f.RoutedDPRank.Set
+	case "do_local_prefill":
+		return f.LocalPrefill
 	}
 	return isBootstrapKey(key)
 }
 
 func (f *Fields) appendTo(dst []byte) []byte {
-	dst = f.appendBootstrap(dst)
+	if f.LocalPrefill {
+		dst = append(dst, `"do_local_prefill":true`...)
+	} else {
+		dst = f.appendBootstrap(dst)
+	}
 	if f.PrefillDPRank.Set {
 		dst = append(dst, `,"disagg_prefill_dp_rank":`...)
 		dst = strconv.AppendInt(dst, int64(f.PrefillDPRank.Rank), 10)

@@ -332,3 +332,21 @@ func TestAppendDPRanks(t *testing.T) {
 	// Nested members of those names are not touched.
 	f(`{"x":{"routed_dp_rank":1}}`, prefill, `{"x":{"routed_dp_rank":1},`+add+`,"disagg_prefill_dp_rank":0,"routed_dp_rank":0}`)
 }
+
+func TestAppendLocalPrefill(t *testing.T) {
+	f := func(body, want string) {
+		t.Helper()
+		got, err := Append(nil, []byte(body), Fields{LocalPrefill: true, Batch: true})
+		if err != nil {
+			t.Fatalf("Append(%q): unexpected error: %s", body, err)
+		}
+		if string(got) != want {
+			t.Fatalf("Append(%q):\ngot  %s\nwant %s", body, got, want)
+		}
+	}
+	f(`{}`, `{"do_local_prefill":true}`)
+	f(`{"text": "a"}`, `{"text": "a","do_local_prefill":true}`)
+	// No bootstrap field may reach the decode, and the flag appears once.
+	f(`{"bootstrap_room": 1, "text": ["a", "b"], "do_local_prefill": false, "bootstrap_host": "h"}`,
+		`{"text": ["a", "b"],"do_local_prefill":true}`)
+}

@@ -42,6 +42,13 @@ type Request struct {
 	// RoutedDPRank is the client's routed_dp_rank, or its deprecated alias
 	// data_parallel_rank, under the same rules.
 	RoutedDPRank DPRank
+
+	// PromptTokens estimates the prompt's length in tokens without a
+	// tokenizer: the number of token ids when the prompt is given as ids
+	// (input_ids, or an OpenAI prompt list of ids), else one token per four
+	// bytes of text, prompt or messages. It is 0 for a batch or a body
+	// without a prompt: unknown.
+	PromptTokens int
 }
 
 // Parse reads what routing needs from body without decoding it and without
@@ -91,6 +98,33 @@ type rawRanks struct {
 	prefill, routed []byte
 }
 
+// bytesPerToken is the rough size of a token in text: enough to tell a
+// short prompt from a long one.
+const bytesPerToken = 4
+
+// promptTokens estimates the prompt's tokens from the raw values of the
+// prompt members (nil when absent); see Request.PromptTokens.
+func promptTokens(text, inputIDs, prompt, messages []byte) (int, error) {
+	for _, v := range [][]byte{text, inputIDs, prompt, messages} {
+		if v == nil || string(v) == "null" {
+			continue
+		}
+		if v[0] != '[' || len(v) < 2 {
+			return (len(v) + bytesPerToken - 1) / bytesPerToken, nil
+		}
+		i := skipSpace(v, 1)
+		if v[i] == ']' {
+			return 0, nil
+		}
+		if v[i] == '-' || v[i] >= '0' && v[i] <= '9' {
+			n, _, err := listLen(v) // a list of token ids
+			return n, err
+		}
+		return (len(v) + bytesPerToken - 1) / bytesPerToken, nil
+	}
+	return 0, nil
+}
+
 // validate checks that body, whose nesting has been bounded, is valid JSON.
 // gjson gives the verdict, fastjson the explanation: fastjson 1.6.10 misses
 // raw control characters in a string that also holds an escape ("\x01\n"),
@@ -128,7 +162,7 @@ func scanRequest(body []byte) (Request, rawRanks, error) {
 	if err != nil {
 		return r, ranks, err
 	}
-	var text, inputIDs []byte
+	var text, inputIDs, prompt, messages []byte
 	for {
 		m, ok, err := ms.next()
 		if err != nil {
@@ -153,9 +187,16 @@ func scanRequest(body []byte) (Request, rawRanks, error) {
 			ranks.prefill = m.value
 		case fieldRoutedDPRank:
 			ranks.routed = m.value
+		case fieldPrompt:
+			prompt = m.value
+		case fieldMessages:
+			messages = m.value
 		}
 	}
-	r.Batch, err = batchSize(text, inputIDs)
+	if r.Batch, err = batchSize(text, inputIDs); err != nil || r.Batch >= 0 {
+		return r, ranks, err
+	}
+	r.PromptTokens, err = promptTokens(text, inputIDs, prompt, messages)
 	return r, ranks, err
 }
 
@@ -223,6 +264,8 @@ const (
 	fieldReturnRoutedExperts
 	fieldPrefillDPRank
 	fieldRoutedDPRank
+	fieldPrompt
+	fieldMessages
 )
 
 // maxFieldLen is the length of the longest key fieldOf recognises.
@@ -254,6 +297,10 @@ func fieldOf(key []byte) field {
 		return fieldPrefillDPRank
 	case "routed_dp_rank", "data_parallel_rank":
 		return fieldRoutedDPRank
+	case "prompt":
+		return fieldPrompt
+	case "messages":
+		return fieldMessages
 	}
 	return fieldOther
 }

@@ -13,6 +13,7 @@ func TestParse(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Parse(%q): unexpected error: %s", body, err)
 		}
+		got.PromptTokens = 0 // TestParsePromptTokens checks the estimate
 		if got != want {
 			t.Fatalf("Parse(%q): got %+v; want %+v", body, got, want)
 		}
@@ -243,4 +244,31 @@ func TestParseDPRanks(t *testing.T) {
 	if _, err := Parse([]byte(`{"routed_dp_rank": "0", }`)); !errors.Is(err, ErrNotJSON) {
 		t.Fatalf("got %v; want ErrNotJSON", err)
 	}
+}
+
+func TestParsePromptTokens(t *testing.T) {
+	f := func(body string, want int) {
+		t.Helper()
+		got, err := Parse([]byte(body))
+		if err != nil {
+			t.Fatalf("Parse(%q): unexpected error: %s", body, err)
+		}
+		if got.PromptTokens != want {
+			t.Fatalf("Parse(%q): got %d prompt tokens; want %d", body, got.PromptTokens, want)
+		}
+	}
+	f(`{}`, 0)
+	f(`{"text": null}`, 0)
+	f(`{"input_ids": [1, 2, 3, 4, 5]}`, 5)
+	f(`{"input_ids": []}`, 0)
+	f(`{"prompt": [7, 8, 9]}`, 3)
+	// About four bytes a token, quotes included.
+	f(`{"text": "Hello World How are you?"}`, 7)
+	f(`{"prompt": "hi"}`, 1)
+	f(`{"prompt": ["a long prompt", "another"]}`, 7)
+	f(`{"messages": [{"role": "user", "content": "hi"}]}`, 9)
+	f(`{"text": "`+strings.Repeat("word ", 400)+`"}`, 501)
+	// Batches are not estimated.
+	f(`{"text": ["a", "b"]}`, 0)
+	f(`{"input_ids": [[1, 2], [3]]}`, 0)
 }
