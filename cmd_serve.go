@@ -21,14 +21,19 @@ import (
 // serveCmd runs the load balancer. Flag names follow sglang_router's, so a
 // mini_lb command line works unchanged.
 type serveCmd struct {
-	Prefill prefillFlags `help:"A prefill worker URL, optionally followed by its bootstrap port or 'none'; repeat for more. Without a port pdlb asks the worker's /server_info, and sends null until it knows." placeholder:"URL [PORT]"`
-	Decode  []string     `help:"A decode worker URL; repeat for more." placeholder:"URL" sep:"none"`
-	Host    string       `help:"Address to listen on." default:"0.0.0.0"`
-	Port    int          `help:"Port to listen on." default:"30000"`
+	Prefill  prefillFlags `help:"A prefill worker URL, optionally followed by its bootstrap port or 'none'; repeat for more. Without a port pdlb asks the worker's /server_info, and sends null until it knows." placeholder:"URL [PORT]"`
+	Decode   []string     `help:"A decode worker URL; repeat for more." placeholder:"URL" sep:"none"`
+	Fallback []string     `help:"An aggregated (non-PD) SGLang worker for decode-only traffic, which gets the client's body unchanged; repeat for more." placeholder:"URL" sep:"none"`
+	Host     string       `help:"Address to listen on." default:"0.0.0.0"`
+	Port     int          `help:"Port to listen on." default:"30000"`
 
-	Policy        string `help:"How to pick a worker in each pool: random (mini_lb's), round_robin or power_of_two (fewer requests in flight of two random picks). sglang_router's other policies fall back to random with a warning." default:"random"`
-	PrefillPolicy string `help:"Policy for the prefill pool (default: --policy)."`
-	DecodePolicy  string `help:"Policy for the decode pool (default: --policy)."`
+	Policy         string `help:"How to pick a worker in each pool: random (mini_lb's), round_robin or power_of_two (fewer requests in flight of two random picks). sglang_router's other policies fall back to random with a warning." default:"random"`
+	PrefillPolicy  string `help:"Policy for the prefill pool (default: --policy)."`
+	DecodePolicy   string `help:"Policy for the decode pool (default: --policy)."`
+	FallbackPolicy string `help:"Policy for the fallback pool (default: --policy)."`
+
+	PDMinPromptTokens  int  `help:"Send prompts shorter than this many tokens (estimated: input_ids, or 4 bytes of text a token) decode-only, where a remote prefill costs more than it saves; 0 sends every prompt PD." default:"0"`
+	DecodeLocalPrefill bool `help:"Send decode-only /generate traffic to a decode with do_local_prefill (SGLang PR #34773, decode flag --disaggregation-decode-enable-conditional-agg) instead of the fallback pool."`
 
 	PrefillDPPolicy   string `help:"Pick the prefill DP rank of requests that name none: off (mini_lb's behaviour), round_robin or least_inflight. pdlb then sends the rank to both workers and draws the room to match." default:"off" enum:"off,round_robin,least_inflight"`
 	NoPrewarm         bool   `help:"Do not warm decode × prefill pairs; for decodes without SGLang's first-request bug (PR #22990)."`
@@ -67,7 +72,10 @@ func (c *serveCmd) Validate() error {
 	if c.PrometheusPort < 0 || c.PrometheusPort > 65535 {
 		return fmt.Errorf("--prometheus-port %d is not a valid port", c.PrometheusPort)
 	}
-	for _, p := range []string{c.Policy, c.PrefillPolicy, c.DecodePolicy} {
+	if c.PDMinPromptTokens < 0 {
+		return errors.New("--pd-min-prompt-tokens cannot be negative")
+	}
+	for _, p := range []string{c.Policy, c.PrefillPolicy, c.DecodePolicy, c.FallbackPolicy} {
 		if p != "" && !isPolicy(p) && !isRouterOnlyPolicy(p) {
 			return fmt.Errorf("unknown policy %q; want one of %s", p, strings.Join(lb.Policies, ", "))
 		}
@@ -90,8 +98,12 @@ func (c *serveCmd) config() (lb.Config, []string) {
 	cfg := lb.Config{
 		Prefill:            c.Prefill,
 		Decode:             c.Decode,
+		Fallback:           c.Fallback,
 		PrefillPolicy:      base,
 		DecodePolicy:       base,
+		FallbackPolicy:     base,
+		PDMinPromptTokens:  c.PDMinPromptTokens,
+		DecodeLocalPrefill: c.DecodeLocalPrefill,
 		RequestTimeout:     time.Duration(c.RequestTimeoutSecs) * time.Second,
 		MaxRequestBodySize: c.MaxPayloadSize,
 		IdleConnTimeout:    time.Duration(c.PoolIdleTimeoutSecs * float64(time.Second)),
@@ -106,6 +118,9 @@ func (c *serveCmd) config() (lb.Config, []string) {
 	}
 	if c.DecodePolicy != "" {
 		cfg.DecodePolicy = policy("--decode-policy", c.DecodePolicy)
+	}
+	if c.FallbackPolicy != "" {
+		cfg.FallbackPolicy = policy("--fallback-policy", c.FallbackPolicy)
 	}
 	return cfg, warnings
 }

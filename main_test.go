@@ -148,3 +148,19 @@ func TestParseSubcommandsKeepTheirFlags(t *testing.T) {
 		t.Fatalf("got kept %q ignored %q; want the bench arguments untouched", kept, ignored)
 	}
 }
+
+func TestParseDecodeOnlyFlags(t *testing.T) {
+	c, _, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--fallback", "http://a:1",
+		"--fallback", "http://b:1", "--fallback-policy", "round_robin", "--pd-min-prompt-tokens", "256", "--decode-local-prefill")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := c.Serve.config()
+	if !reflect.DeepEqual(cfg.Fallback, []string{"http://a:1", "http://b:1"}) || cfg.FallbackPolicy != lb.PolicyRoundRobin ||
+		cfg.PDMinPromptTokens != 256 || !cfg.DecodeLocalPrefill {
+		t.Fatalf("got %+v", cfg)
+	}
+	if _, _, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--pd-min-prompt-tokens", "-1"); err == nil {
+		t.Fatalf("a negative --pd-min-prompt-tokens was accepted")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -18,8 +19,9 @@ import (
 
 // Roles of a backend, used in logs and metric labels.
 const (
-	rolePrefill = "prefill"
-	roleDecode  = "decode"
+	rolePrefill  = "prefill"
+	roleDecode   = "decode"
+	roleFallback = "fallback"
 )
 
 // Backend is one worker: its pooled client, load and metrics. It is shared by
@@ -149,13 +151,17 @@ type Pool struct {
 }
 
 // pick returns a backend for a new request, or nil when none is available.
-// Unavailable backends are skipped; when every backend is unavailable pick
+// Unavailable backends are skipped, and so are those in exclude (the ones
+// that already failed this request); when every backend is unavailable pick
 // returns nil rather than guess (Caddy's choice), so the caller can answer
 // 503 or fall back instead of sending work to a worker known to be down.
-func (p *Pool) pick() *Backend {
+func (p *Pool) pick(exclude []*Backend) *Backend {
 	n := len(p.backends)
+	if n == 0 {
+		return nil
+	}
 	if n == 1 {
-		if b := p.backends[0]; b.available() {
+		if b := p.backends[0]; p.usable(b, exclude) {
 			return b
 		}
 		return nil
@@ -165,7 +171,7 @@ func (p *Pool) pick() *Backend {
 	case PolicyRoundRobin:
 		start = int(p.next.Add(1)-1) % n
 	case PolicyPowerOfTwo:
-		if b := p.pickLessLoaded(); b != nil {
+		if b := p.pickLessLoaded(); b != nil && p.usable(b, exclude) {
 			return b
 		}
 		start = rand.IntN(n)
@@ -173,11 +179,15 @@ func (p *Pool) pick() *Backend {
 		start = rand.IntN(n)
 	}
 	for i := range n {
-		if b := p.backends[(start+i)%n]; b.available() {
+		if b := p.backends[(start+i)%n]; p.usable(b, exclude) {
 			return b
 		}
 	}
 	return nil
+}
+
+func (p *Pool) usable(b *Backend, exclude []*Backend) bool {
+	return b.available() && !slices.Contains(exclude, b)
 }
 
 // pickLessLoaded draws two distinct backends and returns the one with fewer

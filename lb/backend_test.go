@@ -18,7 +18,7 @@ func TestRoundRobinCycles(t *testing.T) {
 	p := testPool(PolicyRoundRobin, 3)
 	var got string
 	for range 6 {
-		got += p.pick().addr
+		got += p.pick(nil).addr
 	}
 	if got != "abcabc" {
 		t.Fatalf("got %q; want abcabc", got)
@@ -26,7 +26,7 @@ func TestRoundRobinCycles(t *testing.T) {
 	p.backends[1].healthy.Store(false)
 	got = ""
 	for range 4 {
-		got += p.pick().addr
+		got += p.pick(nil).addr
 	}
 	// b is skipped: its turns go to the next backend.
 	if got != "acca" {
@@ -39,7 +39,7 @@ func TestRandomReachesEveryBackend(t *testing.T) {
 		p := testPool(policy, 4)
 		seen := map[string]int{}
 		for range 4000 {
-			seen[p.pick().addr]++
+			seen[p.pick(nil).addr]++
 		}
 		for _, b := range p.backends {
 			if n := seen[b.addr]; n < 600 {
@@ -53,7 +53,7 @@ func TestPowerOfTwoAvoidsTheBusy(t *testing.T) {
 	p := testPool(PolicyPowerOfTwo, 2)
 	p.backends[0].inflight.Store(10)
 	for range 100 {
-		if b := p.pick(); b.addr != "b" {
+		if b := p.pick(nil); b.addr != "b" {
 			t.Fatalf("picked the busy backend %s", b.addr)
 		}
 	}
@@ -68,7 +68,7 @@ func TestNothingAvailable(t *testing.T) {
 			for _, b := range p.backends {
 				b.healthy.Store(false)
 			}
-			if b := p.pick(); b != nil {
+			if b := p.pick(nil); b != nil {
 				t.Fatalf("%s with %d down backends: picked %s", policy, n, b.addr)
 			}
 		}
@@ -103,4 +103,22 @@ func TestParseWorkerURL(t *testing.T) {
 	bad("http://:30000")
 	bad("http://p:99999")
 	bad("http://p:1/v1")
+}
+
+func TestPickSkipsExcluded(t *testing.T) {
+	for _, policy := range Policies {
+		p := testPool(policy, 3)
+		exclude := []*Backend{p.backends[0], p.backends[2]}
+		for range 20 {
+			if b := p.pick(exclude); b != p.backends[1] {
+				t.Fatalf("%s: picked %v; want b, the only one not excluded", policy, b)
+			}
+		}
+		if b := p.pick(p.backends); b != nil {
+			t.Fatalf("%s: picked %s with every backend excluded", policy, b.addr)
+		}
+	}
+	if b := (&Pool{}).pick(nil); b != nil {
+		t.Fatalf("an empty pool picked %v", b)
+	}
 }

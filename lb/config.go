@@ -40,11 +40,24 @@ type Config struct {
 	Prefill []PrefillSpec
 	// Decode lists the decode workers' URLs; at least one is required.
 	Decode []string
+	// Fallback lists aggregated (non-PD) workers that serve decode-only
+	// traffic, forwarded unchanged. Empty means such traffic gets a 503.
+	Fallback []string
 
 	// PrefillPolicy and DecodePolicy select a backend in each pool: one of
 	// Policies. Empty means PolicyRandom.
-	PrefillPolicy string
-	DecodePolicy  string
+	PrefillPolicy  string
+	DecodePolicy   string
+	FallbackPolicy string
+
+	// PDMinPromptTokens sends requests whose prompt is estimated shorter
+	// (bootstrap.Request.PromptTokens) to the decode-only path. Zero means
+	// every request goes PD.
+	PDMinPromptTokens int
+	// DecodeLocalPrefill sends decode-only /generate traffic to a decode
+	// with "do_local_prefill": true (SGLang PR #34773) instead of the
+	// fallback pool.
+	DecodeLocalPrefill bool
 
 	// RequestTimeout bounds a whole generation, streams included, as
 	// mini_lb's --request-timeout-secs does. Zero means 1800 s.
@@ -100,6 +113,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DecodePolicy == "" {
 		c.DecodePolicy = PolicyRandom
+	}
+	if c.FallbackPolicy == "" {
+		c.FallbackPolicy = PolicyRandom
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 1800 * time.Second
@@ -157,7 +173,15 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("invalid decode URL: %w", err)
 		}
 	}
-	for _, p := range []string{c.PrefillPolicy, c.DecodePolicy} {
+	for _, f := range c.Fallback {
+		if _, err := parseWorkerURL(f); err != nil {
+			return fmt.Errorf("invalid fallback URL: %w", err)
+		}
+	}
+	if c.PDMinPromptTokens < 0 {
+		return fmt.Errorf("the minimum prompt length for PD cannot be negative")
+	}
+	for _, p := range []string{c.PrefillPolicy, c.DecodePolicy, c.FallbackPolicy} {
 		if p != "" && !slices.Contains(Policies, p) {
 			return fmt.Errorf("unknown policy %q; want one of %v", p, Policies)
 		}

@@ -25,6 +25,7 @@ const (
 	reasonStreamBroken
 	reasonClientGone
 	reasonNotWarm
+	reasonRefusedNoRoom
 	reasonInternal
 	numReasons
 )
@@ -41,6 +42,7 @@ var reasonNames = [numReasons]string{
 	reasonStreamBroken:       "stream_broken",
 	reasonClientGone:         "client_gone",
 	reasonNotWarm:            "pair_not_warm",
+	reasonRefusedNoRoom:      "decode_refused_no_room",
 	reasonInternal:           "internal",
 }
 
@@ -119,9 +121,6 @@ func (e *errPeerFailed) Error() string {
 // errClientGone cancels the calls of a client that went away mid-stream.
 var errClientGone = errors.New("client closed the connection")
 
-// errColdPair cancels the prefill of an exchange that is tried again because
-// its decode had not cached the prefill's info.
-var errColdPair = errors.New("decode had not cached the prefill's info; retrying on a warmed pair")
 
 // classify maps a call error to the status, reason and message the client
 // sees. role and addr name the backend.

@@ -52,9 +52,12 @@ func TestFailedLegCancelsItsPeer(t *testing.T) {
 		// body is the exact answer, or else a part of its error message.
 		body, message string
 	}{
-		{name: "prefill down", setup: prefillDown, status: fasthttp.StatusBadGateway, message: "prefill backend prefill-0:30000"},
+		// With the only worker of a pool unreachable, the pool is empty.
+		{name: "prefill down", setup: prefillDown, status: fasthttp.StatusServiceUnavailable,
+			message: "no prefill backend is available, and no fallback backend is configured (--fallback) (cannot reach prefill backend prefill-0:30000"},
 		{name: "prefill refuses", setup: prefillRefuses, status: fasthttp.StatusServiceUnavailable, body: `{"error": {"message": "overloaded"}}`},
-		{name: "decode down", setup: decodeDown, status: fasthttp.StatusBadGateway, message: "decode backend decode-0:30010"},
+		{name: "decode down", setup: decodeDown, status: fasthttp.StatusServiceUnavailable,
+			message: "no decode backend is available, and no fallback backend is configured (--fallback) (cannot reach decode backend decode-0:30010"},
 	} {
 		for _, stream := range []string{"false", "true"} {
 			t.Run(tc.name+"/stream="+stream, func(t *testing.T) {

@@ -32,6 +32,9 @@ type harness struct {
 	cl  *fasthttp.HostClient
 	// decode is the fake decode started by pair.
 	decode *fake.Server
+	// noRoomRefusals is how many requests without a room the decodes may
+	// refuse: none, unless a test provokes it (PROTOCOL.md §4).
+	noRoomRefusals uint64
 }
 
 func newHarness(t testing.TB) *harness {
@@ -63,7 +66,14 @@ func (h *harness) pair(prefill, decode fake.Config) (p, d *fake.Server) {
 	}
 	p = h.fake("prefill-0:30000", prefill)
 	h.decode = h.fake("decode-0:30010", decode)
-	return p, h.decode
+	d = h.decode
+	// pdlb must never make a decode refuse a request for lacking a room.
+	h.t.Cleanup(func() {
+		if n := d.Stats().RejectedNoRoom; n != h.noRoomRefusals {
+			h.t.Errorf("the decode refused %d requests without a bootstrap room; want %d", n, h.noRoomRefusals)
+		}
+	})
+	return p, d
 }
 
 // backend serves handler on addr, for tests that need a backend the fakes

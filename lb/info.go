@@ -92,10 +92,12 @@ type backendStatus struct {
 	Error  string `json:"error,omitempty"`
 }
 
+// allBackends lists every worker: prefills, then decodes, then fallbacks.
 func (s *Server) allBackends() []*Backend {
-	all := make([]*Backend, 0, len(s.prefills.backends)+len(s.decodes.backends))
+	all := make([]*Backend, 0, len(s.prefills.backends)+len(s.decodes.backends)+len(s.fallbacks.backends))
 	all = append(all, s.prefills.backends...)
-	return append(all, s.decodes.backends...)
+	all = append(all, s.decodes.backends...)
+	return append(all, s.fallbacks.backends...)
 }
 
 // serveFanOut sends the call to every worker. When all answer 200, so does
@@ -165,7 +167,8 @@ func (s *Server) serveFlushCache(ctx *fasthttp.RequestCtx) {
 // cannot answer appears as {"url", "error"} in its list.
 func (s *Server) serveServerInfo(ctx *fasthttp.RequestCtx) {
 	answers := fanOut(s.allBackends(), fasthttp.MethodGet, "/server_info", controlTimeout)
-	prefills, decodes := answers[:len(s.prefills.backends)], answers[len(s.prefills.backends):]
+	np, nd := len(s.prefills.backends), len(s.decodes.backends)
+	prefills, decodes, fallbacks := answers[:np], answers[np:np+nd], answers[np+nd:]
 	var states []byte
 	for i := range decodes {
 		if is := gjson.GetBytes(decodes[i].body, "internal_states"); decodes[i].ok() && is.IsArray() {
@@ -185,6 +188,10 @@ func (s *Server) serveServerInfo(ctx *fasthttp.RequestCtx) {
 	out = appendInfoList(out, prefills)
 	out = append(out, `,"decode":`...)
 	out = appendInfoList(out, decodes)
+	if len(fallbacks) > 0 {
+		out = append(out, `,"fallback":`...)
+		out = appendInfoList(out, fallbacks)
+	}
 	out = append(out, '}')
 	ctx.SetContentType("application/json")
 	ctx.SetBody(out)

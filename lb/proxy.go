@@ -34,8 +34,14 @@ type exchange struct {
 	// plan is the request's prefill DP-rank placement.
 	plan dpPlan
 	// coldRetry allows one more attempt when the decode says it has not
-	// cached the prefill's info (see warm.go).
+	// cached the prefill's info (see warm.go); mayRetry allows another
+	// attempt when a worker cannot be reached.
 	coldRetry bool
+	mayRetry  bool
+	// single marks an exchange with one call, the decode leg: to a fallback
+	// worker, or to a decode that prefills locally (local).
+	single bool
+	local  bool
 	requestID []byte
 	// merge is set when the client asked for logprobs (or routed experts)
 	// that only the prefill computes, and the answers must be merged.
@@ -114,6 +120,7 @@ func (x *exchange) unref() {
 	}
 	x.relay.reset()
 	x.prefillWaited = false
+	x.single, x.local, x.merge = false, false, false
 	x.requestID = x.requestID[:0]
 	// A rare huge request must not pin its buffers in the pool.
 	if cap(x.body) > maxPooledBuffer {
@@ -139,59 +146,148 @@ func drain(ch chan struct{}) {
 	}
 }
 
-// serveGenerate is the PD path shared by /generate, /v1/completions and
-// /v1/chat/completions.
+// maxAttempts bounds the exchanges pdlb makes for one request: a second
+// one after a cold pair, and more when workers cannot be reached.
+const maxAttempts = 4
+
+// clientRequest is a client's generate request across the attempts pdlb
+// makes to answer it. It lives on the handler's stack.
+type clientRequest struct {
+	ctx      *fasthttp.RequestCtx
+	rt       *route
+	info     bootstrap.Request
+	id       []byte
+	start    time.Time
+	deadline time.Time
+	// failed are the backends that could not be reached for this request;
+	// they are not picked again. failedWhy says why, for the answer when
+	// nothing is left.
+	failed    []*Backend
+	failedBuf [maxAttempts]*Backend
+	failedWhy string
+}
+
+// outcome is how an exchange ended: answered, or to be tried again.
+type outcome struct {
+	retry retryKind
+	// backend could not be reached (retryUnreachable), and why.
+	backend *Backend
+	why     string
+}
+
+type retryKind int
+
+const (
+	answered retryKind = iota
+	// retryCold: the decode had not cached the prefill's info.
+	retryCold
+	// retryUnreachable: a worker could not be reached; try another.
+	retryUnreachable
+	// retryRefusedNoRoom: a decode refused a local-prefill request.
+	retryRefusedNoRoom
+)
+
+// serveGenerate is the path shared by /generate, /v1/completions and
+// /v1/chat/completions: PD, or decode-only when the request or the state
+// of the pools asks for it (fallback.go).
 func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []byte) {
-	start := s.cfg.Now()
-	info, err := bootstrap.Parse(ctx.PostBody())
-	if err != nil {
-		s.writeError(ctx, fasthttp.StatusBadRequest, reasonInvalidRequest, err.Error())
-		rt.observe(fasthttp.StatusBadRequest, s.cfg.Now().Sub(start))
+	q := clientRequest{ctx: ctx, rt: rt, id: requestID, start: s.cfg.Now()}
+	q.deadline = q.start.Add(s.cfg.RequestTimeout)
+	q.failed = q.failedBuf[:0]
+	var err error
+	if q.info, err = bootstrap.Parse(ctx.PostBody()); err != nil {
+		s.answerError(&q, &answerError{fasthttp.StatusBadRequest, reasonInvalidRequest, err.Error()})
 		return
 	}
-	p, d := s.prefills.pick(), s.decodes.pick()
-	if p == nil || d == nil {
-		role := rolePrefill
-		if p != nil {
-			role = roleDecode
-		}
-		s.writeError(ctx, fasthttp.StatusServiceUnavailable, reasonNoBackend, "no "+role+" backend is available")
-		rt.observe(fasthttp.StatusServiceUnavailable, s.cfg.Now().Sub(start))
-		return
+	why, aerr := s.decodeOnlyReason(&q)
+	switch {
+	case aerr != nil:
+		s.answerError(&q, aerr)
+	case why != pdMode:
+		s.serveDecodeOnly(&q, why)
+	default:
+		s.servePD(&q)
 	}
-	deadline := start.Add(s.cfg.RequestTimeout)
+}
+
+// answerError answers q with pdlb's own error.
+func (s *Server) answerError(q *clientRequest, e *answerError) {
+	s.writeError(q.ctx, e.status, e.reason, e.msg)
+	q.rt.observe(e.status, s.cfg.Now().Sub(q.start))
+}
+
+// exclude keeps b out of q's next attempts.
+func (q *clientRequest) exclude(out outcome) {
+	q.failed = append(q.failed, out.backend)
+	if q.failedWhy != "" {
+		q.failedWhy += "; "
+	}
+	q.failedWhy += out.why
+}
+
+// servePD pairs a prefill and a decode for q, trying again on a warmed pair
+// or on other workers while nothing has reached the client.
+func (s *Server) servePD(q *clientRequest) {
+	cold := false
 	for attempt := 0; ; attempt++ {
-		plan, aerr := s.planDP(info, rt, p, d, deadline)
+		p := s.prefills.pick(q.failed)
+		if p == nil {
+			s.serveDecodeOnly(q, noPrefill)
+			return
+		}
+		d := s.decodes.pick(q.failed)
+		if d == nil {
+			s.serveDecodeOnly(q, noDecode)
+			return
+		}
+		plan, aerr := s.planDP(q.info, q.rt, p, d, q.deadline)
 		if aerr != nil {
-			s.writeError(ctx, aerr.status, aerr.reason, aerr.msg)
-			rt.observe(aerr.status, s.cfg.Now().Sub(start))
+			s.answerError(q, aerr)
 			return
 		}
-		x := s.acquireExchange()
-		s.live.Add(1)
-		x.refs.Store(3)
-		x.rt, x.start, x.plan = rt, start, plan
-		x.coldRetry = attempt == 0 && s.warm != nil
-		x.requestID = append(x.requestID[:0], requestID...)
-		x.merge = info.HasReturnLogprob || info.HasReturnRoutedExperts
-		x.inject(ctx.PostBody(), info, p)
-		x.prefill.prepare(ctx, p, x.prefillSends(), deadline, requestID)
-		x.decode.prepare(ctx, d, x.body, deadline, requestID)
-		var answered bool
-		if info.Stream {
-			x.relay.mergeLogprobs = info.ReturnLogprob
-			answered = x.serveStream(ctx)
-		} else {
-			answered = x.serveBuffered(ctx)
-		}
-		if answered {
+		x := s.newExchange(q, 3)
+		x.plan = plan
+		x.coldRetry = !cold && s.warm != nil
+		x.mayRetry = attempt+1 < maxAttempts
+		x.merge = q.info.HasReturnLogprob || q.info.HasReturnRoutedExperts
+		x.inject(q.ctx.PostBody(), q.info, p)
+		x.prefill.prepare(q.ctx, p, x.prefillSends(), q.deadline, q.id)
+		x.decode.prepare(q.ctx, d, x.body, q.deadline, q.id)
+		out := x.serve(q)
+		switch out.retry {
+		case answered:
 			return
+		case retryCold:
+			// The decode had not cached the prefill's info: it restarted,
+			// or a warm-up missed it. Warm the pair and try again.
+			cold = true
+			s.coldRetries.Inc()
+			s.warm.pair(p, d).markCold()
+		default:
+			q.exclude(out)
 		}
-		// The decode had not cached the prefill's info: it restarted, or a
-		// warm-up missed it. Warm the pair and send the request again.
-		s.coldRetries.Inc()
-		s.warm.pair(p, d).markCold()
 	}
+}
+
+// newExchange starts an exchange for q held by refs parties: 3 for a PD
+// pair, 2 for a single worker.
+func (s *Server) newExchange(q *clientRequest, refs int32) *exchange {
+	x := s.acquireExchange()
+	s.live.Add(1)
+	x.refs.Store(refs)
+	x.single = refs == 2
+	x.rt, x.start = q.rt, q.start
+	x.requestID = append(x.requestID[:0], q.id...)
+	return x
+}
+
+// serve runs the exchange, streamed or not.
+func (x *exchange) serve(q *clientRequest) outcome {
+	if q.info.Stream {
+		x.relay.mergeLogprobs = q.info.ReturnLogprob && !x.single
+		return x.serveStream(q.ctx)
+	}
+	return x.serveBuffered(q.ctx)
 }
 
 // inject draws the rooms and splices the bootstrap fields, and the DP-rank
@@ -300,17 +396,27 @@ func (c *call) handOver() bool {
 }
 
 // serveBuffered answers a non-stream request: the decode call runs on the
-// handler's goroutine, the prefill call beside it. It reports false, having
-// written nothing, when the exchange should be tried again on a warmed pair.
-func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) bool {
-	go x.prefill.run()
+// handler's goroutine, the prefill call beside it. Unless it answered, it
+// has written nothing and says why the request should be tried again.
+func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
+	if !x.single {
+		go x.prefill.run()
+	}
 	x.decode.run()
 	<-x.decode.done
 	d := &x.decode
-	if d.err == nil && d.resp.StatusCode() >= fasthttp.StatusInternalServerError && x.coldPair(d.resp.Body()) {
-		// The decode's error has cancelled the prefill already.
-		x.unref()
-		return false
+	if d.err == nil && d.resp.StatusCode() >= fasthttp.StatusBadRequest {
+		if out := x.retryFor(d.resp.StatusCode(), d.resp.Body()); out.retry != answered {
+			// The decode's error has cancelled the prefill already.
+			x.unref()
+			return out
+		}
+	}
+	if d.err != nil {
+		if out := x.retryUnreachable(); out.retry != answered {
+			x.unref()
+			return out
+		}
 	}
 	if x.merge {
 		x.waitPrefill()
@@ -318,7 +424,34 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) bool {
 	x.respond(ctx)
 	x.finish(ctx.Response.StatusCode())
 	x.unref()
-	return true
+	return outcome{}
+}
+
+// retryFor says whether the decode's error answer (status, body) calls for
+// another attempt: a cold pair, or a decode without local prefill.
+func (x *exchange) retryFor(status int, body []byte) outcome {
+	switch {
+	case status >= fasthttp.StatusInternalServerError && x.coldPair(body):
+		return outcome{retry: retryCold}
+	case status == fasthttp.StatusBadRequest && x.local && x.mayRetry && bytes.Contains(body, noRoomMarker):
+		return outcome{retry: retryRefusedNoRoom, backend: x.decode.backend}
+	}
+	return outcome{}
+}
+
+// retryUnreachable says whether the exchange failed because a worker could
+// not be reached, so that the request, which it never got, may go to
+// another worker.
+func (x *exchange) retryUnreachable() outcome {
+	if !x.mayRetry {
+		return outcome{}
+	}
+	c := x.culprit()
+	if c.err == nil || !errors.Is(c.err, errUnreachable) {
+		return outcome{}
+	}
+	_, _, why := c.describe()
+	return outcome{retry: retryUnreachable, backend: c.backend, why: why}
 }
 
 // coldPair reports whether the decode's failure says it has not cached the
@@ -332,6 +465,13 @@ func (x *exchange) coldPair(failure []byte) bool {
 // is none.
 func (x *exchange) respond(ctx *fasthttp.RequestCtx) {
 	d, p := &x.decode, &x.prefill
+	if d.err == nil && d.resp.StatusCode() == fasthttp.StatusBadRequest && bytes.Contains(d.resp.Body(), noRoomMarker) {
+		if x.local {
+			x.s.localPrefillUnsupported(d.backend)
+		}
+		x.refuseNoRoom(ctx)
+		return
+	}
 	if d.err == nil {
 		body := d.resp.Body()
 		if x.merge && x.prefillWaited && p.err == nil && p.resp.StatusCode() == fasthttp.StatusOK && d.resp.StatusCode() == fasthttp.StatusOK {
@@ -346,12 +486,20 @@ func (x *exchange) respond(ctx *fasthttp.RequestCtx) {
 	x.respondFailed(ctx, x.culprit())
 }
 
+// refuseNoRoom answers for a decode that refused a request for lacking a
+// bootstrap room: a configuration error, logged as one, and explained.
+func (x *exchange) refuseNoRoom(ctx *fasthttp.RequestCtx) {
+	msg := x.refusedNoRoom()
+	x.decode.backend.log.Error().Bytes("request_id", x.requestID).Msg(msg)
+	x.s.writeError(ctx, fasthttp.StatusBadGateway, reasonRefusedNoRoom, msg)
+}
+
 // culprit returns the call whose failure ended the exchange: the prefill when
 // its failure cancelled the decode, else the decode. When it is the prefill,
 // culprit waits for the prefill call to finish (it is about to).
 func (x *exchange) culprit() *call {
 	var peer *errPeerFailed
-	if errors.As(x.decode.cancel.err(), &peer) && peer.role == rolePrefill {
+	if !x.single && errors.As(x.decode.cancel.err(), &peer) && peer.role == rolePrefill {
 		x.waitPrefill()
 		return &x.prefill
 	}
@@ -362,7 +510,7 @@ func (x *exchange) culprit() *call {
 // (handler, then relay) calls it, one at a time, so a plain flag makes it
 // safe to call more than once.
 func (x *exchange) waitPrefill() {
-	if !x.prefillWaited {
+	if !x.prefillWaited && !x.single {
 		<-x.prefill.done
 		x.prefillWaited = true
 	}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
@@ -25,8 +26,9 @@ type Server struct {
 	cfg      Config
 	log      zerolog.Logger
 	ms       *metrics.Set
-	prefills *Pool
-	decodes  *Pool
+	prefills  *Pool
+	decodes   *Pool
+	fallbacks *Pool
 	srv      *fasthttp.Server
 	// metricsSrv serves /metrics on a port of its own, when asked to.
 	metricsSrv fasthttp.Server
@@ -36,7 +38,10 @@ type Server struct {
 	notFound       *route
 	errorsByReason [numReasons]*metrics.Counter
 	coldRetries    *metrics.Counter
+	decodeOnly     [numDecodeOnly]*metrics.Counter
 	exchanges      sync.Pool
+	// noLocalPrefill is set once a decode showed it cannot prefill locally.
+	noLocalPrefill atomic.Bool
 	// live counts exchanges not yet released: a call may outlive the
 	// client's answer, and a drain waits for it.
 	live sync.WaitGroup
@@ -74,6 +79,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		s.errorsByReason[r] = s.ms.NewCounter(fmt.Sprintf(`pdlb_request_errors_total{reason=%q}`, r))
 	}
 	s.coldRetries = s.ms.NewCounter(`pdlb_cold_pair_retries_total`)
+	for w := range numDecodeOnly {
+		s.decodeOnly[w] = s.ms.NewCounter(fmt.Sprintf(`pdlb_decode_only_total{reason=%q}`, w))
+	}
 	if err := s.buildPools(); err != nil {
 		return nil, err
 	}
@@ -112,6 +120,14 @@ func (s *Server) buildPools() error {
 			return fmt.Errorf("invalid decode URL: %w", err)
 		}
 		s.decodes.backends = append(s.decodes.backends, b)
+	}
+	s.fallbacks = &Pool{role: roleFallback, policy: s.cfg.FallbackPolicy}
+	for i, f := range s.cfg.Fallback {
+		b, err := newBackend(roleFallback, i, f, &s.cfg, s.ms, s.log)
+		if err != nil {
+			return fmt.Errorf("invalid fallback URL: %w", err)
+		}
+		s.fallbacks.backends = append(s.fallbacks.backends, b)
 	}
 	return nil
 }

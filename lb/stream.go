@@ -19,20 +19,26 @@ const (
 // back until the decode's first bytes: a failure before them (a dead
 // prefill, a decode error) still gets a proper HTTP error, and only once
 // tokens flow is the client committed to a 200 event stream, relayed by
-// relay after the handler returns. It reports false, having written nothing,
-// when the exchange should be tried again on a warmed pair.
-func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) bool {
+// relay after the handler returns. Unless it answered, it has written
+// nothing and says why the request should be tried again.
+func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 	d := &x.decode
 	d.stream = true
-	go x.prefill.run()
+	if !x.single {
+		go x.prefill.run()
+	}
 	go d.run()
 	select {
 	case <-d.ready:
 	case <-d.done:
+		if out := x.retryUnreachable(); out.retry != answered {
+			x.unref()
+			return out
+		}
 		x.respond(ctx)
 		x.finish(ctx.Response.StatusCode())
 		x.unref()
-		return true
+		return outcome{}
 	}
 	if d.resp.StatusCode() != fasthttp.StatusOK || !isEventStream(d.resp.Header.ContentType()) {
 		return x.respondBufferedStream(ctx)
@@ -40,6 +46,10 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) bool {
 	if err := x.relay.prime(d.resp.BodyStream()); err != nil {
 		d.release <- false
 		<-d.done
+		if out := x.retryUnreachable(); out.retry != answered {
+			x.unref()
+			return out
+		}
 		if c := x.culprit(); c != d {
 			x.respondFailed(ctx, c)
 		} else {
@@ -49,15 +59,32 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) bool {
 		}
 		x.finish(ctx.Response.StatusCode())
 		x.unref()
-		return true
+		return outcome{}
 	}
-	if x.coldPair(x.relay.buf[:x.relay.end]) {
-		// SGLang streams the failure as the first event of a 200 stream.
+	// SGLang streams some failures as the first event of a 200 stream.
+	if out := x.retryFor(fasthttp.StatusInternalServerError, x.relay.buf[:x.relay.end]); out.retry == retryCold {
 		d.release <- false
 		<-d.done
-		x.prefill.cancel.cancel(errColdPair)
+		x.prefill.cancel.cancel(&errPeerFailed{role: roleDecode, addr: d.backend.addr})
 		x.unref()
-		return false
+		return out
+	}
+	if first := x.relay.buf[:x.relay.end]; bytes.Contains(first, noRoomMarker) {
+		// A /generate stream refused for lacking a room (PROTOCOL.md §4).
+		d.release <- false
+		<-d.done
+		x.prefill.cancel.cancel(&errPeerFailed{role: roleDecode, addr: d.backend.addr})
+		if out := x.retryFor(fasthttp.StatusBadRequest, first); out.retry != answered {
+			x.unref()
+			return out
+		}
+		if x.local {
+			x.s.localPrefillUnsupported(d.backend)
+		}
+		x.refuseNoRoom(ctx)
+		x.finish(ctx.Response.StatusCode())
+		x.unref()
+		return outcome{}
 	}
 	if x.relay.mergeLogprobs {
 		x.waitPrefill()
@@ -68,21 +95,23 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) bool {
 	ctx.Response.Header.SetContentTypeBytes(d.resp.Header.ContentType())
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
 	ctx.Response.SetBodyStream(&x.relay, -1)
-	return true
+	return outcome{}
 }
 
 // respondBufferedStream answers a stream request that the decode answered
 // with something other than an event stream (an error, typically): the body
 // is read whole and passed on with the decode's status.
-func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) bool {
+func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 	d := &x.decode
 	var err error
 	x.scratch, err = appendAll(x.scratch[:0], d.resp.BodyStream(), x.s.cfg.MaxResponseBodySize)
 	d.release <- err == nil
 	<-d.done
-	if err == nil && d.resp.StatusCode() >= fasthttp.StatusInternalServerError && x.coldPair(x.scratch) {
-		x.unref()
-		return false
+	if err == nil {
+		if out := x.retryFor(d.resp.StatusCode(), x.scratch); out.retry != answered {
+			x.unref()
+			return out
+		}
 	}
 	if err != nil {
 		status, r, msg := classify(err, d.backend.role, d.backend.addr)
@@ -95,7 +124,7 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) bool {
 	}
 	x.finish(ctx.Response.StatusCode())
 	x.unref()
-	return true
+	return outcome{}
 }
 
 func isEventStream(contentType []byte) bool {

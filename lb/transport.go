@@ -17,6 +17,10 @@ import (
 // a request never reached the worker, so it is resent once on a fresh one.
 var errStaleConn = errors.New("pooled connection was closed by the worker")
 
+// errUnreachable marks a call that could not connect to its worker, so the
+// request never reached it and may go to another worker.
+var errUnreachable = errors.New("worker unreachable")
+
 // callKey is the Request user-value key under which a *call reaches transport.
 type callKey struct{}
 
@@ -45,7 +49,10 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 	}
 	cc, err := hc.AcquireConn(wait, false)
 	if err != nil {
-		return false, err
+		if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrTimeout) {
+			return false, err
+		}
+		return false, fmt.Errorf("%w: %w", errUnreachable, err)
 	}
 	conn := cc.Conn()
 	if err := c.cancel.attach(conn); err != nil {
