@@ -45,19 +45,22 @@ type Info struct {
 	// DPSize, AttnTPSize, AttnCPSize and PPSize are the prefill's data,
 	// attention tensor, attention context and pipeline parallel sizes; all
 	// at least 1 in an Info returned by Client.Info.
-	DPSize, AttnTPSize, AttnCPSize, PPSize int
+	DPSize     int `json:"dp_size"`
+	AttnTPSize int `json:"attn_tp_size"`
+	AttnCPSize int `json:"attn_cp_size"`
+	PPSize     int `json:"pp_size"`
 	// PageSize is the KV cache page size in tokens; 0 when not reported.
-	PageSize int
+	PageSize int `json:"page_size"`
 	// FollowBootstrapRoom is true when the prefill places a request on DP
 	// rank bootstrap_room % DPSize (PROTOCOL.md §4). The legacy API does not
 	// report it; those servers always did.
-	FollowBootstrapRoom bool
+	FollowBootstrapRoom bool `json:"follow_bootstrap_room"`
 	// KVCacheDType is the prefill's kv_cache_dtype; "" on the legacy API.
-	KVCacheDType string
+	KVCacheDType string `json:"kv_cache_dtype"`
 	// Legacy is true when the info came from the API of SGLang before
 	// 2026-02-23 (engine_rank, target_dp_group); ranks are then asked the
 	// same way.
-	Legacy bool
+	Legacy bool `json:"legacy_api"`
 }
 
 // Rank is the address of one prefill rank, where decodes reach it for KV
@@ -65,10 +68,13 @@ type Info struct {
 type Rank struct {
 	// DPRank, CPRank, TPRank and PPRank place the rank in the prefill's
 	// data, context, tensor and pipeline parallel groups.
-	DPRank, CPRank, TPRank, PPRank int
+	DPRank int `json:"dp_rank"`
+	CPRank int `json:"cp_rank"`
+	TPRank int `json:"tp_rank"`
+	PPRank int `json:"pp_rank"`
 	// IP and Port are the rank's rank_ip and rank_port.
-	IP   string
-	Port int
+	IP   string `json:"rank_ip"`
+	Port int    `json:"rank_port"`
 }
 
 // Client asks one prefill's bootstrap server for its parallel info and rank

@@ -163,8 +163,8 @@ func TestBootstrapRoute(t *testing.T) {
 		t.Fatalf("got %d %s", r.status, r.body)
 	}
 	p := gjson.GetBytes(r.body, "prefills.0")
-	if !p.Get("ready").Bool() || p.Get("info.DPSize").Int() != 4 || len(p.Get("ranks").Array()) != 4 ||
-		p.Get("port").Int() != 8998 || p.Get("port_source").String() != "cli" {
+	if !p.Get("ready").Bool() || p.Get("info.dp_size").Int() != 4 || len(p.Get("ranks").Array()) != 4 ||
+		p.Get("port").Int() != 8998 || p.Get("port_source").String() != "cli" || p.Get("ranks.3.rank_port").Int() == 0 {
 		t.Fatalf("got %s", p.Raw)
 	}
 	if pr := p.Get("pairs.0"); pr.Get("decode").String() != "http://decode-0:30010" || !pr.Get("warm").Bool() {

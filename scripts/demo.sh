@@ -22,7 +22,7 @@ wait_http "http://$prefill/health"
 # The mini_lb command line, with pdlb in place of `python -m sglang_router.launch_router`.
 start "pdlb" "$logs/pdlb.log" "$PDLB" --mini-lb --pd-disaggregation \
 	--prefill "http://$prefill" "$bootstrap_port" --decode "http://$decode" \
-	--host 127.0.0.1 --port "$base" --log-format console
+	--fallback "http://$aggregated" --host 127.0.0.1 --port "$base" --log-format console
 wait_http "http://$lb/health"
 
 echo
@@ -34,6 +34,15 @@ echo
 echo "== POST /v1/chat/completions, streamed"
 curl -sN "http://$lb/v1/chat/completions" -H 'Content-Type: application/json' \
 	-d '{"model": "fake-model", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "stream": true}'
+echo "== POST /generate, decode-only (X-PD-Mode): served by the aggregated fallback"
+curl -s "http://$lb/generate" -H 'Content-Type: application/json' -H 'X-PD-Mode: decode-only' \
+	-d '{"text": "Hi", "sampling_params": {"max_new_tokens": 4}}'
+echo
+echo
+echo "== GET /bootstrap (what pdlb learned from the prefill's bootstrap server)"
+curl -s "http://$lb/bootstrap" | head -c 600
+echo
+echo
 echo "== GET /health_generate (every worker is asked)"
 curl -s -o /dev/null -w "%{http_code}\n" "http://$lb/health_generate"
 
@@ -45,6 +54,6 @@ echo "== 5 s of load: 32 clients, streamed /v1/chat/completions through pdlb"
 "$PDLB" bench "http://$lb" --route /v1/chat/completions --stream --concurrency 32 --duration 5s --warmup 1s
 echo
 echo "== pdlb's own view (a few of its metrics)"
-curl -s "http://$lb/metrics" | grep -E '^pdlb_(requests_total|backend_requests_total|request_errors_total)' | grep -v ' 0$' || true
+curl -s "http://$lb/metrics" | grep -E '^pdlb_(requests_total|backend_requests_total|request_errors_total|decode_only_total|warmups_total)' | grep -v ' 0$' || true
 echo
 echo "logs: $logs"
