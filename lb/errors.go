@@ -121,7 +121,6 @@ func (e *errPeerFailed) Error() string {
 // errClientGone cancels the calls of a client that went away mid-stream.
 var errClientGone = errors.New("client closed the connection")
 
-
 // classify maps a call error to the status, reason and message the client
 // sees. role and addr name the backend.
 func classify(err error, role, addr string) (int, reason, string) {

@@ -40,8 +40,8 @@ type exchange struct {
 	mayRetry  bool
 	// single marks an exchange with one call, the decode leg: to a fallback
 	// worker, or to a decode that prefills locally (local).
-	single bool
-	local  bool
+	single    bool
+	local     bool
 	requestID []byte
 	// merge is set when the client asked for logprobs (or routed experts)
 	// that only the prefill computes, and the answers must be merged.

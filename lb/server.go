@@ -23,13 +23,13 @@ var headerRequestID = []byte("X-Request-Id")
 // of Servers can live in one process: each owns its backends, pools and
 // metrics.
 type Server struct {
-	cfg      Config
-	log      zerolog.Logger
-	ms       *metrics.Set
+	cfg       Config
+	log       zerolog.Logger
+	ms        *metrics.Set
 	prefills  *Pool
 	decodes   *Pool
 	fallbacks *Pool
-	srv      *fasthttp.Server
+	srv       *fasthttp.Server
 	// metricsSrv serves /metrics on a port of its own, when asked to.
 	metricsSrv fasthttp.Server
 	newRoom    func() uint64
