@@ -12,16 +12,18 @@ import (
 	"pdlb/bootstrap"
 )
 
-// exchange is one PD request in flight: the injected body and its two calls.
-// Exchanges are pooled. Three parties hold one: the request side (handler,
-// then the stream relay), the prefill call and the decode call; the last to
-// let go returns it to the pool, so neither call waits for the other once
-// the client has its answer.
+// exchange is one attempt at answering a request: the bodies sent and the
+// calls that send them. A PD exchange has two calls; a single one (to a
+// fallback worker, or a decode prefilling locally) uses the decode call
+// alone. Exchanges are pooled. The request side (handler, then the stream
+// relay) and each call hold one; the last to let go returns it to the pool,
+// so neither call waits for the other once the client has its answer.
 type exchange struct {
-	s     *Server
-	rt    *route
-	start time.Time
-	refs  atomic.Int32
+	s         *Server
+	rt        *route
+	start     time.Time
+	refs      atomic.Int32
+	requestID []byte
 
 	// body is the client body with the bootstrap fields spliced in, as the
 	// decode gets it; prefillBody is the prefill's when a DP-rank plan makes
@@ -40,9 +42,8 @@ type exchange struct {
 	mayRetry  bool
 	// single marks an exchange with one call, the decode leg: to a fallback
 	// worker, or to a decode that prefills locally (local).
-	single    bool
-	local     bool
-	requestID []byte
+	single bool
+	local  bool
 	// merge is set when the client asked for logprobs (or routed experts)
 	// that only the prefill computes, and the answers must be merged.
 	merge bool
