@@ -40,6 +40,14 @@ type serveCmd struct {
 	WarmupTimeoutSecs int    `help:"Longest one pair warm-up, and a request's wait for it, may take." default:"30"`
 
 	RequestTimeoutSecs      int     `help:"Longest a generation may take, streams included." default:"1800"`
+	FirstByteTimeoutSecs    int     `help:"Longest wait for a stream's first byte from the decode." default:"300"`
+	StreamIdleTimeoutSecs   int     `help:"Longest silence between two stream events from the decode." default:"300"`
+	ClientWriteTimeoutSecs  int     `help:"Longest a write to a client may take, so a client that stops reading is let go." default:"60"`
+	RetryMaxRetries         int     `help:"More attempts a request may get, on a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"2"`
+	DisableRetries          bool    `help:"Give every request a single attempt."`
+	MaxConcurrentRequests   int     `help:"Most generate requests in flight; beyond, they wait in a queue, then get a 429 (0: no limit)." default:"0"`
+	QueueSize               int     `help:"Most requests waiting for a slot under --max-concurrent-requests." default:"256"`
+	QueueTimeoutSecs        int     `help:"Longest a request waits for a slot under --max-concurrent-requests." default:"60"`
 	MaxPayloadSize          int     `help:"Largest request body accepted, in bytes; larger ones get a 413." default:"268435456"`
 	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"3"`
 	MaxConnsPerBackend      int     `help:"Most pooled connections to one worker; requests beyond wait for one." default:"4096"`
@@ -66,8 +74,20 @@ func (c *serveCmd) Validate() error {
 	if c.RequestTimeoutSecs <= 0 {
 		return errors.New("--request-timeout-secs must be positive")
 	}
-	if c.WarmupTimeoutSecs <= 0 {
-		return errors.New("--warmup-timeout-secs must be positive")
+	for _, d := range []struct {
+		flag string
+		secs int
+	}{
+		{"--warmup-timeout-secs", c.WarmupTimeoutSecs}, {"--first-byte-timeout-secs", c.FirstByteTimeoutSecs},
+		{"--stream-idle-timeout-secs", c.StreamIdleTimeoutSecs}, {"--client-write-timeout-secs", c.ClientWriteTimeoutSecs},
+		{"--queue-timeout-secs", c.QueueTimeoutSecs},
+	} {
+		if d.secs <= 0 {
+			return fmt.Errorf("%s must be positive", d.flag)
+		}
+	}
+	if c.RetryMaxRetries < 0 || c.MaxConcurrentRequests < 0 || c.QueueSize < 0 {
+		return errors.New("--retry-max-retries, --max-concurrent-requests and --queue-size cannot be negative")
 	}
 	if c.PrometheusPort < 0 || c.PrometheusPort > 65535 {
 		return fmt.Errorf("--prometheus-port %d is not a valid port", c.PrometheusPort)
@@ -96,22 +116,30 @@ func (c *serveCmd) config() (lb.Config, []string) {
 	}
 	base := policy("--policy", c.Policy)
 	cfg := lb.Config{
-		Prefill:            c.Prefill,
-		Decode:             c.Decode,
-		Fallback:           c.Fallback,
-		PrefillPolicy:      base,
-		DecodePolicy:       base,
-		FallbackPolicy:     base,
-		PDMinPromptTokens:  c.PDMinPromptTokens,
-		DecodeLocalPrefill: c.DecodeLocalPrefill,
-		RequestTimeout:     time.Duration(c.RequestTimeoutSecs) * time.Second,
-		MaxRequestBodySize: c.MaxPayloadSize,
-		IdleConnTimeout:    time.Duration(c.PoolIdleTimeoutSecs * float64(time.Second)),
-		MaxConnsPerBackend: c.MaxConnsPerBackend,
-		AccessLog:          c.AccessLog,
-		PrefillDPPolicy:    c.PrefillDPPolicy,
-		NoPrewarm:          c.NoPrewarm,
-		WarmupTimeout:      time.Duration(c.WarmupTimeoutSecs) * time.Second,
+		Prefill:               c.Prefill,
+		Decode:                c.Decode,
+		Fallback:              c.Fallback,
+		PrefillPolicy:         base,
+		DecodePolicy:          base,
+		FallbackPolicy:        base,
+		PDMinPromptTokens:     c.PDMinPromptTokens,
+		FirstByteTimeout:      time.Duration(c.FirstByteTimeoutSecs) * time.Second,
+		StreamIdleTimeout:     time.Duration(c.StreamIdleTimeoutSecs) * time.Second,
+		ClientWriteTimeout:    time.Duration(c.ClientWriteTimeoutSecs) * time.Second,
+		MaxRetries:            c.RetryMaxRetries,
+		DisableRetries:        c.DisableRetries || c.RetryMaxRetries == 0,
+		MaxConcurrentRequests: c.MaxConcurrentRequests,
+		QueueSize:             c.QueueSize,
+		QueueTimeout:          time.Duration(c.QueueTimeoutSecs) * time.Second,
+		DecodeLocalPrefill:    c.DecodeLocalPrefill,
+		RequestTimeout:        time.Duration(c.RequestTimeoutSecs) * time.Second,
+		MaxRequestBodySize:    c.MaxPayloadSize,
+		IdleConnTimeout:       time.Duration(c.PoolIdleTimeoutSecs * float64(time.Second)),
+		MaxConnsPerBackend:    c.MaxConnsPerBackend,
+		AccessLog:             c.AccessLog,
+		PrefillDPPolicy:       c.PrefillDPPolicy,
+		NoPrewarm:             c.NoPrewarm,
+		WarmupTimeout:         time.Duration(c.WarmupTimeoutSecs) * time.Second,
 	}
 	if c.PrefillPolicy != "" {
 		cfg.PrefillPolicy = policy("--prefill-policy", c.PrefillPolicy)

@@ -62,6 +62,32 @@ type Config struct {
 	// RequestTimeout bounds a whole generation, streams included, as
 	// mini_lb's --request-timeout-secs does. Zero means 1800 s.
 	RequestTimeout time.Duration
+	// FirstByteTimeout bounds the wait for a stream's first byte from the
+	// decode (a non-stream answer has none before it is whole, so only
+	// RequestTimeout bounds it). Zero means 300 s, SGLang's own KV wait.
+	FirstByteTimeout time.Duration
+	// StreamIdleTimeout bounds the silence between two stream events from
+	// the decode. Zero means 300 s.
+	StreamIdleTimeout time.Duration
+	// ClientWriteTimeout bounds each write to a client, so a client that
+	// stops reading cannot hold a stream and its workers. Zero means 60 s.
+	ClientWriteTimeout time.Duration
+
+	// MaxRetries is how many more attempts a request may get after one
+	// that failed before anything reached the client. Zero means 2.
+	MaxRetries int
+	// DisableRetries makes every request a single attempt.
+	DisableRetries bool
+
+	// MaxConcurrentRequests bounds the generate requests in flight; beyond,
+	// they wait in a queue of QueueSize for at most QueueTimeout, then get
+	// a 429. Zero means no bound.
+	MaxConcurrentRequests int
+	// QueueSize is the most requests that wait for a slot. Zero means 256.
+	QueueSize int
+	// QueueTimeout is the longest a request waits for a slot. Zero means
+	// 60 s.
+	QueueTimeout time.Duration
 	// MaxConnsPerBackend caps pooled connections to each worker; requests
 	// beyond it wait for a free connection. Zero means 4096.
 	MaxConnsPerBackend int
@@ -119,6 +145,27 @@ func (c *Config) setDefaults() {
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 1800 * time.Second
+	}
+	if c.FirstByteTimeout <= 0 {
+		c.FirstByteTimeout = 300 * time.Second
+	}
+	if c.StreamIdleTimeout <= 0 {
+		c.StreamIdleTimeout = 300 * time.Second
+	}
+	if c.ClientWriteTimeout <= 0 {
+		c.ClientWriteTimeout = 60 * time.Second
+	}
+	switch {
+	case c.DisableRetries:
+		c.MaxRetries = 0
+	case c.MaxRetries <= 0:
+		c.MaxRetries = 2
+	}
+	if c.QueueSize <= 0 {
+		c.QueueSize = 256
+	}
+	if c.QueueTimeout <= 0 {
+		c.QueueTimeout = 60 * time.Second
 	}
 	if c.MaxConnsPerBackend <= 0 {
 		c.MaxConnsPerBackend = 4096

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 
 	"github.com/valyala/fasthttp"
 )
@@ -26,6 +25,7 @@ const (
 	reasonClientGone
 	reasonNotWarm
 	reasonRefusedNoRoom
+	reasonOverloaded
 	reasonInternal
 	numReasons
 )
@@ -43,6 +43,7 @@ var reasonNames = [numReasons]string{
 	reasonClientGone:         "client_gone",
 	reasonNotWarm:            "pair_not_warm",
 	reasonRefusedNoRoom:      "decode_refused_no_room",
+	reasonOverloaded:         "overloaded",
 	reasonInternal:           "internal",
 }
 
@@ -108,6 +109,12 @@ func appendSSEError(dst []byte, status int, msg string) []byte {
 	return append(dst, "\n\ndata: [DONE]\n\n"...)
 }
 
+// isTimeout reports whether err is a timeout of any kind.
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &t) && t.Timeout()
+}
+
 // errPeerFailed cancels a call whose partner leg has failed.
 type errPeerFailed struct {
 	role string
@@ -124,9 +131,8 @@ var errClientGone = errors.New("client closed the connection")
 // classify maps a call error to the status, reason and message the client
 // sees. role and addr name the backend.
 func classify(err error, role, addr string) (int, reason, string) {
-	var ne net.Error
 	switch {
-	case errors.Is(err, fasthttp.ErrTimeout), errors.As(err, &ne) && ne.Timeout():
+	case isTimeout(err):
 		return fasthttp.StatusGatewayTimeout, reasonBackendTimeout,
 			"timed out waiting for " + role + " backend " + addr
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):

@@ -84,7 +84,7 @@ func (s *Server) serveDecodeOnly(q *clientRequest, why decodeOnly) {
 		x.local = local
 		// A decode that refuses local prefill is worth another attempt
 		// only where there is another place to go.
-		x.mayRetry = attempt+1 < maxAttempts && (!local || len(s.fallbacks.backends) > 0)
+		x.mayRetry = attempt < s.cfg.MaxRetries && (!local || len(s.fallbacks.backends) > 0)
 		if local {
 			x.body = mustAppend(x.body[:0], q.ctx.PostBody(), bootstrap.Fields{LocalPrefill: true})
 		} else {
@@ -98,7 +98,8 @@ func (s *Server) serveDecodeOnly(q *clientRequest, why decodeOnly) {
 		case retryRefusedNoRoom:
 			s.localPrefillUnsupported(b)
 		default:
-			q.exclude(out)
+			s.retries.Inc()
+			q.remember(out)
 		}
 	}
 }
@@ -108,11 +109,11 @@ func (s *Server) serveDecodeOnly(q *clientRequest, why decodeOnly) {
 // fallback worker.
 func (s *Server) pickDecodeOnly(q *clientRequest, why decodeOnly) (b *Backend, local bool) {
 	if s.cfg.DecodeLocalPrefill && !s.noLocalPrefill.Load() && q.rt.path == "/generate" && why != noDecode {
-		if d := s.decodes.pick(q.failed); d != nil {
+		if d := q.pick(s.decodes); d != nil {
 			return d, true
 		}
 	}
-	return s.fallbacks.pick(q.failed), false
+	return q.pick(s.fallbacks), false
 }
 
 // localPrefillUnsupported turns local prefill off after a decode refused it:
@@ -145,8 +146,8 @@ func (s *Server) nowhereToGo(q *clientRequest, why decodeOnly) *answerError {
 	if s.cfg.DecodeLocalPrefill && s.noLocalPrefill.Load() {
 		msg += "; the decodes cannot prefill locally (they lack SGLang PR #34773)"
 	}
-	if q.failedWhy != "" {
-		msg += " (" + q.failedWhy + ")"
+	if q.why != "" {
+		msg += " (" + q.why + ")"
 	}
 	return &answerError{fasthttp.StatusServiceUnavailable, reasonNoBackend, msg}
 }

@@ -44,6 +44,8 @@ type exchange struct {
 	// worker, or to a decode that prefills locally (local).
 	single bool
 	local  bool
+	// permit is the request's admission slot, released by finish.
+	permit bool
 	// merge is set when the client asked for logprobs (or routed experts)
 	// that only the prefill computes, and the answers must be merged.
 	merge bool
@@ -67,8 +69,10 @@ type call struct {
 	req     fasthttp.Request
 	resp    fasthttp.Response
 	cancel  canceller
-	// deadline bounds the whole call, body included.
-	deadline time.Time
+	// deadline bounds the whole call, body included; firstByteBy, when
+	// set, bounds the wait for a stream's first byte.
+	deadline    time.Time
+	firstByteBy time.Time
 	// stream hands the response body to the relay instead of buffering it.
 	stream bool
 	err    error
@@ -112,6 +116,7 @@ func (x *exchange) unref() {
 		c.cancel.reset()
 		c.err = nil
 		c.stream = false
+		c.firstByteBy = time.Time{}
 		drain(c.ready)
 		drain(c.done)
 		select {
@@ -121,7 +126,7 @@ func (x *exchange) unref() {
 	}
 	x.relay.reset()
 	x.prefillWaited = false
-	x.single, x.local, x.merge = false, false, false
+	x.single, x.local, x.merge, x.permit = false, false, false, false
 	x.requestID = x.requestID[:0]
 	// A rare huge request must not pin its buffers in the pool.
 	if cap(x.body) > maxPooledBuffer {
@@ -137,6 +142,10 @@ func (x *exchange) unref() {
 	x.s.live.Done()
 }
 
+// orphanPrefillGrace is how long a prefill may still take once its decode
+// has finished.
+const orphanPrefillGrace = 2 * time.Second
+
 // maxPooledBuffer is the largest buffer a pooled exchange keeps.
 const maxPooledBuffer = 1 << 20
 
@@ -147,129 +156,6 @@ func drain(ch chan struct{}) {
 	}
 }
 
-// maxAttempts bounds the exchanges pdlb makes for one request: a second
-// one after a cold pair, and more when workers cannot be reached.
-const maxAttempts = 4
-
-// clientRequest is a client's generate request across the attempts pdlb
-// makes to answer it. It lives on the handler's stack.
-type clientRequest struct {
-	ctx      *fasthttp.RequestCtx
-	rt       *route
-	info     bootstrap.Request
-	id       []byte
-	start    time.Time
-	deadline time.Time
-	// failed are the backends that could not be reached for this request;
-	// they are not picked again. failedWhy says why, for the answer when
-	// nothing is left.
-	failed    []*Backend
-	failedBuf [maxAttempts]*Backend
-	failedWhy string
-}
-
-// outcome is how an exchange ended: answered, or to be tried again.
-type outcome struct {
-	retry retryKind
-	// backend could not be reached (retryUnreachable), and why.
-	backend *Backend
-	why     string
-}
-
-type retryKind int
-
-const (
-	answered retryKind = iota
-	// retryCold: the decode had not cached the prefill's info.
-	retryCold
-	// retryUnreachable: a worker could not be reached; try another.
-	retryUnreachable
-	// retryRefusedNoRoom: a decode refused a local-prefill request.
-	retryRefusedNoRoom
-)
-
-// serveGenerate is the path shared by /generate, /v1/completions and
-// /v1/chat/completions: PD, or decode-only when the request or the state
-// of the pools asks for it (fallback.go).
-func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []byte) {
-	q := clientRequest{ctx: ctx, rt: rt, id: requestID, start: s.cfg.Now()}
-	q.deadline = q.start.Add(s.cfg.RequestTimeout)
-	q.failed = q.failedBuf[:0]
-	var err error
-	if q.info, err = bootstrap.Parse(ctx.PostBody()); err != nil {
-		s.answerError(&q, &answerError{fasthttp.StatusBadRequest, reasonInvalidRequest, err.Error()})
-		return
-	}
-	why, aerr := s.decodeOnlyReason(&q)
-	switch {
-	case aerr != nil:
-		s.answerError(&q, aerr)
-	case why != pdMode:
-		s.serveDecodeOnly(&q, why)
-	default:
-		s.servePD(&q)
-	}
-}
-
-// answerError answers q with pdlb's own error.
-func (s *Server) answerError(q *clientRequest, e *answerError) {
-	s.writeError(q.ctx, e.status, e.reason, e.msg)
-	q.rt.observe(e.status, s.cfg.Now().Sub(q.start))
-}
-
-// exclude keeps b out of q's next attempts.
-func (q *clientRequest) exclude(out outcome) {
-	q.failed = append(q.failed, out.backend)
-	if q.failedWhy != "" {
-		q.failedWhy += "; "
-	}
-	q.failedWhy += out.why
-}
-
-// servePD pairs a prefill and a decode for q, trying again on a warmed pair
-// or on other workers while nothing has reached the client.
-func (s *Server) servePD(q *clientRequest) {
-	cold := false
-	for attempt := 0; ; attempt++ {
-		p := s.prefills.pick(q.failed)
-		if p == nil {
-			s.serveDecodeOnly(q, noPrefill)
-			return
-		}
-		d := s.decodes.pick(q.failed)
-		if d == nil {
-			s.serveDecodeOnly(q, noDecode)
-			return
-		}
-		plan, aerr := s.planDP(q.info, q.rt, p, d, q.deadline)
-		if aerr != nil {
-			s.answerError(q, aerr)
-			return
-		}
-		x := s.newExchange(q, 3)
-		x.plan = plan
-		x.coldRetry = !cold && s.warm != nil
-		x.mayRetry = attempt+1 < maxAttempts
-		x.merge = q.info.HasReturnLogprob || q.info.HasReturnRoutedExperts
-		x.inject(q.ctx.PostBody(), q.info, p)
-		x.prefill.prepare(q.ctx, p, x.prefillSends(), q.deadline, q.id)
-		x.decode.prepare(q.ctx, d, x.body, q.deadline, q.id)
-		out := x.serve(q)
-		switch out.retry {
-		case answered:
-			return
-		case retryCold:
-			// The decode had not cached the prefill's info: it restarted,
-			// or a warm-up missed it. Warm the pair and try again.
-			cold = true
-			s.coldRetries.Inc()
-			s.warm.pair(p, d).markCold()
-		default:
-			q.exclude(out)
-		}
-	}
-}
-
 // newExchange starts an exchange for q held by refs parties: 3 for a PD
 // pair, 2 for a single worker.
 func (s *Server) newExchange(q *clientRequest, refs int32) *exchange {
@@ -277,7 +163,7 @@ func (s *Server) newExchange(q *clientRequest, refs int32) *exchange {
 	s.live.Add(1)
 	x.refs.Store(refs)
 	x.single = refs == 2
-	x.rt, x.start = q.rt, q.start
+	x.rt, x.start, x.permit = q.rt, q.start, q.permit
 	x.requestID = append(x.requestID[:0], q.id...)
 	return x
 }
@@ -372,6 +258,11 @@ func (c *call) run() {
 	b.inflight.Add(-1)
 	if c == &c.x.prefill {
 		c.x.plan.release()
+	} else if !c.x.single {
+		// The prefill answers once its KV cache is sent, before the decode
+		// ends; one still silent well after is stuck (waiting for a decode
+		// that never claimed the cache): give it a short last deadline.
+		c.peer.cancel.capRead(time.Now().Add(orphanPrefillGrace))
 	}
 	if c.err != nil || c.resp.StatusCode() >= fasthttp.StatusBadRequest {
 		own := c.cancel.err() == nil
@@ -406,15 +297,9 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	x.decode.run()
 	<-x.decode.done
 	d := &x.decode
-	if d.err == nil && d.resp.StatusCode() >= fasthttp.StatusBadRequest {
-		if out := x.retryFor(d.resp.StatusCode(), d.resp.Body()); out.retry != answered {
-			// The decode's error has cancelled the prefill already.
-			x.unref()
-			return out
-		}
-	}
-	if d.err != nil {
-		if out := x.retryUnreachable(); out.retry != answered {
+	if d.err != nil || d.resp.StatusCode() >= fasthttp.StatusBadRequest {
+		// The decode's failure has cancelled the prefill already.
+		if out := x.retryAfter(d.resp.Body()); out.retry != answered {
 			x.unref()
 			return out
 		}
@@ -426,33 +311,6 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	x.finish(ctx.Response.StatusCode())
 	x.unref()
 	return outcome{}
-}
-
-// retryFor says whether the decode's error answer (status, body) calls for
-// another attempt: a cold pair, or a decode without local prefill.
-func (x *exchange) retryFor(status int, body []byte) outcome {
-	switch {
-	case status >= fasthttp.StatusInternalServerError && x.coldPair(body):
-		return outcome{retry: retryCold}
-	case status == fasthttp.StatusBadRequest && x.local && x.mayRetry && bytes.Contains(body, noRoomMarker):
-		return outcome{retry: retryRefusedNoRoom, backend: x.decode.backend}
-	}
-	return outcome{}
-}
-
-// retryUnreachable says whether the exchange failed because a worker could
-// not be reached, so that the request, which it never got, may go to
-// another worker.
-func (x *exchange) retryUnreachable() outcome {
-	if !x.mayRetry {
-		return outcome{}
-	}
-	c := x.culprit()
-	if c.err == nil || !errors.Is(c.err, errUnreachable) {
-		return outcome{}
-	}
-	_, _, why := c.describe()
-	return outcome{retry: retryUnreachable, backend: c.backend, why: why}
 }
 
 // coldPair reports whether the decode's failure says it has not cached the
@@ -549,8 +407,13 @@ func (x *exchange) logFailure(c *call, msg string) {
 		Str("role", c.backend.role).Str("backend", c.backend.addr).Err(c.err).Msg(msg)
 }
 
-// finish accounts the request once its answer is complete.
+// finish accounts the request once its answer is complete, and frees its
+// admission slot.
 func (x *exchange) finish(status int) {
+	if x.permit {
+		x.permit = false
+		x.s.releasePermit()
+	}
 	took := x.s.cfg.Now().Sub(x.start)
 	x.rt.observe(status, took)
 	if x.s.cfg.AccessLog {

@@ -40,8 +40,10 @@ type Server struct {
 	coldRetries    *metrics.Counter
 	decodeOnly     [numDecodeOnly]*metrics.Counter
 	exchanges      sync.Pool
+	retries        *metrics.Counter
 	// noLocalPrefill is set once a decode showed it cannot prefill locally.
 	noLocalPrefill atomic.Bool
+	admission      admission
 	// live counts exchanges not yet released: a call may outlive the
 	// client's answer, and a drain waits for it.
 	live sync.WaitGroup
@@ -79,6 +81,10 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		s.errorsByReason[r] = s.ms.NewCounter(fmt.Sprintf(`pdlb_request_errors_total{reason=%q}`, r))
 	}
 	s.coldRetries = s.ms.NewCounter(`pdlb_cold_pair_retries_total`)
+	s.retries = s.ms.NewCounter(`pdlb_retries_total`)
+	s.admission = newAdmission(&s.cfg)
+	s.ms.NewGauge(`pdlb_requests_queued`, func() float64 { return float64(s.admission.queued.Load()) })
+	s.ms.NewGauge(`pdlb_requests_admitted`, func() float64 { return float64(len(s.admission.slots)) })
 	for w := range numDecodeOnly {
 		s.decodeOnly[w] = s.ms.NewCounter(fmt.Sprintf(`pdlb_decode_only_total{reason=%q}`, w))
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -24,6 +26,8 @@ const (
 func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 	d := &x.decode
 	d.stream = true
+	d.firstByteBy = earliest(d.deadline, x.s.cfg.Now().Add(x.s.cfg.FirstByteTimeout))
+	x.relay.client = ctx.Conn()
 	if !x.single {
 		go x.prefill.run()
 	}
@@ -31,7 +35,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 	select {
 	case <-d.ready:
 	case <-d.done:
-		if out := x.retryUnreachable(); out.retry != answered {
+		if out := x.retryOnFailure(); out.retry != answered {
 			x.unref()
 			return out
 		}
@@ -46,7 +50,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 	if err := x.relay.prime(d.resp.BodyStream()); err != nil {
 		d.release <- false
 		<-d.done
-		if out := x.retryUnreachable(); out.retry != answered {
+		if out := x.retryOnFailure(); out.retry != answered {
 			x.unref()
 			return out
 		}
@@ -108,7 +112,7 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 	d.release <- err == nil
 	<-d.done
 	if err == nil {
-		if out := x.retryFor(d.resp.StatusCode(), x.scratch); out.retry != answered {
+		if out := x.retryAfter(x.scratch); out.retry != answered {
 			x.unref()
 			return out
 		}
@@ -125,6 +129,13 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 	x.finish(ctx.Response.StatusCode())
 	x.unref()
 	return outcome{}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func isEventStream(contentType []byte) bool {
@@ -159,6 +170,9 @@ func appendAll(dst []byte, r io.Reader, limit int) ([]byte, error) {
 type relay struct {
 	x    *exchange
 	body io.Reader
+	// client is the client's connection, whose write deadline each event
+	// pushes back, so a client that stops reading is let go.
+	client net.Conn
 	// buf[start:end] holds bytes read but not yet written.
 	buf        []byte
 	start, end int
@@ -177,7 +191,7 @@ type relay struct {
 }
 
 func (r *relay) reset() {
-	r.body, r.readErr = nil, nil
+	r.body, r.readErr, r.client = nil, nil, nil
 	r.start, r.end = 0, 0
 	r.sawDone, r.mergeLogprobs, r.closed = false, false, false
 	r.prefillLogprobs = r.prefillLogprobs[:0]
@@ -243,6 +257,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			if ev == nil {
 				break
 			}
+			r.pushWriteDeadline()
 			n, err := w.Write(r.transform(ev))
 			written += int64(n)
 			if err != nil {
@@ -255,6 +270,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 		}
 		r.fill()
 	}
+	r.pushWriteDeadline()
 	if r.start < r.end {
 		// A last event without its blank line: pass it on as it is.
 		n, err := w.Write(r.buf[r.start:r.end])
@@ -312,8 +328,18 @@ func eventEnd(b []byte) int {
 	return 0
 }
 
-// fill reads more of the decode's stream, making room first.
+// pushWriteDeadline gives the client ClientWriteTimeout for the next write.
+func (r *relay) pushWriteDeadline() {
+	if r.client != nil {
+		_ = r.client.SetWriteDeadline(r.x.s.cfg.Now().Add(r.x.s.cfg.ClientWriteTimeout))
+	}
+}
+
+// fill reads more of the decode's stream, making room first. The decode has
+// StreamIdleTimeout to send it.
 func (r *relay) fill() {
+	d := &r.x.decode
+	d.cancel.readBy(earliest(d.deadline, r.x.s.cfg.Now().Add(r.x.s.cfg.StreamIdleTimeout)))
 	if r.start > 0 {
 		r.end = copy(r.buf, r.buf[r.start:r.end])
 		r.start = 0

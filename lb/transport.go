@@ -55,17 +55,22 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		return false, fmt.Errorf("%w: %w", errUnreachable, err)
 	}
 	conn := cc.Conn()
-	if err := c.cancel.attach(conn); err != nil {
+	if err := conn.SetWriteDeadline(c.deadline); err != nil {
+		hc.CloseConn(cc)
+		return false, err
+	}
+	readBy := c.deadline
+	if !c.firstByteBy.IsZero() {
+		// The relay extends it for each event once the stream flows.
+		readBy = c.firstByteBy
+	}
+	if err := c.cancel.attach(conn, readBy); err != nil {
 		hc.ReleaseConn(cc)
 		return false, err
 	}
 	defer c.cancel.detach()
 	reused := !cc.LastUseTime().IsZero()
 
-	if err := conn.SetDeadline(c.deadline); err != nil {
-		hc.CloseConn(cc)
-		return false, err
-	}
 	bw := hc.AcquireWriter(conn)
 	err = req.Write(bw)
 	if err == nil {
@@ -113,8 +118,7 @@ func (c *call) failed(err error, reused bool) (bool, error) {
 		c.backend.epoch.Add(1)
 		return true, fmt.Errorf("%w: %w", errStaleConn, err)
 	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	if isTimeout(err) {
 		return false, fasthttp.ErrTimeout
 	}
 	return false, err
@@ -143,18 +147,30 @@ type canceller struct {
 	// over is set once the call has finished; cancelling it is then a no-op,
 	// so reason only ever names what interrupted a running call.
 	over bool
+	// limit, when set, is a last read deadline that no later one overrides
+	// (capRead).
+	limit time.Time
 }
 
-// attach records conn as the call's connection, or returns the reason if the
-// call was cancelled already.
-func (cl *canceller) attach(conn net.Conn) error {
+// attach records conn as the call's connection and gives it its read
+// deadline (held to limit), or returns the reason if the call was cancelled
+// already. Setting the deadline here, under the lock, keeps a capRead that
+// comes while the call connects from being lost.
+func (cl *canceller) attach(conn net.Conn, readBy time.Time) error {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if cl.reason != nil {
 		return cl.reason
 	}
 	cl.conn = conn
-	return nil
+	return conn.SetReadDeadline(cl.limited(readBy))
+}
+
+func (cl *canceller) limited(t time.Time) time.Time {
+	if !cl.limit.IsZero() && cl.limit.Before(t) {
+		return cl.limit
+	}
+	return t
 }
 
 func (cl *canceller) detach() {
@@ -183,6 +199,26 @@ func (cl *canceller) end() {
 	cl.mu.Unlock()
 }
 
+// readBy moves the read deadline of the call's connection, if it has one,
+// held to the limit.
+func (cl *canceller) readBy(t time.Time) {
+	cl.mu.Lock()
+	if cl.conn != nil {
+		_ = cl.conn.SetReadDeadline(cl.limited(t))
+	}
+	cl.mu.Unlock()
+}
+
+// capRead gives the call a last read deadline, now or once it connects.
+func (cl *canceller) capRead(t time.Time) {
+	cl.mu.Lock()
+	cl.limit = t
+	if cl.conn != nil {
+		_ = cl.conn.SetReadDeadline(t)
+	}
+	cl.mu.Unlock()
+}
+
 // err returns why the call was cancelled, or nil.
 func (cl *canceller) err() error {
 	cl.mu.Lock()
@@ -192,6 +228,6 @@ func (cl *canceller) err() error {
 
 func (cl *canceller) reset() {
 	cl.mu.Lock()
-	cl.conn, cl.reason, cl.over = nil, nil, false
+	cl.conn, cl.reason, cl.over, cl.limit = nil, nil, false, time.Time{}
 	cl.mu.Unlock()
 }

@@ -26,7 +26,9 @@ func (h *harness) dpPair() (p, d *fake.Server) {
 func TestSeedRequestFailsWithoutWarmup(t *testing.T) {
 	h := newHarness(t)
 	_, d := h.dpPair()
-	h.start(defaultConfig())
+	cfg := defaultConfig()
+	cfg.DisableRetries = true // a plain pairing, as mini_lb's
+	h.start(cfg)
 	r := h.post("/generate", seedRequest)
 	if r.status != fasthttp.StatusInternalServerError || !strings.Contains(string(r.body), "is healthy before, but now it is down") {
 		t.Fatalf("got %d %s; want the decode's first-request failure, as through mini_lb", r.status, r.body)

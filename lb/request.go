@@ -1,0 +1,226 @@
+package lb
+
+import (
+	"bytes"
+	"errors"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bootstrap"
+)
+
+// maxFailures bounds how many failed workers one request remembers.
+const maxFailures = 8
+
+// clientRequest is a client's generate request across the attempts pdlb
+// makes to answer it. It lives on the handler's stack.
+type clientRequest struct {
+	ctx      *fasthttp.RequestCtx
+	rt       *route
+	info     bootstrap.Request
+	id       []byte
+	start    time.Time
+	deadline time.Time
+	// permit is held while the request counts against
+	// --max-concurrent-requests; whoever answers releases it.
+	permit bool
+
+	// unreachable are workers that could not be reached for this request:
+	// never picked again. failed are workers that failed it otherwise (a
+	// 5xx, a reset): avoided while others are available. why tells what
+	// happened, for the answer when nothing is left.
+	unreachable, failed []*Backend
+	workersBuf          [2 * maxFailures]*Backend
+	why                 string
+}
+
+// outcome is how an exchange ended: answered, or to be tried again.
+type outcome struct {
+	retry retryKind
+	// backend is the worker that failed, and why.
+	backend *Backend
+	why     string
+}
+
+type retryKind int
+
+const (
+	answered retryKind = iota
+	// retryCold: the decode had not cached the prefill's info.
+	retryCold
+	// retryUnreachable: a worker could not be reached; try another.
+	retryUnreachable
+	// retryFailed: a worker failed before anything reached the client
+	// (5xx, reset); try a fresh pair.
+	retryFailed
+	// retryRefusedNoRoom: a decode refused a local-prefill request.
+	retryRefusedNoRoom
+)
+
+// serveGenerate is the path shared by /generate, /v1/completions and
+// /v1/chat/completions: PD, or decode-only when the request or the state
+// of the pools asks for it (fallback.go).
+func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []byte) {
+	q := clientRequest{ctx: ctx, rt: rt, id: requestID, start: s.cfg.Now()}
+	q.deadline = q.start.Add(s.cfg.RequestTimeout)
+	q.unreachable = q.workersBuf[:0:maxFailures]
+	q.failed = q.workersBuf[maxFailures:maxFailures]
+	var err error
+	if q.info, err = bootstrap.Parse(ctx.PostBody()); err != nil {
+		s.answerError(&q, &answerError{fasthttp.StatusBadRequest, reasonInvalidRequest, err.Error()})
+		return
+	}
+	if aerr := s.admit(&q); aerr != nil {
+		s.answerError(&q, aerr)
+		return
+	}
+	why, aerr := s.decodeOnlyReason(&q)
+	switch {
+	case aerr != nil:
+		s.answerError(&q, aerr)
+	case why != pdMode:
+		s.serveDecodeOnly(&q, why)
+	default:
+		s.servePD(&q)
+	}
+}
+
+// answerError answers q with pdlb's own error.
+func (s *Server) answerError(q *clientRequest, e *answerError) {
+	s.writeError(q.ctx, e.status, e.reason, e.msg)
+	q.rt.observe(e.status, s.cfg.Now().Sub(q.start))
+	if q.permit {
+		s.releasePermit()
+	}
+}
+
+// pick chooses a worker of pool for q's next attempt: one that has not
+// failed q if possible, never one q could not reach.
+func (q *clientRequest) pick(pool *Pool) *Backend {
+	if len(q.failed) > 0 {
+		var avoid [2 * maxFailures]*Backend
+		both := append(append(avoid[:0], q.unreachable...), q.failed...)
+		if b := pool.pick(both); b != nil {
+			return b
+		}
+	}
+	return pool.pick(q.unreachable)
+}
+
+// remember records a failed attempt, so the next one goes elsewhere.
+func (q *clientRequest) remember(out outcome) {
+	switch {
+	case out.retry == retryUnreachable && len(q.unreachable) < cap(q.unreachable):
+		q.unreachable = append(q.unreachable, out.backend)
+	case out.retry == retryFailed && len(q.failed) < cap(q.failed):
+		q.failed = append(q.failed, out.backend)
+	}
+	if out.why != "" {
+		if q.why != "" {
+			q.why += "; "
+		}
+		q.why += out.why
+	}
+}
+
+// servePD pairs a prefill and a decode for q, trying again on a warmed
+// pair, or on other workers, while nothing has reached the client.
+func (s *Server) servePD(q *clientRequest) {
+	cold := false
+	for attempt := 0; ; attempt++ {
+		p := q.pick(s.prefills)
+		if p == nil {
+			s.serveDecodeOnly(q, noPrefill)
+			return
+		}
+		d := q.pick(s.decodes)
+		if d == nil {
+			s.serveDecodeOnly(q, noDecode)
+			return
+		}
+		plan, aerr := s.planDP(q.info, q.rt, p, d, q.deadline)
+		if aerr != nil {
+			s.answerError(q, aerr)
+			return
+		}
+		x := s.newExchange(q, 3)
+		x.plan = plan
+		x.coldRetry = !cold && s.warm != nil
+		x.mayRetry = attempt < s.cfg.MaxRetries
+		x.merge = q.info.HasReturnLogprob || q.info.HasReturnRoutedExperts
+		x.inject(q.ctx.PostBody(), q.info, p)
+		x.prefill.prepare(q.ctx, p, x.prefillSends(), q.deadline, q.id)
+		x.decode.prepare(q.ctx, d, x.body, q.deadline, q.id)
+		out := x.serve(q)
+		switch out.retry {
+		case answered:
+			return
+		case retryCold:
+			// The decode had not cached the prefill's info: it restarted,
+			// or a warm-up missed it. Warm the pair and try again.
+			cold = true
+			s.coldRetries.Inc()
+			s.warm.pair(p, d).markCold()
+		default:
+			s.retries.Inc()
+			q.remember(out)
+		}
+	}
+}
+
+// retryFor says whether the decode's error answer (status, body) calls for
+// another attempt: a cold pair, or a decode without local prefill.
+func (x *exchange) retryFor(status int, body []byte) outcome {
+	switch {
+	case status >= fasthttp.StatusInternalServerError && x.coldPair(body):
+		return outcome{retry: retryCold}
+	case status == fasthttp.StatusBadRequest && x.local && x.mayRetry && bytes.Contains(body, noRoomMarker):
+		return outcome{retry: retryRefusedNoRoom, backend: x.decode.backend}
+	}
+	return outcome{}
+}
+
+// retryAfter says whether the decode call's answer (body, when it gave one)
+// calls for another attempt.
+func (x *exchange) retryAfter(body []byte) outcome {
+	d := &x.decode
+	if d.err == nil {
+		if out := x.retryFor(d.resp.StatusCode(), body); out.retry != answered {
+			return out
+		}
+	}
+	return x.retryOnFailure()
+}
+
+// retryOnFailure says whether the exchange failed in a way that another
+// attempt may fix, nothing having reached the client: a worker that could
+// not be reached, a transport failure, a 5xx. A 4xx is the client's and is
+// never retried; nor is a timeout, which has used up the request's time.
+func (x *exchange) retryOnFailure() outcome {
+	if !x.mayRetry {
+		return outcome{}
+	}
+	c := x.culprit()
+	var kind retryKind
+	switch {
+	case c.err != nil && errors.Is(c.err, errUnreachable):
+		kind = retryUnreachable
+	case c.err != nil && retriable(c.err):
+		kind = retryFailed
+	case c.err == nil && c.resp.StatusCode() >= fasthttp.StatusInternalServerError:
+		kind = retryFailed
+	default:
+		return outcome{}
+	}
+	_, _, why := c.describe()
+	return outcome{retry: kind, backend: c.backend, why: why}
+}
+
+// retriable reports whether a call's own transport error may not recur on
+// another attempt.
+func retriable(err error) bool {
+	var peer *errPeerFailed
+	return !errors.Is(err, fasthttp.ErrTimeout) && !errors.Is(err, errClientGone) &&
+		!errors.As(err, &peer) && !errors.Is(err, fasthttp.ErrBodyTooLarge)
+}

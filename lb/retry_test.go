@@ -1,0 +1,204 @@
+package lb
+
+import (
+	"bufio"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bench/fake"
+)
+
+// failing counts the requests of a backend that answers every one with
+// status and body.
+func failing(served *atomic.Int32, status int, body string) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		served.Add(1)
+		ctx.SetStatusCode(status)
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(body)
+	}
+}
+
+// A 5xx before anything reached the client is retried on a fresh pair.
+func TestFailedPrefillIsRetriedElsewhere(t *testing.T) {
+	for _, stream := range []string{"false", "true"} {
+		h := newHarness(t)
+		var broken atomic.Int32
+		h.backend("prefill-9:30000", failing(&broken, fasthttp.StatusInternalServerError, `{"error": {"message": "oops"}}`))
+		h.pair(fake.Config{}, fake.Config{})
+		cfg := defaultConfig()
+		cfg.Prefill = []PrefillSpec{{URL: "http://prefill-9:30000", BootstrapPort: 8998}, cfg.Prefill[0]}
+		cfg.PrefillPolicy = PolicyRoundRobin
+		h.start(cfg)
+		for range 3 {
+			if r := h.post("/generate", `{"text": "a", "stream": `+stream+`}`); r.status != fasthttp.StatusOK {
+				t.Fatalf("got %d %s; want the retry's answer", r.status, r.body)
+			}
+		}
+		// Round robin sends every first attempt to the broken prefill (the
+		// retry takes the next turn), and every retry to the good one.
+		if n := broken.Load(); n != 3 {
+			t.Fatalf("the broken prefill got %d requests; want 3", n)
+		}
+		if got := h.metric("pdlb_retries_total"); got != "3" {
+			t.Fatalf("got pdlb_retries_total %q; want 3", got)
+		}
+	}
+}
+
+// Retries stop at --max-retries, and the client gets the last failure.
+func TestRetriesAreBounded(t *testing.T) {
+	h := newHarness(t)
+	var served atomic.Int32
+	h.backend("prefill-0:30000", failing(&served, fasthttp.StatusServiceUnavailable, `{"error": {"message": "busy"}}`))
+	h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second})
+	h.start(defaultConfig())
+	r := h.post("/generate", `{"text": "a"}`)
+	if r.status != fasthttp.StatusServiceUnavailable || string(r.body) != `{"error": {"message": "busy"}}` {
+		t.Fatalf("got %d %s; want the prefill's last answer", r.status, r.body)
+	}
+	if n := served.Load(); n != 3 {
+		t.Fatalf("the prefill got %d attempts; want 1 + 2 retries", n)
+	}
+}
+
+// A 4xx is the client's fault: never retried.
+func TestClientErrorsAreNotRetried(t *testing.T) {
+	h := newHarness(t)
+	var served atomic.Int32
+	h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 20 * time.Second})
+	h.backend("decode-0:30010", failing(&served, fasthttp.StatusBadRequest, `{"error": {"message": "bad sampling params"}}`))
+	srv := h.start(defaultConfig())
+	if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusBadRequest {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	if n := served.Load(); n != 1 {
+		t.Fatalf("the decode got %d attempts; want 1", n)
+	}
+	waitIdle(t, srv)
+}
+
+func TestDisableRetries(t *testing.T) {
+	h := newHarness(t)
+	var served atomic.Int32
+	h.backend("prefill-0:30000", failing(&served, fasthttp.StatusInternalServerError, `{}`))
+	h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second})
+	cfg := defaultConfig()
+	cfg.DisableRetries = true
+	h.start(cfg)
+	h.post("/generate", `{"text": "a"}`)
+	if n := served.Load(); n != 1 {
+		t.Fatalf("got %d attempts with retries disabled", n)
+	}
+}
+
+// stallingDecode answers a stream with the given events, then sends nothing
+// until release is closed.
+func stallingDecode(release <-chan struct{}, events ...string) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			for _, ev := range events {
+				_, _ = w.WriteString(ev)
+				_ = w.Flush()
+			}
+			<-release
+		})
+	}
+}
+
+func TestStreamTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		events []string
+		// wantStatus is the client's status; wantEvents the events before
+		// the error event, when the stream started.
+		wantStatus int
+		wantEvents int
+	}{
+		{name: "no first byte", wantStatus: fasthttp.StatusGatewayTimeout},
+		{name: "stalls between events", events: []string{"data: {\"text\":\"a\"}\n\n"}, wantStatus: fasthttp.StatusOK, wantEvents: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			release := make(chan struct{})
+			h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
+			h.backend("decode-0:30010", stallingDecode(release, tc.events...))
+			t.Cleanup(func() { close(release) })
+			cfg := defaultConfig()
+			cfg.FirstByteTimeout = 200 * time.Millisecond
+			cfg.StreamIdleTimeout = 200 * time.Millisecond
+			srv := h.start(cfg)
+			start := time.Now()
+			s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+			got := s.rest()
+			if s.status != tc.wantStatus || time.Since(start) > 2*time.Second {
+				t.Fatalf("got %d after %s: %q", s.status, time.Since(start), got)
+			}
+			if tc.wantStatus == fasthttp.StatusOK {
+				if len(got) != tc.wantEvents+2 || gjson.Get(strings.TrimPrefix(got[tc.wantEvents], "data: "), "error.code").Int() != 504 ||
+					got[len(got)-1] != "data: [DONE]\n\n" {
+					t.Fatalf("got %q; want %d events, a 504 error event and [DONE]", got, tc.wantEvents)
+				}
+			}
+			waitIdle(t, srv)
+		})
+	}
+}
+
+// Beyond --max-concurrent-requests, requests wait in a bounded queue for a
+// bounded time; past either, a 429 with Retry-After.
+func TestAdmission(t *testing.T) {
+	h := newHarness(t)
+	inDecode, release := make(chan struct{}, 4), make(chan struct{})
+	h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 20 * time.Second})
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		inDecode <- struct{}{}
+		<-release
+		ctx.SetBodyString(`{"text": "ok"}`)
+	})
+	cfg := defaultConfig()
+	cfg.MaxConcurrentRequests = 1
+	cfg.QueueSize = 1
+	cfg.QueueTimeout = 200 * time.Millisecond
+	h.start(cfg)
+
+	first := make(chan reply, 1)
+	go func() { first <- h.post("/generate", `{"text": "a"}`) }()
+	<-inDecode // the first request holds the only slot
+	others := make(chan reply, 2)
+	for range 2 {
+		go func() { others <- h.post("/generate", `{"text": "b"}`) }()
+	}
+	var full, timedOut int
+	for range 2 {
+		r := <-others
+		msg := gjson.GetBytes(r.body, "error.message").String()
+		if r.status != fasthttp.StatusTooManyRequests || r.header.Peek("Retry-After") == nil {
+			t.Fatalf("got %d %s; want a 429 with Retry-After", r.status, r.body)
+		}
+		switch {
+		case strings.Contains(msg, "the wait queue is full"):
+			full++
+		case strings.Contains(msg, "no slot freed up within 200ms") && r.took >= 200*time.Millisecond:
+			timedOut++
+		default:
+			t.Fatalf("got %q after %s", msg, r.took)
+		}
+	}
+	if full != 1 || timedOut != 1 {
+		t.Fatalf("got %d turned away and %d timed out; want one each", full, timedOut)
+	}
+	close(release)
+	if r := <-first; r.status != fasthttp.StatusOK {
+		t.Fatalf("the admitted request got %d %s", r.status, r.body)
+	}
+	if r := h.post("/generate", `{"text": "c"}`); r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s once the slot was free", r.status, r.body)
+	}
+}
