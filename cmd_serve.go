@@ -39,13 +39,24 @@ type serveCmd struct {
 	NoPrewarm         bool   `help:"Do not warm decode × prefill pairs; for decodes without SGLang's first-request bug (PR #22990)."`
 	WarmupTimeoutSecs int    `help:"Longest one pair warm-up, and a request's wait for it, may take." default:"30"`
 
-	RequestTimeoutSecs      int     `help:"Longest a generation may take, streams included." default:"1800"`
-	FirstByteTimeoutSecs    int     `help:"Longest wait for a stream's first byte from the decode." default:"300"`
-	StreamIdleTimeoutSecs   int     `help:"Longest silence between two stream events from the decode." default:"300"`
-	ClientWriteTimeoutSecs  int     `help:"Longest a write to a client may take, so a client that stops reading is let go." default:"60"`
-	RetryMaxRetries         int     `help:"More attempts a request may get, on a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"2"`
-	DisableRetries          bool    `help:"Give every request a single attempt."`
-	MaxConcurrentRequests   int     `help:"Most generate requests in flight; beyond, they wait in a queue, then get a 429 (0: no limit)." default:"0"`
+	RequestTimeoutSecs     int  `help:"Longest a generation may take, streams included." default:"1800"`
+	FirstByteTimeoutSecs   int  `help:"Longest wait for a stream's first byte from the decode." default:"300"`
+	StreamIdleTimeoutSecs  int  `help:"Longest silence between two stream events from the decode." default:"300"`
+	ClientWriteTimeoutSecs int  `help:"Longest a write to a client may take, so a client that stops reading is let go." default:"60"`
+	RetryMaxRetries        int  `help:"More attempts a request may get, on a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"2"`
+	DisableRetries         bool `help:"Give every request a single attempt."`
+	MaxConcurrentRequests  int  `help:"Most generate requests in flight; beyond, they wait in a queue, then get a 429 (0: no limit)." default:"0"`
+
+	DisableHealthCheck      bool    `help:"No active health checks: every worker counts as up, and a prefill whose bootstrap server cannot be reached stays selectable."`
+	HealthCheckEndpoint     string  `help:"Path probed with GET on every worker." default:"/health"`
+	HealthCheckIntervalSecs int     `help:"Time between two probes of a worker." default:"5"`
+	HealthCheckTimeoutSecs  int     `help:"Longest a probe may take." default:"2"`
+	HealthSuccessThreshold  int     `help:"Consecutive good probes that bring a worker back." default:"2"`
+	HealthFailureThreshold  int     `help:"Consecutive failed probes that take a worker out." default:"3"`
+	DisableCircuitBreaker   bool    `help:"Do not eject workers whose requests keep failing."`
+	CbFailureThreshold      int     `help:"Consecutive failed requests (transport errors, timeouts, 5xx; never a 4xx) that eject a worker." default:"5"`
+	CbTimeoutDurationSecs   int     `help:"First ejection; it doubles while the worker keeps failing its trial requests." default:"1"`
+	CbMaxBackoffSecs        int     `help:"Longest ejection." default:"30"`
 	QueueSize               int     `help:"Most requests waiting for a slot under --max-concurrent-requests." default:"256"`
 	QueueTimeoutSecs        int     `help:"Longest a request waits for a slot under --max-concurrent-requests." default:"60"`
 	MaxPayloadSize          int     `help:"Largest request body accepted, in bytes; larger ones get a 413." default:"268435456"`
@@ -80,11 +91,17 @@ func (c *serveCmd) Validate() error {
 	}{
 		{"--warmup-timeout-secs", c.WarmupTimeoutSecs}, {"--first-byte-timeout-secs", c.FirstByteTimeoutSecs},
 		{"--stream-idle-timeout-secs", c.StreamIdleTimeoutSecs}, {"--client-write-timeout-secs", c.ClientWriteTimeoutSecs},
-		{"--queue-timeout-secs", c.QueueTimeoutSecs},
+		{"--queue-timeout-secs", c.QueueTimeoutSecs}, {"--health-check-interval-secs", c.HealthCheckIntervalSecs},
+		{"--health-check-timeout-secs", c.HealthCheckTimeoutSecs}, {"--health-success-threshold", c.HealthSuccessThreshold},
+		{"--health-failure-threshold", c.HealthFailureThreshold}, {"--cb-failure-threshold", c.CbFailureThreshold},
+		{"--cb-timeout-duration-secs", c.CbTimeoutDurationSecs}, {"--cb-max-backoff-secs", c.CbMaxBackoffSecs},
 	} {
 		if d.secs <= 0 {
 			return fmt.Errorf("%s must be positive", d.flag)
 		}
+	}
+	if !strings.HasPrefix(c.HealthCheckEndpoint, "/") {
+		return fmt.Errorf("--health-check-endpoint must be a path starting with /, got %q", c.HealthCheckEndpoint)
 	}
 	if c.RetryMaxRetries < 0 || c.MaxConcurrentRequests < 0 || c.QueueSize < 0 {
 		return errors.New("--retry-max-retries, --max-concurrent-requests and --queue-size cannot be negative")
@@ -131,15 +148,29 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		MaxConcurrentRequests: c.MaxConcurrentRequests,
 		QueueSize:             c.QueueSize,
 		QueueTimeout:          time.Duration(c.QueueTimeoutSecs) * time.Second,
-		DecodeLocalPrefill:    c.DecodeLocalPrefill,
-		RequestTimeout:        time.Duration(c.RequestTimeoutSecs) * time.Second,
-		MaxRequestBodySize:    c.MaxPayloadSize,
-		IdleConnTimeout:       time.Duration(c.PoolIdleTimeoutSecs * float64(time.Second)),
-		MaxConnsPerBackend:    c.MaxConnsPerBackend,
-		AccessLog:             c.AccessLog,
-		PrefillDPPolicy:       c.PrefillDPPolicy,
-		NoPrewarm:             c.NoPrewarm,
-		WarmupTimeout:         time.Duration(c.WarmupTimeoutSecs) * time.Second,
+		HealthCheck: lb.HealthCheckConfig{
+			Disable:  c.DisableHealthCheck,
+			Path:     c.HealthCheckEndpoint,
+			Interval: time.Duration(c.HealthCheckIntervalSecs) * time.Second,
+			Timeout:  time.Duration(c.HealthCheckTimeoutSecs) * time.Second,
+			Rise:     c.HealthSuccessThreshold,
+			Fall:     c.HealthFailureThreshold,
+		},
+		Breaker: lb.BreakerConfig{
+			Disable:    c.DisableCircuitBreaker,
+			Threshold:  c.CbFailureThreshold,
+			MinBackoff: time.Duration(c.CbTimeoutDurationSecs) * time.Second,
+			MaxBackoff: time.Duration(c.CbMaxBackoffSecs) * time.Second,
+		},
+		DecodeLocalPrefill: c.DecodeLocalPrefill,
+		RequestTimeout:     time.Duration(c.RequestTimeoutSecs) * time.Second,
+		MaxRequestBodySize: c.MaxPayloadSize,
+		IdleConnTimeout:    time.Duration(c.PoolIdleTimeoutSecs * float64(time.Second)),
+		MaxConnsPerBackend: c.MaxConnsPerBackend,
+		AccessLog:          c.AccessLog,
+		PrefillDPPolicy:    c.PrefillDPPolicy,
+		NoPrewarm:          c.NoPrewarm,
+		WarmupTimeout:      time.Duration(c.WarmupTimeoutSecs) * time.Second,
 	}
 	if c.PrefillPolicy != "" {
 		cfg.PrefillPolicy = policy("--prefill-policy", c.PrefillPolicy)

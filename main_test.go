@@ -109,11 +109,11 @@ func TestParseRouterFlags(t *testing.T) {
 	if err != nil {
 		t.Fatalf("router flags must be accepted: %s", err)
 	}
-	want := ignoredFlags{"--health-check-interval-secs", "--dp-aware", "--worker-urls", "--cache-threshold", "--selector"}
+	want := ignoredFlags{"--dp-aware", "--worker-urls", "--cache-threshold", "--selector"}
 	if !reflect.DeepEqual(ignored, want) {
 		t.Fatalf("got ignored %q; want %q", ignored, want)
 	}
-	if c.Serve.Port != 8000 || c.Serve.RequestTimeoutSecs != 60 {
+	if c.Serve.Port != 8000 || c.Serve.RequestTimeoutSecs != 60 || c.Serve.HealthCheckIntervalSecs != 3600 {
 		t.Fatalf("flags after ignored ones were lost: port %d timeout %d", c.Serve.Port, c.Serve.RequestTimeoutSecs)
 	}
 	cfg, warnings := c.Serve.config()

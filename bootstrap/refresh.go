@@ -162,7 +162,9 @@ func (r *Registry) publish(t *target, prev, st *State) {
 	t.state.Store(st)
 	close(prev.next)
 	t.logTransition(prev, st)
-	if st.Generation != prev.Generation && r.cfg.OnChange != nil {
+	// The first refresh is news too: a target that has never been ready
+	// is now known not to be.
+	if (st.Generation != prev.Generation || prev.Updated.IsZero()) && r.cfg.OnChange != nil {
 		r.cfg.OnChange(t.i, st)
 	}
 }

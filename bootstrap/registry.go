@@ -66,8 +66,8 @@ type Config struct {
 	// not ready: RetryMin after the first failure, doubling up to RetryMax.
 	// Zero means DefaultRetryMin and DefaultRetryMax.
 	RetryMin, RetryMax time.Duration
-	// OnChange, if not nil, is called after target i's State got a new
-	// Generation, with that State, on the goroutine that refreshed it
+	// OnChange, if not nil, is called after target i's first refresh and
+	// whenever its State got a new Generation, with that State, on the goroutine that refreshed it
 	// (Run's, or Refresh's caller). Calls for one target never overlap and
 	// come in Generation order; calls for different targets may overlap.
 	// It must not call Refresh for the same target, which would deadlock.

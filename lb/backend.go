@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bootstrap"
+	"pdlb/health"
 )
 
 // Roles of a backend, used in logs and metric labels.
@@ -51,7 +52,12 @@ type Backend struct {
 	log zerolog.Logger
 
 	inflight atomic.Int32
-	healthy  atomic.Bool
+	// health is what active checks know (a health.State); breaker tracks
+	// failures of real requests, nil when disabled; bootstrapDown is set
+	// when a prefill's bootstrap server cannot be reached.
+	health        atomic.Int32
+	breaker       *health.Breaker
+	bootstrapDown atomic.Bool
 
 	requests *metrics.Counter
 	errors   *metrics.Counter
@@ -114,7 +120,14 @@ func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.
 		host:          w.host,
 		log:           log.With().Str("role", role).Str("backend", w.addr).Logger(),
 	}
-	b.healthy.Store(true)
+	if !cfg.Breaker.Disable {
+		b.breaker = health.NewBreaker(health.BreakerConfig{
+			Threshold:  cfg.Breaker.Threshold,
+			MinBackoff: cfg.Breaker.MinBackoff,
+			MaxBackoff: cfg.Breaker.MaxBackoff,
+			Now:        cfg.Now,
+		})
+	}
 	b.hc = &fasthttp.HostClient{
 		Addr:                          w.addr,
 		IsTLS:                         w.tls,
@@ -134,11 +147,44 @@ func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.
 	b.requests = ms.NewCounter(`pdlb_backend_requests_total{` + labels + `}`)
 	b.errors = ms.NewCounter(`pdlb_backend_errors_total{` + labels + `}`)
 	ms.NewGauge(`pdlb_backend_inflight{`+labels+`}`, func() float64 { return float64(b.inflight.Load()) })
+	ms.NewGauge(`pdlb_backend_up{`+labels+`}`, func() float64 {
+		if b.available() {
+			return 1
+		}
+		return 0
+	})
+	if b.breaker != nil {
+		ms.NewGauge(`pdlb_backend_ejections_total{`+labels+`}`, func() float64 { return float64(b.breaker.Ejections()) })
+	}
 	return b, nil
 }
 
-// available reports whether b may be selected for new requests.
-func (b *Backend) available() bool { return b.healthy.Load() }
+// available reports whether b may be selected for new requests: not known
+// down by active checks (a worker not yet probed counts as up, so pdlb
+// serves from its first instant), not ejected by its breaker, and for a
+// prefill, with a reachable bootstrap server.
+func (b *Backend) available() bool {
+	return health.State(b.health.Load()) != health.Down && !b.bootstrapDown.Load() &&
+		(b.breaker == nil || b.breaker.Allow())
+}
+
+// confirmed reports whether b is available and known up, for /readiness.
+func (b *Backend) confirmed(checked bool) bool {
+	return b.available() && (!checked || health.State(b.health.Load()) == health.Up)
+}
+
+// succeeded and failed report a request's outcome to b's breaker.
+func (b *Backend) succeeded() {
+	if b.breaker != nil {
+		b.breaker.Success()
+	}
+}
+
+func (b *Backend) failed(err error, status int) {
+	if b.breaker != nil && b.breaker.Failure() {
+		b.log.Warn().Err(err).Int("status", status).Msg("ejecting the worker after consecutive failures")
+	}
+}
 
 // Pool is the set of backends of one role with the policy that picks among
 // them. Its backends are fixed after construction; it is safe for

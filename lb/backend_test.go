@@ -2,13 +2,14 @@ package lb
 
 import (
 	"testing"
+
+	"pdlb/health"
 )
 
 func testPool(policy string, n int) *Pool {
 	p := &Pool{role: roleDecode, policy: policy}
 	for i := range n {
 		b := &Backend{role: roleDecode, addr: string(rune('a' + i))}
-		b.healthy.Store(true)
 		p.backends = append(p.backends, b)
 	}
 	return p
@@ -23,7 +24,7 @@ func TestRoundRobinCycles(t *testing.T) {
 	if got != "abcabc" {
 		t.Fatalf("got %q; want abcabc", got)
 	}
-	p.backends[1].healthy.Store(false)
+	p.backends[1].health.Store(int32(health.Down))
 	got = ""
 	for range 4 {
 		got += p.pick(nil).addr
@@ -66,7 +67,7 @@ func TestNothingAvailable(t *testing.T) {
 		for _, n := range []int{1, 3} {
 			p := testPool(policy, n)
 			for _, b := range p.backends {
-				b.healthy.Store(false)
+				b.health.Store(int32(health.Down))
 			}
 			if b := p.pick(nil); b != nil {
 				t.Fatalf("%s with %d down backends: picked %s", policy, n, b.addr)

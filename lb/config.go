@@ -120,6 +120,11 @@ type Config struct {
 	// PrefillDPPolicy picks the prefill DP rank of requests that name none:
 	// one of DPPolicies. Empty means DPPolicyOff, mini_lb's behaviour.
 	PrefillDPPolicy string
+	// HealthCheck configures the active health checks of every worker.
+	HealthCheck HealthCheckConfig
+	// Breaker configures the passive failure tracking of every worker.
+	Breaker BreakerConfig
+
 	// BootstrapRefresh is how often the registry re-reads a ready prefill's
 	// bootstrap server, to see it go away or change. Zero means 5 s.
 	BootstrapRefresh time.Duration
@@ -131,6 +136,35 @@ type Config struct {
 	NewRoom func() uint64
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+}
+
+// HealthCheckConfig configures the active health checks.
+type HealthCheckConfig struct {
+	// Disable turns active checks off: every worker is taken as up, and a
+	// prefill whose bootstrap server cannot be reached stays selectable.
+	Disable bool
+	// Path is probed with GET on each worker. Empty means /health.
+	Path string
+	// Interval is the time between two probes of a worker. Zero means 5 s.
+	Interval time.Duration
+	// Timeout bounds a probe. Zero means 2 s.
+	Timeout time.Duration
+	// Rise and Fall are the consecutive successes that bring a worker back
+	// and failures that take it out. Zero means 2 and 3.
+	Rise, Fall int
+}
+
+// BreakerConfig configures the passive failure tracking: consecutive
+// transport errors, timeouts and 5xx answers (never a 4xx) eject a worker.
+type BreakerConfig struct {
+	// Disable turns it off.
+	Disable bool
+	// Threshold is the consecutive failures that eject a worker. Zero
+	// means 5.
+	Threshold int
+	// MinBackoff is the first ejection; it doubles while the worker keeps
+	// failing its trials, up to MaxBackoff. Zero means 1 s and 30 s.
+	MinBackoff, MaxBackoff time.Duration
 }
 
 func (c *Config) setDefaults() {

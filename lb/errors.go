@@ -125,6 +125,9 @@ func (e *errPeerFailed) Error() string {
 	return "cancelled because the " + e.role + " leg on " + e.addr + " failed"
 }
 
+// errGaveUp ends a prefill call still silent well after its decode ended.
+var errGaveUp = errors.New("gave up on a prefill still silent after its decode finished")
+
 // errClientGone cancels the calls of a client that went away mid-stream.
 var errClientGone = errors.New("client closed the connection")
 

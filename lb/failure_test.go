@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bench/fake"
+	"pdlb/health"
 )
 
 // waitIdle fails the test unless every exchange of srv ends within a
@@ -114,7 +115,7 @@ func TestNoBackendGives503(t *testing.T) {
 	h := newHarness(t)
 	h.pair(fake.Config{}, fake.Config{})
 	srv := h.start(defaultConfig())
-	srv.decodes.backends[0].healthy.Store(false)
+	srv.decodes.backends[0].health.Store(int32(health.Down))
 	r := h.post("/generate", `{"text": "a"}`)
 	if r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(string(r.body), "no decode backend is available") {
 		t.Fatalf("got %d %s; want a 503 naming the empty pool", r.status, r.body)

@@ -99,13 +99,15 @@ func (h *harness) backend(addr string, handler fasthttp.RequestHandler) {
 }
 
 // defaultConfig is the pair started by pair, with its bootstrap port given.
-// Warm-up is off, so the workers see only the tests' own requests; the
-// warm-up tests turn it on.
+// Warm-up and active health checks are off, so the workers see only the
+// tests' own requests and their state changes only when a test says so;
+// the tests of those features turn them on.
 func defaultConfig() Config {
 	return Config{
-		Prefill:   []PrefillSpec{{URL: "http://prefill-0:30000", BootstrapPort: 8998}},
-		Decode:    []string{"http://decode-0:30010"},
-		NoPrewarm: true,
+		Prefill:     []PrefillSpec{{URL: "http://prefill-0:30000", BootstrapPort: 8998}},
+		Decode:      []string{"http://decode-0:30010"},
+		NoPrewarm:   true,
+		HealthCheck: HealthCheckConfig{Disable: true},
 	}
 }
 

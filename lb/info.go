@@ -41,6 +41,12 @@ func (s *Server) serveControl(ctx *fasthttp.RequestCtx, rt *route) {
 		metrics.WriteProcessMetrics(ctx)
 	case "/bootstrap":
 		s.serveBootstrap(ctx)
+	case "/readiness":
+		s.serveReadiness(ctx)
+	case "/liveness":
+		// The process serves; nothing else is asked.
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"status":"ok"}`)
 	default:
 		panic("BUG: no control handler for " + rt.path)
 	}

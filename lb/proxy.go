@@ -73,8 +73,10 @@ type call struct {
 	// set, bounds the wait for a stream's first byte.
 	deadline    time.Time
 	firstByteBy time.Time
-	// stream hands the response body to the relay instead of buffering it.
+	// stream hands the response body to the relay instead of buffering it;
+	// broke is set by the relay when that body broke off.
 	stream bool
+	broke  bool
 	err    error
 
 	// ready gets a value when a streamed response's headers are in; release
@@ -115,7 +117,7 @@ func (x *exchange) unref() {
 		c.resp.Reset()
 		c.cancel.reset()
 		c.err = nil
-		c.stream = false
+		c.stream, c.broke = false, false
 		c.firstByteBy = time.Time{}
 		drain(c.ready)
 		drain(c.done)
@@ -264,11 +266,15 @@ func (c *call) run() {
 		// that never claimed the cache): give it a short last deadline.
 		c.peer.cancel.capRead(time.Now().Add(orphanPrefillGrace))
 	}
+	own := c.cancel.err() == nil && !errors.Is(c.err, errGaveUp)
+	switch status := c.resp.StatusCode(); {
+	case c.err == nil && status < fasthttp.StatusInternalServerError && !c.broke:
+		b.succeeded() // a 4xx too: the worker works, the request was wrong
+	case own:
+		b.errors.Inc()
+		b.failed(c.err, status)
+	}
 	if c.err != nil || c.resp.StatusCode() >= fasthttp.StatusBadRequest {
-		own := c.cancel.err() == nil
-		if own && (c.err != nil || c.resp.StatusCode() >= fasthttp.StatusInternalServerError) {
-			b.errors.Inc()
-		}
 		if own && c.err != nil && !errors.Is(c.err, fasthttp.ErrTimeout) {
 			// Unreachable or dropping connections: the worker may be
 			// restarting, and come back with empty caches.

@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bootstrap"
+	"pdlb/health"
 )
 
 var headerRequestID = []byte("X-Request-Id")
@@ -52,6 +53,8 @@ type Server struct {
 	// pairs warm, nil when warm-up is off.
 	registry *bootstrap.Registry
 	warm     *warmer
+	// checker probes every worker; nil when active checks are off.
+	checker *health.Checker
 
 	// ctx ends background work when Shutdown cancels it; bg waits for it.
 	ctx       context.Context
@@ -93,6 +96,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	}
 	s.buildRoutes()
 	s.buildRegistry(log)
+	s.buildChecker()
 	if !cfg.NoPrewarm {
 		s.warm = newWarmer(s)
 	}
@@ -145,7 +149,7 @@ func (s *Server) buildRoutes() {
 	}
 	s.routes["/flush_cache"] = newRoute(s.ms, "/flush_cache", fasthttp.MethodPost, false)
 	for _, p := range []string{"/health", "/health_generate", "/server_info", "/get_server_info",
-		"/model_info", "/get_model_info", "/v1/models", "/metrics", "/bootstrap"} {
+		"/model_info", "/get_model_info", "/v1/models", "/metrics", "/bootstrap", "/readiness", "/liveness"} {
 		s.routes[p] = newRoute(s.ms, p, fasthttp.MethodGet, false)
 	}
 	s.notFound = newRoute(s.ms, "other", "", false)
@@ -206,6 +210,7 @@ func (s *Server) waitExchanges(ctx context.Context) error {
 }
 
 func (s *Server) startBackground() {
+	s.runChecker()
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
@@ -228,6 +233,7 @@ func (s *Server) buildRegistry(log zerolog.Logger) {
 		Log:             log.With().Str("component", "bootstrap").Logger(),
 		Now:             s.cfg.Now,
 		OnChange: func(i int, st *bootstrap.State) {
+			s.followBootstrap(i, st)
 			if s.warm != nil && st.Ready {
 				s.warm.prewarm(i)
 			}

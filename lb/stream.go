@@ -413,6 +413,9 @@ func (r *relay) brokenEvent() []byte {
 		status, _, msg = x.prefill.describe()
 	case r.readErr != io.EOF:
 		status, _, msg = classify(r.readErr, d.backend.role, d.backend.addr)
+		d.broke = d.cancel.err() == nil // counts against the decode
+	default:
+		d.broke = true // it ended without [DONE]
 	}
 	x.s.errorsByReason[rsn].Inc()
 	x.s.log.Warn().Bytes("request_id", x.requestID).Str("route", x.rt.path).

@@ -113,6 +113,10 @@ func (c *call) failed(err error, reused bool) (bool, error) {
 	if reason := c.cancel.err(); reason != nil {
 		return false, reason
 	}
+	if isTimeout(err) && c.cancel.limitPassed() {
+		// pdlb gave up on the call (capRead): not the worker's failure.
+		return false, errGaveUp
+	}
 	if reused && isConnDrop(err) {
 		// The worker closed a pooled connection: it may have restarted.
 		c.backend.epoch.Add(1)
@@ -217,6 +221,13 @@ func (cl *canceller) capRead(t time.Time) {
 		_ = cl.conn.SetReadDeadline(t)
 	}
 	cl.mu.Unlock()
+}
+
+// limitPassed reports whether the capRead deadline has passed.
+func (cl *canceller) limitPassed() bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return !cl.limit.IsZero() && !time.Now().Before(cl.limit)
 }
 
 // err returns why the call was cancelled, or nil.

@@ -1,0 +1,111 @@
+package lb
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bootstrap"
+	"pdlb/health"
+)
+
+// buildChecker sets up the active health checks of every worker; their
+// results reach each Backend through its health state. Prefills' bootstrap
+// servers are followed by the registry, whose readiness counts too.
+func (s *Server) buildChecker() {
+	hc := s.cfg.HealthCheck
+	if hc.Disable {
+		return
+	}
+	all := s.allBackends()
+	targets := make([]health.Target, len(all))
+	for i, b := range all {
+		targets[i] = health.Target{
+			Name:     b.role + " " + b.addr,
+			Addr:     b.addr,
+			Path:     hc.Path,
+			TLS:      b.hc.IsTLS,
+			OnChange: func(st health.State) { b.health.Store(int32(st)) },
+		}
+	}
+	s.checker = health.NewChecker(health.Config{
+		Interval: hc.Interval,
+		Timeout:  hc.Timeout,
+		Rise:     hc.Rise,
+		Fall:     hc.Fall,
+		Dial:     s.cfg.Dial,
+		Log:      s.log,
+	}, targets)
+}
+
+// followBootstrap keeps a prefill out of selection while its bootstrap
+// server cannot be reached or is not fully registered: no KV transfer can
+// go through it. Before its first refresh, a prefill counts as up.
+func (s *Server) followBootstrap(i int, st *bootstrap.State) {
+	if s.cfg.HealthCheck.Disable {
+		return
+	}
+	b := s.prefills.backends[i]
+	down := !st.Ready && !st.Updated.IsZero()
+	if b.bootstrapDown.Swap(down) != down && down {
+		b.log.Warn().Str("error", st.Err).Msg("taking the prefill out of selection: its bootstrap server is not ready")
+	}
+}
+
+// poolStatus is one pool's line in /readiness.
+type poolStatus struct {
+	Workers int `json:"workers"`
+	Ready   int `json:"ready"`
+}
+
+// serveReadiness answers 200 when pdlb can serve a generation: a ready
+// prefill and a ready decode, or a ready fallback worker; 503 otherwise,
+// with each pool's count. Ready means known up by the active checks (when
+// they run), not ejected, and for a prefill, with its bootstrap server
+// ready.
+func (s *Server) serveReadiness(ctx *fasthttp.RequestCtx) {
+	checked := s.checker != nil
+	count := func(p *Pool) poolStatus {
+		ps := poolStatus{Workers: len(p.backends)}
+		for _, b := range p.backends {
+			if b.confirmed(checked) {
+				ps.Ready++
+			}
+		}
+		return ps
+	}
+	out := struct {
+		Ready    bool       `json:"ready"`
+		Prefill  poolStatus `json:"prefill"`
+		Decode   poolStatus `json:"decode"`
+		Fallback poolStatus `json:"fallback"`
+	}{Prefill: count(s.prefills), Decode: count(s.decodes), Fallback: count(s.fallbacks)}
+	out.Ready = out.Prefill.Ready > 0 && out.Decode.Ready > 0 || out.Fallback.Ready > 0
+	body, _ := json.Marshal(out)
+	ctx.SetContentType("application/json")
+	if !out.Ready {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+	}
+	ctx.SetBody(body)
+}
+
+// runChecker probes every worker until shutdown.
+func (s *Server) runChecker() {
+	if s.checker == nil {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		s.checker.Run(s.ctx.Done())
+	}()
+}
+
+// checkOnce probes every worker once, for tests.
+func (s *Server) checkOnce(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(s.ctx, timeout)
+	defer cancel()
+	s.checker.CheckOnce(ctx)
+}

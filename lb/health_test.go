@@ -1,0 +1,166 @@
+package lb
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bench/fake"
+	"pdlb/health"
+)
+
+// checkedConfig is defaultConfig with active health checks on.
+func checkedConfig() Config {
+	cfg := defaultConfig()
+	cfg.HealthCheck = HealthCheckConfig{Timeout: time.Second}
+	return cfg
+}
+
+// sickWorker is a backend whose /health answers healthStatus and whose
+// generations are counted and fail.
+type sickWorker struct {
+	healthStatus atomic.Int32
+	generations  atomic.Int32
+}
+
+func (w *sickWorker) handle(ctx *fasthttp.RequestCtx) {
+	if string(ctx.Path()) == "/health" {
+		ctx.SetStatusCode(int(w.healthStatus.Load()))
+		return
+	}
+	w.generations.Add(1)
+	ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+}
+
+// Active checks take a worker out of selection and put it back once it
+// recovers.
+func TestActiveChecksTakeWorkersOutAndBack(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	sick := &sickWorker{}
+	sick.healthStatus.Store(fasthttp.StatusServiceUnavailable)
+	h.backend("decode-1:30010", sick.handle)
+	cfg := checkedConfig()
+	cfg.Decode = append(cfg.Decode, "http://decode-1:30010")
+	cfg.DecodePolicy = PolicyRoundRobin
+	srv := h.start(cfg)
+	srv.checkOnce(5 * time.Second)
+	d1 := srv.decodes.backends[1]
+	if health.State(d1.health.Load()) != health.Down || d1.available() {
+		t.Fatalf("the sick decode is %v; want down and out of selection", health.State(d1.health.Load()))
+	}
+	for range 4 {
+		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+			t.Fatalf("got %d %s", r.status, r.body)
+		}
+	}
+	if n := sick.generations.Load(); n != 0 {
+		t.Fatalf("the sick decode got %d requests", n)
+	}
+	// Rise is 2: one good probe is not enough to come back.
+	sick.healthStatus.Store(fasthttp.StatusOK)
+	srv.checkOnce(5 * time.Second)
+	if d1.available() {
+		t.Fatalf("the decode came back after one good probe")
+	}
+	srv.checkOnce(5 * time.Second)
+	if !d1.available() {
+		t.Fatalf("the decode did not come back after two good probes")
+	}
+}
+
+func TestReadinessAndLiveness(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	agg := &sickWorker{}
+	agg.healthStatus.Store(fasthttp.StatusServiceUnavailable)
+	h.backend("agg-0:30020", agg.handle)
+	cfg := checkedConfig()
+	cfg.Fallback = []string{"http://agg-0:30020"}
+	srv := h.start(cfg)
+	ready := func(want int) {
+		t.Helper()
+		r := h.do(fasthttp.MethodGet, "/readiness", "")
+		if r.status != want || gjson.GetBytes(r.body, "ready").Bool() != (want == fasthttp.StatusOK) {
+			t.Fatalf("got /readiness %d %s; want %d", r.status, r.body, want)
+		}
+	}
+	ready(fasthttp.StatusServiceUnavailable) // nothing is known up before the first probes
+	srv.checkOnce(5 * time.Second)
+	ready(fasthttp.StatusOK)
+	if err := h.decode.Close(); err != nil {
+		t.Fatal(err)
+	}
+	srv.checkOnce(5 * time.Second)
+	srv.checkOnce(5 * time.Second)
+	srv.checkOnce(5 * time.Second) // Fall is 3
+	ready(fasthttp.StatusServiceUnavailable)
+	r := h.do(fasthttp.MethodGet, "/readiness", "")
+	if gjson.GetBytes(r.body, "decode.ready").Int() != 0 || gjson.GetBytes(r.body, "prefill.ready").Int() != 1 {
+		t.Fatalf("got %s", r.body)
+	}
+	// A ready fallback is enough (Rise is 2).
+	agg.healthStatus.Store(fasthttp.StatusOK)
+	srv.checkOnce(5 * time.Second)
+	srv.checkOnce(5 * time.Second)
+	ready(fasthttp.StatusOK)
+	if r := h.do(fasthttp.MethodGet, "/liveness", ""); r.status != fasthttp.StatusOK {
+		t.Fatalf("got /liveness %d", r.status)
+	}
+}
+
+// Consecutive failures of real requests eject a worker.
+func TestBreakerEjectsAFailingWorker(t *testing.T) {
+	h := newHarness(t)
+	var broken atomic.Int32
+	h.backend("prefill-9:30000", failing(&broken, fasthttp.StatusInternalServerError, `{}`))
+	h.pair(fake.Config{}, fake.Config{})
+	cfg := defaultConfig()
+	cfg.Prefill = []PrefillSpec{{URL: "http://prefill-9:30000", BootstrapPort: 8998}, cfg.Prefill[0]}
+	cfg.PrefillPolicy = PolicyRoundRobin
+	cfg.Breaker = BreakerConfig{Threshold: 2, MinBackoff: time.Hour}
+	h.start(cfg)
+	for range 6 {
+		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+			t.Fatalf("got %d %s", r.status, r.body)
+		}
+	}
+	if n := broken.Load(); n != 2 {
+		t.Fatalf("the broken prefill got %d requests; want 2, then none once ejected", n)
+	}
+	if got := h.metric(`pdlb_backend_ejections_total{role="prefill",backend="prefill-9:30000"}`); got != "1" {
+		t.Fatalf("got %q ejections", got)
+	}
+	if got := h.metric(`pdlb_backend_up{role="prefill",backend="prefill-9:30000"}`); got != "0" {
+		t.Fatalf("got pdlb_backend_up %q; want 0", got)
+	}
+}
+
+// A prefill whose bootstrap server is not ready can take no KV transfer.
+func TestPrefillWithoutBootstrapIsTakenOut(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{RegisterDelay: time.Hour}, fake.Config{})
+	h.fake("agg-0:30020", fake.Config{Role: fake.RoleAggregated})
+	cfg := checkedConfig()
+	cfg.Fallback = []string{"http://agg-0:30020"}
+	srv := h.start(cfg)
+	if err := srv.registry.Refresh(context.Background(), 0); err == nil {
+		t.Fatalf("the bootstrap server says it is registered")
+	}
+	r := h.post("/generate", `{"text": "a"}`)
+	if r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	if got := h.metric(`pdlb_decode_only_total{reason="no_prefill"}`); got != "1" {
+		t.Fatalf("got %q no_prefill requests; want 1", got)
+	}
+	b := h.do(fasthttp.MethodGet, "/bootstrap", "")
+	if e := gjson.GetBytes(b.body, "prefills.0.error").String(); !strings.Contains(e, "not fully registered") {
+		t.Fatalf("got bootstrap error %q", e)
+	}
+}
