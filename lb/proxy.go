@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bootstrap"
@@ -280,10 +281,22 @@ func (c *call) run() {
 			// restarting, and come back with empty caches.
 			b.epoch.Add(1)
 		}
-		c.peer.cancel.cancel(&errPeerFailed{role: b.role, addr: b.addr})
+		c.peer.abort(&errPeerFailed{role: b.role, addr: b.addr})
 	}
 	c.done <- struct{}{}
 	c.x.unref()
+}
+
+// abort cancels the call, and when the worker may have started on it and the
+// client named the request (a "rid" in its body), also asks the worker to
+// abort it (POST /abort_request), freeing what it holds for the request
+// (a KV cache waiting for its peer) at once rather than at its own timeout.
+// The caller must hold a reference to the exchange.
+func (c *call) abort(reason error) {
+	rid := gjson.GetBytes(c.req.Body(), "rid")
+	if c.cancel.cancel(reason) && rid.Type == gjson.String {
+		c.x.s.abortRequest(c.backend, rid.Str)
+	}
 }
 
 // handOver gives the streamed body to its consumer and waits until the

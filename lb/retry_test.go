@@ -202,3 +202,34 @@ func TestAdmission(t *testing.T) {
 		t.Fatalf("got %d %s once the slot was free", r.status, r.body)
 	}
 }
+
+// A leg cancelled because its peer failed is also aborted on its worker,
+// by the client's rid, so the worker frees it at once.
+func TestCancelledLegIsAbortedByRID(t *testing.T) {
+	h := newHarness(t)
+	var served atomic.Int32
+	decodeHasIt := make(chan struct{}, 1)
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+		<-decodeHasIt // fail only once the decode works on the request
+		failing(&served, fasthttp.StatusServiceUnavailable, `{}`)(ctx)
+	})
+	h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second,
+		OnRequest: func(path string, _ []byte) {
+			if path == "/generate" {
+				decodeHasIt <- struct{}{}
+			}
+		}})
+	cfg := defaultConfig()
+	cfg.DisableRetries = true
+	srv := h.start(cfg)
+	if r := h.post("/generate", `{"text": "a", "rid": "req-7"}`); r.status != fasthttp.StatusServiceUnavailable {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	waitIdle(t, srv) // includes the abort
+	if st := h.decode.Stats(); st.AbortRequest != 1 || st.InFlight != 0 {
+		t.Fatalf("the decode got %d /abort_request and has %d in flight; want 1 and 0", st.AbortRequest, st.InFlight)
+	}
+	if got := h.metric("pdlb_abort_requests_total"); got != "1" {
+		t.Fatalf("got pdlb_abort_requests_total %q", got)
+	}
+}

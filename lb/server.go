@@ -42,11 +42,12 @@ type Server struct {
 	decodeOnly     [numDecodeOnly]*metrics.Counter
 	exchanges      sync.Pool
 	retries        *metrics.Counter
+	aborts         *metrics.Counter
 	// noLocalPrefill is set once a decode showed it cannot prefill locally.
 	noLocalPrefill atomic.Bool
 	admission      admission
-	// live counts exchanges not yet released: a call may outlive the
-	// client's answer, and a drain waits for it.
+	// live counts exchanges not yet released, and the aborts they sent: a
+	// call may outlive the client's answer, and a drain waits for it.
 	live sync.WaitGroup
 
 	// registry follows each prefill's bootstrap server; warm keeps the
@@ -85,6 +86,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	}
 	s.coldRetries = s.ms.NewCounter(`pdlb_cold_pair_retries_total`)
 	s.retries = s.ms.NewCounter(`pdlb_retries_total`)
+	s.aborts = s.ms.NewCounter(`pdlb_abort_requests_total`)
 	s.admission = newAdmission(&s.cfg)
 	s.ms.NewGauge(`pdlb_requests_queued`, func() float64 { return float64(s.admission.queued.Load()) })
 	s.ms.NewGauge(`pdlb_requests_admitted`, func() float64 { return float64(len(s.admission.slots)) })

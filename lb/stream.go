@@ -69,7 +69,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 	if out := x.retryFor(fasthttp.StatusInternalServerError, x.relay.buf[:x.relay.end]); out.retry == retryCold {
 		d.release <- false
 		<-d.done
-		x.prefill.cancel.cancel(&errPeerFailed{role: roleDecode, addr: d.backend.addr})
+		x.prefill.abort(&errPeerFailed{role: roleDecode, addr: d.backend.addr})
 		x.unref()
 		return out
 	}
@@ -77,7 +77,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 		// A /generate stream refused for lacking a room (PROTOCOL.md §4).
 		d.release <- false
 		<-d.done
-		x.prefill.cancel.cancel(&errPeerFailed{role: roleDecode, addr: d.backend.addr})
+		x.prefill.abort(&errPeerFailed{role: roleDecode, addr: d.backend.addr})
 		if out := x.retryFor(fasthttp.StatusBadRequest, first); out.retry != answered {
 			x.unref()
 			return out
@@ -395,8 +395,8 @@ func eventData(ev []byte) (data []byte, off int, ok bool) {
 func (r *relay) clientGone() {
 	r.status = 499
 	r.x.s.errorsByReason[reasonClientGone].Inc()
-	r.x.decode.cancel.cancel(errClientGone)
-	r.x.prefill.cancel.cancel(errClientGone)
+	r.x.decode.abort(errClientGone)
+	r.x.prefill.abort(errClientGone)
 }
 
 // brokenEvent describes why the decode's stream ended early, as an SSE error

@@ -183,17 +183,21 @@ func (cl *canceller) detach() {
 	cl.mu.Unlock()
 }
 
-// cancel aborts the call with reason; only the first reason is kept.
-func (cl *canceller) cancel(reason error) {
+// cancel aborts the call with reason; only the first reason is kept. It
+// reports whether the call had its connection, so the worker may have
+// started on the request.
+func (cl *canceller) cancel(reason error) bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if cl.reason != nil || cl.over {
-		return
+		return false
 	}
 	cl.reason = reason
-	if cl.conn != nil {
-		_ = cl.conn.Close()
+	if cl.conn == nil {
+		return false
 	}
+	_ = cl.conn.Close()
+	return true
 }
 
 // end marks the call finished.
