@@ -90,7 +90,6 @@ func TestReadinessAndLiveness(t *testing.T) {
 			t.Fatalf("got /readiness %d %s; want %d", r.status, r.body, want)
 		}
 	}
-	ready(fasthttp.StatusServiceUnavailable) // nothing is known up before the first probes
 	srv.checkOnce(5 * time.Second)
 	ready(fasthttp.StatusOK)
 	if err := h.decode.Close(); err != nil {
@@ -162,5 +161,18 @@ func TestPrefillWithoutBootstrapIsTakenOut(t *testing.T) {
 	b := h.do(fasthttp.MethodGet, "/bootstrap", "")
 	if e := gjson.GetBytes(b.body, "prefills.0.error").String(); !strings.Contains(e, "not fully registered") {
 		t.Fatalf("got bootstrap error %q", e)
+	}
+}
+
+// A worker not yet probed may be picked, but does not make pdlb ready.
+func TestUnprobedWorkersAreUsableButNotReady(t *testing.T) {
+	p := testPool(PolicyRandom, 1)
+	b := p.backends[0]
+	if !b.available() || b.confirmed(true) || !b.confirmed(false) {
+		t.Fatalf("an unprobed worker: available %v, confirmed %v", b.available(), b.confirmed(true))
+	}
+	b.health.Store(int32(health.Up))
+	if !b.confirmed(true) {
+		t.Fatalf("a worker known up is not confirmed")
 	}
 }
