@@ -5,7 +5,7 @@ BIN     := bin/pdlb
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export PDLB := $(BIN)
 
-.PHONY: build run test bench fuzz clean
+.PHONY: build run test bench soak fuzz clean
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) .
@@ -25,6 +25,11 @@ test:
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./bootstrap/ ./lb/
 	scripts/bench.sh
+
+# A minute of mixed traffic while workers are killed and restarted at random:
+# nothing may be lost or hang. PDLB_SOAK_DURATION changes the minute.
+soak:
+	PDLB_SOAK=1 $(GO) test -race -count=1 -run '^TestSoak$$' -v ./lb/
 
 # A longer fuzzing session of the body injector than the tests run.
 fuzz:

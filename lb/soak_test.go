@@ -1,0 +1,187 @@
+package lb
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bench/fake"
+)
+
+// TestSoak runs mixed traffic through pdlb while workers are killed and
+// restarted at random, and checks that every request got a complete answer
+// or a clear error in time: none lost, none hung. It runs under `make soak`
+// (PDLB_SOAK=1; PDLB_SOAK_DURATION, default 1m), not in `make test`.
+func TestSoak(t *testing.T) {
+	if os.Getenv("PDLB_SOAK") == "" {
+		t.Skip("set PDLB_SOAK=1 (make soak) to run the soak test")
+	}
+	duration := time.Minute
+	if d, err := time.ParseDuration(os.Getenv("PDLB_SOAK_DURATION")); err == nil {
+		duration = d
+	}
+	h := newHarness(t)
+	workers := []struct {
+		addr string
+		cfg  fake.Config
+	}{
+		{"prefill-0:30000", fake.Config{Role: fake.RolePrefill, BootstrapPort: 8998}},
+		{"prefill-1:30000", fake.Config{Role: fake.RolePrefill, BootstrapPort: 8998}},
+		{"decode-0:30010", fake.Config{Role: fake.RoleDecode}},
+		{"decode-1:30010", fake.Config{Role: fake.RoleDecode}},
+		{"agg-0:30020", fake.Config{Role: fake.RoleAggregated}},
+	}
+	servers := make([]*fake.Server, len(workers))
+	var mu sync.Mutex // guards servers against the chaos goroutine
+	for i, w := range workers {
+		w.cfg.KVTimeout, w.cfg.TokenDelay, w.cfg.Tokens = 2*time.Second, time.Millisecond, 8
+		workers[i].cfg = w.cfg
+		servers[i] = h.fake(w.addr, w.cfg)
+	}
+	cfg := Config{
+		Prefill:        []PrefillSpec{{URL: "http://prefill-0:30000", BootstrapPort: 8998}, {URL: "http://prefill-1:30000", BootstrapPort: 8998}},
+		Decode:         []string{"http://decode-0:30010", "http://decode-1:30010"},
+		Fallback:       []string{"http://agg-0:30020"},
+		RequestTimeout: 10 * time.Second,
+		HealthCheck:    HealthCheckConfig{Interval: 200 * time.Millisecond, Timeout: 200 * time.Millisecond},
+		Breaker:        BreakerConfig{MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second},
+	}
+	srv := h.start(cfg)
+
+	stop := make(chan struct{})
+	var chaos sync.WaitGroup
+	chaos.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(100+rand.IntN(400)) * time.Millisecond):
+			}
+			i := rand.IntN(len(workers))
+			mu.Lock()
+			_ = servers[i].Close()
+			mu.Unlock()
+			select {
+			case <-stop:
+			case <-time.After(time.Duration(rand.IntN(300)) * time.Millisecond):
+			}
+			s := fake.New(workers[i].cfg)
+			if err := s.Start(h.nw, workers[i].addr); err != nil {
+				t.Errorf("cannot restart %s: %s", workers[i].addr, err)
+				return
+			}
+			mu.Lock()
+			servers[i] = s
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range servers {
+			_ = s.Close()
+		}
+	})
+
+	var tally soakTally
+	deadline := time.Now().Add(duration)
+	var clients sync.WaitGroup
+	for range 16 {
+		clients.Go(func() {
+			for time.Now().Before(deadline) {
+				tally.add(h.soakRequest(cfg.RequestTimeout + 5*time.Second))
+			}
+		})
+	}
+	clients.Wait()
+	close(stop)
+	chaos.Wait()
+	waitIdle(t, srv)
+	t.Logf("soak over %s: %s", duration, tally.String())
+	if tally.lost.Load() != 0 || tally.hung.Load() != 0 || tally.complete.Load() == 0 {
+		t.Fatalf("lost %d, hung %d, complete %d", tally.lost.Load(), tally.hung.Load(), tally.complete.Load())
+	}
+}
+
+// soakResult is how one soak request ended, from the client's side.
+type soakResult int
+
+const (
+	soakComplete soakResult = iota
+	soakClearError
+	soakLost
+	soakHung
+)
+
+type soakTally struct {
+	sent, complete, clearError, lost, hung atomic.Int64
+}
+
+func (t *soakTally) add(r soakResult) {
+	t.sent.Add(1)
+	[]*atomic.Int64{&t.complete, &t.clearError, &t.lost, &t.hung}[r].Add(1)
+}
+
+func (t *soakTally) String() string {
+	return fmt.Sprintf("sent %d, answered complete %d, answered with a clear error %d, lost %d, hung %d",
+		t.sent.Load(), t.complete.Load(), t.clearError.Load(), t.lost.Load(), t.hung.Load())
+}
+
+var soakBodies = []struct{ path, body string }{
+	{"/generate", `{"text": "soak", "sampling_params": {"max_new_tokens": 8}}`},
+	{"/generate", `{"text": "soak", "sampling_params": {"max_new_tokens": 8}, "stream": true}`},
+	{"/v1/chat/completions", `{"messages": [{"role": "user", "content": "soak"}], "max_tokens": 8, "stream": true}`},
+	{"/v1/completions", `{"prompt": "soak", "max_tokens": 8}`},
+}
+
+// soakRequest sends one random request and classifies its answer.
+func (h *harness) soakRequest(timeout time.Duration) soakResult {
+	sb := soakBodies[rand.IntN(len(soakBodies))]
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI("http://pdlb:8000" + sb.path)
+	req.SetBodyString(sb.body)
+	err := h.cl.DoTimeout(req, resp, timeout)
+	switch {
+	case errors.Is(err, fasthttp.ErrTimeout):
+		return soakHung
+	case err != nil:
+		return soakLost
+	}
+	return classifyAnswer(resp.StatusCode(), resp.Body(), bytes.Contains([]byte(sb.body), []byte(`"stream": true`)))
+}
+
+// classifyAnswer tells a complete answer from a clear error from a broken
+// one. A stream must end with [DONE], after at most one error event.
+func classifyAnswer(status int, body []byte, stream bool) soakResult {
+	if status != fasthttp.StatusOK {
+		if gjson.GetBytes(body, "error.message").Exists() || gjson.GetBytes(body, "message").Exists() {
+			return soakClearError
+		}
+		return soakLost
+	}
+	if !stream {
+		if gjson.ValidBytes(body) && !gjson.GetBytes(body, "error").Exists() {
+			return soakComplete
+		}
+		return soakLost
+	}
+	if !bytes.HasSuffix(body, []byte("data: [DONE]\n\n")) {
+		return soakLost
+	}
+	if bytes.Contains(body, []byte(`data: {"error"`)) || bytes.Contains(body, []byte(`"type":"abort"`)) {
+		return soakClearError
+	}
+	return soakComplete
+}
