@@ -61,8 +61,12 @@ type Config struct {
 	PrefillDelay time.Duration
 
 	// StartDelay is how long after Start /health and /health_generate
-	// answer 503, as a real server does while loading. Zero means healthy
-	// at once.
+	// answer 503, as SGLang's do while its server status is Starting (the
+	// warmup after the HTTP server is up). Generate requests are served
+	// meanwhile, as SGLang's generate routes do not look at that status
+	// (http_server.py, tokenizer_manager.py); the phase before SGLang
+	// listens at all, while it loads the model, is FaultRefuse. Zero means
+	// healthy at once.
 	StartDelay time.Duration
 
 	// BootstrapPort is, on a prefill, the port its bootstrap server listens
@@ -120,7 +124,8 @@ type Config struct {
 
 	// IdleTimeout is how long the HTTP API keeps an idle keep-alive
 	// connection; SGLang's uvicorn drops them after about 5 s (PROTOCOL.md
-	// §7). Zero means DefaultIdleTimeout.
+	// §7), and Server.CloseIdleConnections drops them at once. Zero means
+	// DefaultIdleTimeout.
 	IdleTimeout time.Duration
 
 	// Network is how a decode reaches bootstrap servers. Nil means the
@@ -132,6 +137,22 @@ type Config struct {
 	// request with its path and body. body is valid only during the call.
 	// It runs on the request's goroutine, concurrently with other requests.
 	OnRequest func(path string, body []byte)
+
+	// OnFault, if not nil, is called each time a fault (Server.SetFault)
+	// acts on a request, as it counts in Stats.FaultsInjected: FaultError
+	// as it answers, FaultHang and FaultStall as they start holding the
+	// request, FaultCut as it cuts. It runs on the request's goroutine,
+	// concurrently with other requests, so a test learns without sleeping
+	// that a request is held.
+	OnFault func(kind FaultKind)
+
+	// OnClientGone, if not nil, is called when a generate request ends
+	// because its client closed the connection, as it counts in
+	// Stats.ClientGone: the request has left InFlight and its KV wait has
+	// ended. rid is the request's id (its first item's), "" for a request
+	// held by FaultHang, which was never parsed. It runs on the request's
+	// goroutine, concurrently with other requests.
+	OnClientGone func(rid string)
 
 	// Now is the clock behind StartDelay and RegisterDelay, so tests can
 	// move time without sleeping. KV timeouts and delays use real timers.

@@ -49,6 +49,17 @@
 // SGLang's 500 (a chunk with status_code 500 inside a /generate stream, an
 // SSE error event inside an OpenAI stream).
 //
+// Tests can make a running server fail on command (fault.go): SetFault
+// refuses connections, answers generate requests with a 5xx, holds them
+// before their first byte, cuts or stalls streams after some events, each
+// until the fault is replaced; SetBootstrapDown takes a prefill's bootstrap
+// server away; CloseIdleConnections drops idle keep-alive connections as
+// SGLang's 5 s keep-alive would, without the wait. Whatever the fault, a
+// generate request whose client closes its connection is aborted at once,
+// as SGLang aborts one whose HTTP client disconnected (watch.go), and
+// counted in Stats.ClientGone, so a test sees a load balancer's
+// cancellation reach the worker.
+//
 // The hot path parses with pooled fastjson parsers and writes JSON by
 // appending bytes, so the fakes are not the bottleneck of a benchmark.
 package fake

@@ -2,6 +2,7 @@ package fake
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -10,17 +11,26 @@ import (
 // abortMessage is SGLang's reason for a request ended by /abort_request.
 const abortMessage = "Aborted by AbortReq."
 
-// call is an in-flight generate request, which /abort_request ends by
-// closing done. Every wait of the request also ends when the server closes.
+// call is an in-flight generate request, which /abort_request, or its
+// client going away, ends by closing done. Every wait of the request also
+// ends when the server closes.
 type call struct {
 	done chan struct{}
 	once sync.Once
+	gone atomic.Bool // ended because its client went away
 }
 
+func newCall() *call { return &call{done: make(chan struct{})} }
+
 // abort ends the call; it reports whether this was the first abort.
-func (c *call) abort() bool {
+func (c *call) abort() bool { return c.end(false) }
+
+// end ends the call, recording whether its client went away, unless it
+// was ended before; it reports whether this was the first end.
+func (c *call) end(gone bool) bool {
 	first := false
 	c.once.Do(func() {
+		c.gone.Store(gone)
 		close(c.done)
 		first = true
 	})
@@ -39,40 +49,70 @@ func abortedAt(item int) *failure {
 }
 
 // serveGenerate answers /generate, /v1/completions and /v1/chat/completions:
-// parse, refuse DP ranks out of range and roomless PD requests, dispatch to
-// DP ranks, meet the other leg, generate, answer.
+// meet the faults set on arrival, parse, refuse DP ranks out of range and
+// roomless PD requests, dispatch to DP ranks, meet the other leg, generate,
+// answer. The request is watched for its client going away from its
+// arrival until its answer is written; a stream takes the watch over, as
+// fasthttp does not read the connection between the handler's return and
+// the stream's end.
 func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt route) {
 	if !ctx.IsPost() && (rt != routeGenerate || !ctx.IsPut()) {
 		methodNotAllowed(ctx)
 		return
 	}
-	r, err := s.parse(rt, ctx.PostBody())
-	if err != nil {
-		writeBadRequest(ctx, rt, err.Error())
+	c := newCall()
+	w := s.watch(ctx.Conn(), c)
+	r := s.accept(ctx, rt, c)
+	if r != nil && r.stream {
+		s.startStream(ctx, r, c, w) // the stream untracks c and ends the watch
 		return
 	}
-	s.st.generateRequests.Add(1)
-	if msg := s.checkRanks(r); msg != "" {
-		s.rejectBadRank(ctx, r, msg)
-		return
+	defer w.unwatch()
+	if r != nil {
+		s.answer(ctx, r, c)
 	}
-	if it := s.roomless(r); it != nil {
-		s.st.rejectedNoRoom.Add(1)
-		s.rejectNoRoom(ctx, r, it)
-		return
-	}
-	s.dispatch(r)
-	c := s.track(r)
-	if r.stream {
-		s.startStream(ctx, r, c) // the stream untracks c when it ends
-		return
-	}
+}
+
+// answer serves a non-stream request: meet the other leg, generate, answer.
+func (s *Server) answer(ctx *fasthttp.RequestCtx, r *request, c *call) {
 	defer s.untrack(r, c)
 	f := s.transfer(r, c)
 	if f == nil && !s.generate(r, c) {
 		f = abortedAt(0)
 	}
-	s.writeAnswer(ctx, r, f)
+	var h holder
+	if s.interrupt(ctx.Conn(), c, wholeAnswer, &h) {
+		s.writeAnswer(ctx, r, f)
+	}
+}
+
+// accept lets a generate request in, to be served as c: it meets the
+// faults set on arrival, then parses the request and refuses what SGLang
+// refuses before any work (a bad body, a DP rank out of range, a PD
+// request without a room), then dispatches it to DP ranks and tracks it.
+// It returns nil once it has answered.
+func (s *Server) accept(ctx *fasthttp.RequestCtx, rt route, c *call) *request {
+	if !s.admit(ctx, c) {
+		return nil
+	}
+	r, err := s.parse(rt, ctx.PostBody())
+	if err != nil {
+		writeBadRequest(ctx, rt, err.Error())
+		return nil
+	}
+	s.st.generateRequests.Add(1)
+	if msg := s.checkRanks(r); msg != "" {
+		s.rejectBadRank(ctx, r, msg)
+		return nil
+	}
+	if it := s.roomless(r); it != nil {
+		s.st.rejectedNoRoom.Add(1)
+		s.rejectNoRoom(ctx, r, it)
+		return nil
+	}
+	s.dispatch(r)
+	s.track(r, c)
+	return r
 }
 
 // roomless returns the first item without a bootstrap_room when the server
@@ -222,22 +262,34 @@ func (s *Server) stopped(c *call) bool {
 	}
 }
 
-// track registers r as in flight under the rids of its items.
-func (s *Server) track(r *request) *call {
-	c := &call{done: make(chan struct{})}
+// track registers r, served as c, as in flight under the rids of its
+// items.
+func (s *Server) track(r *request, c *call) {
 	for i := range r.items {
 		s.calls.Store(r.items[i].rid, c)
 	}
 	s.st.inFlight.Add(1)
-	return c
 }
 
-// untrack undoes track.
+// untrack undoes track, once the request is over.
 func (s *Server) untrack(r *request, c *call) {
 	for i := range r.items {
 		s.calls.CompareAndDelete(r.items[i].rid, c)
 	}
 	s.st.inFlight.Add(-1)
+	if c.gone.Load() {
+		s.clientGone(r.rid)
+	}
+}
+
+// clientGone counts a generate request ended because its client went
+// away, rid "" for one held by FaultHang, never parsed, and tells
+// Config.OnClientGone.
+func (s *Server) clientGone(rid string) {
+	s.st.clientGone.Add(1)
+	if h := s.cfg.OnClientGone; h != nil {
+		h(rid)
+	}
 }
 
 // writeAnswer writes the non-stream answer: the route's body, or the

@@ -100,6 +100,15 @@ func send(n *Network, method, addr, path, body string) (net.Conn, *bufio.Reader,
 		conn.Close()
 		return nil, nil, err
 	}
+	if err := writeRequest(conn, method, addr, path, body); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, bufio.NewReader(conn), nil
+}
+
+// writeRequest writes a request to addr on conn.
+func writeRequest(conn net.Conn, method, addr, path, body string) error {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(method)
@@ -109,14 +118,14 @@ func send(n *Network, method, addr, path, body string) (net.Conn, *bufio.Reader,
 		req.SetBodyString(body)
 	}
 	bw := bufio.NewWriter(conn)
-	if err := req.Write(bw); err == nil {
+	err := req.Write(bw)
+	if err == nil {
 		err = bw.Flush()
 	}
 	if err != nil {
-		conn.Close()
-		return nil, nil, fmt.Errorf("cannot send %s %s%s: %w", method, addr, path, err)
+		return fmt.Errorf("cannot send %s %s%s: %w", method, addr, path, err)
 	}
-	return conn, bufio.NewReader(conn), nil
+	return nil
 }
 
 // do is roundTrip failing the test on error.

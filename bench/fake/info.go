@@ -12,10 +12,14 @@ import (
 const version = "0.0.0-fake"
 
 // serveHealth answers /health and /health_generate: 200 empty while
-// serving, 503 while starting (StartDelay) or closing.
+// serving, 503 while starting (StartDelay) or closing, or as a fault marked
+// Health says.
 func (s *Server) serveHealth(ctx *fasthttp.RequestCtx) {
 	if !ctx.IsGet() && !ctx.IsHead() {
 		methodNotAllowed(ctx)
+		return
+	}
+	if !s.healthFault(ctx) {
 		return
 	}
 	if s.closing() || s.elapsed() < s.cfg.StartDelay {

@@ -110,17 +110,17 @@ func TestTCPNetworks(t *testing.T) {
 	if boot == 0 {
 		t.Fatal("got bootstrap port 0; want the port picked by the OS")
 	}
-	info := parseJSON(t, do(t, pn, "GET", p.lns[0].Addr().String(), "/server_info", "").body)
+	info := parseJSON(t, do(t, pn, "GET", p.api.addr, "/server_info", "").body)
 	if got := info.GetInt("disaggregation_bootstrap_port"); got != boot {
 		t.Errorf("got disaggregation_bootstrap_port %d; want %d", got, boot)
 	}
 	body := pdBody(`"text":"hi","sampling_params":{"max_new_tokens":1}`, "127.0.0.1", strconv.Itoa(boot), 5)
 	done := make(chan result, 1)
 	go func() {
-		res, _ := roundTrip(pn, "POST", p.lns[0].Addr().String(), "/generate", body)
+		res, _ := roundTrip(pn, "POST", p.api.addr, "/generate", body)
 		done <- res
 	}()
-	dres := do(t, dn, "POST", d.lns[0].Addr().String(), "/generate", body)
+	dres := do(t, dn, "POST", d.api.addr, "/generate", body)
 	pres := within(t, done, "the prefill answer")
 	if pres.status != 200 || dres.status != 200 {
 		t.Fatalf("got %d %d; want 200 200: %s %s", pres.status, dres.status, pres.body, dres.body)

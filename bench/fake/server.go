@@ -32,14 +32,15 @@ type Server struct {
 	log  zerolog.Logger
 	quit chan struct{} // closed by Close: every wait ends
 
-	mu      sync.Mutex // guards Start and Close
+	mu      sync.Mutex // guards Start, Close, the slots and the fault's changes
 	started bool
 	closed  bool
-	lns     []net.Listener
+	net     *Network // where Start listens, and a refusing slot listens again
+	api     *slot    // the HTTP API, set by Start
+	boot    *slot    // a prefill's bootstrap server, set by Start
 	regNet  *Network // where the prefill is registered, under regKeys
 	regKeys []string
-	serving sync.WaitGroup
-	conns   connSet
+	faults  atomic.Pointer[faultState] // read by requests, replaced under mu
 
 	ep        atomic.Pointer[endpoint]
 	startedAt atomic.Int64 // per cfg.Now, in Unix nanoseconds
@@ -75,8 +76,7 @@ func New(cfg Config) *Server {
 		s.infos[i].m = make(map[string]*infoEntry)
 	}
 	s.st.ranks = make([]atomic.Uint64, cfg.DPSize)
-	s.conns.conns = make(map[net.Conn]bool)
-	s.conns.empty = make(chan struct{})
+	s.faults.Store(&faultState{changed: make(chan struct{})})
 	s.startedAt.Store(cfg.Now().UnixNano())
 	s.ep.Store(s.newEndpoint(cfg.Network, "127.0.0.1:0", ""))
 	return s
@@ -96,36 +96,36 @@ func (s *Server) Start(n *Network, addr string) error {
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", addr, err)
 	}
-	s.lns = append(s.lns, ln)
+	var bln net.Listener
+	if s.cfg.Role == RolePrefill {
+		if bln, err = n.Listen(s.bootstrapListenAddr(ln.Addr().String())); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("cannot listen for the bootstrap server: %w", err)
+		}
+		s.regNet, s.regKeys = n, n.addPrefill(bln.Addr().String(), s)
+	}
 	netw := s.cfg.Network
 	if netw == nil {
 		netw = n
 	}
 	bootAddr := ""
-	if s.cfg.Role == RolePrefill {
-		bln, err := n.Listen(s.bootstrapListenAddr(ln.Addr().String()))
-		if err != nil {
-			_ = ln.Close()
-			s.lns = nil
-			return fmt.Errorf("cannot listen for the bootstrap server: %w", err)
-		}
-		s.lns = append(s.lns, bln)
+	if bln != nil {
 		bootAddr = bln.Addr().String()
-		s.regNet, s.regKeys = n, n.addPrefill(bootAddr, s)
 	}
 	s.ep.Store(s.newEndpoint(netw, ln.Addr().String(), bootAddr))
 	s.startedAt.Store(s.cfg.Now().UnixNano())
-	s.started = true
-	s.serve(s.newHTTPServer(s.Handler, "uvicorn"), ln)
-	if bootAddr != "" {
-		s.serve(s.newHTTPServer(s.BootstrapHandler, "aiohttp"), s.lns[1])
+	s.started, s.net = true, n
+	s.api = s.newSlot(ln, "uvicorn", s.Handler)
+	if bln != nil {
+		s.boot = s.newSlot(bln, "aiohttp", s.BootstrapHandler)
 	}
 	return nil
 }
 
 // Close stops both listeners, ends in-flight requests and KV waits at once,
-// and returns when every goroutine the server started is done. It may be
-// called before Start; later calls do nothing and return nil.
+// and returns when every goroutine the server started is done, whatever
+// fault is set. It may be called before Start; later calls do nothing and
+// return nil.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -138,20 +138,40 @@ func (s *Server) Close() error {
 		s.regNet.removePrefill(s.regKeys, s)
 	}
 	var errs []error
-	for _, ln := range s.lns {
-		errs = append(errs, ln.Close())
+	slots := s.slots()
+	for _, sl := range slots {
+		errs = append(errs, sl.stop())
 	}
-	s.serving.Wait()
-	s.conns.close()
+	for _, sl := range slots {
+		sl.conns.shut()
+	}
+	for _, sl := range slots {
+		sl.conns.wait()
+	}
 	return errors.Join(errs...)
+}
+
+// slots returns the addresses the server serves: none before Start.
+func (s *Server) slots() []*slot {
+	switch {
+	case s.api == nil:
+		return nil
+	case s.boot == nil:
+		return []*slot{s.api}
+	}
+	return []*slot{s.api, s.boot}
 }
 
 // Handler is the HTTP API (PROTOCOL.md §2 and §7): POST /generate,
 // /v1/completions and /v1/chat/completions; GET /health, /health_generate,
 // /server_info, /get_server_info, /model_info, /get_model_info and
 // /v1/models; POST /flush_cache and /abort_request. It may be mounted on any
-// fasthttp server; Start mounts it on its own.
+// fasthttp server; Start mounts it on its own. Faults act on it wherever it
+// is mounted, except FaultRefuse and CloseIdleConnections, which need the
+// listener of Start; so does noticing a client that goes away.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
+	markBusy(ctx.Conn())
+	defer markIdle(ctx.Conn())
 	if h := s.cfg.OnRequest; h != nil {
 		h(string(ctx.Path()), ctx.PostBody())
 	}
@@ -187,28 +207,6 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		s.st.other.Add(1)
 		writeJSON(ctx, fasthttp.StatusNotFound, []byte(`{"detail":"Not Found"}`))
 	}
-}
-
-func (s *Server) newHTTPServer(h fasthttp.RequestHandler, name string) *fasthttp.Server {
-	return &fasthttp.Server{
-		Handler:               h,
-		Name:                  name,
-		IdleTimeout:           s.cfg.IdleTimeout,
-		MaxRequestBodySize:    maxBodySize,
-		MaxIdleWorkerDuration: maxIdleWorker,
-		ConnState:             s.conns.track,
-		Logger:                &s.log,
-	}
-}
-
-func (s *Server) serve(srv *fasthttp.Server, ln net.Listener) {
-	s.serving.Add(1)
-	go func() {
-		defer s.serving.Done()
-		if err := srv.Serve(ln); err != nil && !s.closing() {
-			s.log.Error().Err(err).Msg("fake server stopped serving")
-		}
-	}()
 }
 
 // bootstrapListenAddr is where a prefill's bootstrap server listens, given

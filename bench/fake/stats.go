@@ -76,6 +76,21 @@ type Stats struct {
 	// rank without the prefill's info cached. They count in
 	// KVTransfersFailed too.
 	FirstRequestFailures uint64
+
+	// FaultsInjected counts the times a fault (Server.SetFault) acted on a
+	// request: each generate request or health check answered by
+	// FaultError, held by FaultHang, cut by FaultCut or held by FaultStall
+	// counts once per fault it met. Dials refused and connections closed
+	// by FaultRefuse or CloseIdleConnections do not count.
+	FaultsInjected uint64
+
+	// ClientGone counts generate requests that ended because their client
+	// closed the connection before their answer was out (before [DONE] for
+	// a stream): in flight, the request was aborted at once, its KV wait
+	// ended, as SGLang aborts a request whose HTTP client disconnected;
+	// held by FaultHang, it was dropped. A connection the server closed
+	// itself (FaultRefuse, FaultCut, Close) is no client going away.
+	ClientGone uint64
 }
 
 // counters are a Server's live counters; Stats snapshots them.
@@ -86,6 +101,7 @@ type counters struct {
 	kvOK, kvFailed, aborts, localPrefills            atomic.Uint64
 	bootstrapRoute, kvTransferHTTP, prefillInfoFetch atomic.Uint64
 	dpConflicts, firstRequestFailures                atomic.Uint64
+	faultsInjected, clientGone                       atomic.Uint64
 	inFlight                                         atomic.Int64
 	flushTimeout                                     atomic.Pointer[string]
 	ranks                                            []atomic.Uint64 // per DP rank, made by New
@@ -119,6 +135,8 @@ func (s *Server) Stats() Stats {
 
 		DPConflicts:          c.dpConflicts.Load(),
 		FirstRequestFailures: c.firstRequestFailures.Load(),
+		FaultsInjected:       c.faultsInjected.Load(),
+		ClientGone:           c.clientGone.Load(),
 	}
 	for i := range c.ranks {
 		st.RankRequests[i] = c.ranks[i].Load()

@@ -2,7 +2,9 @@ package fake
 
 import (
 	"bytes"
+	"errors"
 	"io"
+	"net"
 	"sync"
 
 	"github.com/valyala/fasthttp"
@@ -12,27 +14,39 @@ import (
 // WriteTo on the connection's goroutine once the handler has returned and
 // the headers are out; every event is one Write, which fasthttp sends as its
 // own flushed chunk. So events reach the client one by one, paced by
-// TokenDelay or TokenGate, and no goroutine outlives the connection.
+// TokenDelay or TokenGate, and no goroutine outlives the connection. The
+// connection stays watched for the client going away up to [DONE]: a
+// client may leave once it has that.
 type eventStream struct {
-	s *Server
-	r *request
-	c *call
+	s    *Server
+	r    *request
+	c    *call
+	conn net.Conn // nil when Handler is called without a connection
 
-	w    io.Writer
-	buf  []byte
-	n    int64
-	err  error // the first write error: the client is gone
-	rest *bytes.Reader
-	once sync.Once
+	w      io.Writer
+	buf    []byte
+	n      int64
+	events int        // events written
+	hold   holder     // FaultStall's state
+	busy   bool       // counted busy on conn: until its last event is written
+	watch  *watchConn // the request's watched connection, nil if none
+	err    error      // the first write error (the client is gone), or errCut
+	rest   *bytes.Reader
+	once   sync.Once
 }
 
-// startStream answers r with an SSE stream. The stream untracks c when
-// fasthttp closes it.
-func (s *Server) startStream(ctx *fasthttp.RequestCtx, r *request, c *call) {
+// errCut ends a stream that FaultCut broke.
+var errCut = errors.New("stream cut by a fault")
+
+// startStream answers r with an SSE stream. The stream untracks c, and
+// ends the watch of w (nil if none), when fasthttp closes it.
+func (s *Server) startStream(ctx *fasthttp.RequestCtx, r *request, c *call, w *watchConn) {
 	ctx.SetContentType(contentSSE)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.ImmediateHeaderFlush = true
-	ctx.Response.SetBodyStream(&eventStream{s: s, r: r, c: c}, -1)
+	markBusy(ctx.Conn())
+	es := &eventStream{s: s, r: r, c: c, conn: ctx.Conn(), busy: true, watch: w}
+	ctx.Response.SetBodyStream(es, -1)
 }
 
 // SupportsBodyWriteTo tells fasthttp to call WriteTo rather than Read.
@@ -42,8 +56,20 @@ func (es *eventStream) SupportsBodyWriteTo() bool { return true }
 func (es *eventStream) WriteTo(w io.Writer) (int64, error) {
 	es.w = w
 	es.buf = es.s.getBuf()
+	defer es.idle()
+	defer es.watch.unwatch()
 	es.run()
 	return es.n, es.err
+}
+
+// idle stops counting the stream as busy on its connection: its events
+// are out, though fasthttp has still to write the chunked terminator.
+// WriteTo and Close, which call it, run one after the other.
+func (es *eventStream) idle() {
+	if es.busy {
+		es.busy = false
+		markIdle(es.conn)
+	}
 }
 
 // Read serves a reader that does not use WriteTo (a body buffered in
@@ -61,6 +87,13 @@ func (es *eventStream) Read(p []byte) (int, error) {
 // written, or dropped unwritten.
 func (es *eventStream) Close() error {
 	es.once.Do(func() {
+		es.watch.unwatch()
+		if es.w == nil && clientLeft(es.conn) {
+			// fasthttp drops the stream unwritten when the header cannot
+			// go out: the client left before the watch could tell.
+			es.c.end(true)
+		}
+		es.idle()
 		es.s.untrack(es.r, es.c)
 		if es.buf != nil {
 			es.s.putBuf(es.buf)
@@ -147,10 +180,15 @@ func (es *eventStream) end(t int, fin finish) {
 	es.done()
 }
 
-// done writes the [DONE] event that ends every stream.
+// done writes the [DONE] event that ends every stream, having stopped
+// watching the client, which may go once it has it.
 func (es *eventStream) done() {
+	if es.err != nil || !es.pass() {
+		return
+	}
+	es.watch.unwatch()
 	es.buf = append(es.buf[:0], "data: [DONE]\n\n"...)
-	es.write(es.buf)
+	es.send(es.buf)
 }
 
 // fail ends a stream whose transfer failed. An abort finishes every item
@@ -189,12 +227,32 @@ func (es *eventStream) flush() {
 	es.write(es.buf)
 }
 
-// write writes one event, unless an earlier write failed.
+// write writes one event, unless an earlier write failed or a fault
+// stops it.
 func (es *eventStream) write(b []byte) {
-	if es.err != nil {
-		return
+	if es.err == nil && es.pass() {
+		es.send(b)
 	}
+}
+
+// pass meets FaultCut and FaultStall before the next event; it reports
+// false when the stream was cut.
+func (es *eventStream) pass() bool {
+	if es.s.interrupt(es.conn, es.c, es.events, &es.hold) {
+		return true
+	}
+	es.err = errCut
+	return false
+}
+
+// send writes one event. A write that fails on a connection the server did
+// not close means the client left, whether or not the watch saw it first.
+func (es *eventStream) send(b []byte) {
 	n, err := es.w.Write(b)
 	es.n += int64(n)
 	es.err = err
+	es.events++
+	if err != nil && clientLeft(es.conn) {
+		es.c.end(true)
+	}
 }
