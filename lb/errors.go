@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/valyala/fasthttp"
 )
@@ -141,7 +142,14 @@ func classify(err error, role, addr string) (int, reason, string) {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		return fasthttp.StatusBadGateway, reasonBackendFailed,
 			role + " backend " + addr + " answered with a body larger than the limit"
+	case isUnreachable(err):
+		return fasthttp.StatusBadGateway, reasonBackendUnreachable,
+			"cannot reach " + role + " backend " + addr + ": " + err.Error()
+	case isConnDrop(err) || errors.Is(err, io.ErrUnexpectedEOF):
+		// fasthttp's own message for this is advice to server authors.
+		return fasthttp.StatusBadGateway, reasonBackendFailed,
+			role + " backend " + addr + " closed the connection before answering"
 	}
-	return fasthttp.StatusBadGateway, reasonBackendUnreachable,
-		"cannot reach " + role + " backend " + addr + ": " + err.Error()
+	return fasthttp.StatusBadGateway, reasonBackendFailed,
+		role + " backend " + addr + " failed: " + err.Error()
 }

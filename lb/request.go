@@ -204,7 +204,7 @@ func (x *exchange) retryOnFailure() outcome {
 	c := x.culprit()
 	var kind retryKind
 	switch {
-	case c.err != nil && errors.Is(c.err, errUnreachable):
+	case c.err != nil && isUnreachable(c.err):
 		kind = retryUnreachable
 	case c.err != nil && retriable(c.err):
 		kind = retryFailed

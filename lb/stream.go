@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 )
 
@@ -65,30 +66,31 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 		x.unref()
 		return outcome{}
 	}
-	// SGLang streams some failures as the first event of a 200 stream.
-	if out := x.retryFor(fasthttp.StatusInternalServerError, x.relay.buf[:x.relay.end]); out.retry == retryCold {
-		d.release <- false
-		<-d.done
-		x.prefill.abort(&errPeerFailed{role: roleDecode, addr: d.backend.addr})
-		x.unref()
-		return out
-	}
-	if first := x.relay.buf[:x.relay.end]; bytes.Contains(first, noRoomMarker) {
-		// A /generate stream refused for lacking a room (PROTOCOL.md §4).
-		d.release <- false
-		<-d.done
-		x.prefill.abort(&errPeerFailed{role: roleDecode, addr: d.backend.addr})
-		if out := x.retryFor(fasthttp.StatusBadRequest, first); out.retry != answered {
+	// SGLang streams some failures as the first event of a 200 stream
+	// (PROTOCOL.md §4, §7); nothing has reached the client yet, so it may
+	// still be tried again. Out of retries, the worker's events are relayed
+	// as they are, but for a refusal without a room, which pdlb explains.
+	if first, failed := x.relay.firstEventFailure(); failed {
+		out := x.retryFirstEvent(first)
+		refused := bytes.Contains(first, noRoomMarker)
+		if out.retry != answered || refused {
+			d.release <- false
+			<-d.done
+			x.prefill.abort(&errPeerFailed{role: roleDecode, addr: d.backend.addr})
+		}
+		if out.retry != answered {
 			x.unref()
 			return out
 		}
-		if x.local {
-			x.s.localPrefillUnsupported(d.backend)
+		if refused {
+			if x.local {
+				x.s.localPrefillUnsupported(d.backend)
+			}
+			x.refuseNoRoom(ctx)
+			x.finish(ctx.Response.StatusCode())
+			x.unref()
+			return outcome{}
 		}
-		x.refuseNoRoom(ctx)
-		x.finish(ctx.Response.StatusCode())
-		x.unref()
-		return outcome{}
 	}
 	if x.relay.mergeLogprobs {
 		x.waitPrefill()
@@ -100,6 +102,44 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
 	ctx.Response.SetBodyStream(&x.relay, -1)
 	return outcome{}
+}
+
+// firstEventFailure returns the first event the decode streamed, and
+// whether it is a failure instead of tokens: an error object or an abort
+// with a 5xx status, or the refusal of a request without a room.
+func (r *relay) firstEventFailure() ([]byte, bool) {
+	first := r.buf[r.start:r.end]
+	if n := eventEnd(first); n > 0 {
+		first = first[:n]
+	}
+	if !bytes.Contains(first, []byte(`"error"`)) && !bytes.Contains(first, []byte(`"abort"`)) {
+		return first, false
+	}
+	data, _, ok := eventData(first)
+	if !ok {
+		return first, false
+	}
+	if bytes.Contains(data, noRoomMarker) || gjson.GetBytes(data, "error.code").Int() >= fasthttp.StatusInternalServerError {
+		return first, true
+	}
+	fr := gjson.GetBytes(data, "meta_info.finish_reason")
+	return first, fr.Get("type").String() == "abort" && fr.Get("status_code").Int() >= fasthttp.StatusInternalServerError
+}
+
+// retryFirstEvent says whether a stream whose first event is a failure is
+// worth another attempt.
+func (x *exchange) retryFirstEvent(first []byte) outcome {
+	if bytes.Contains(first, noRoomMarker) {
+		return x.retryFor(fasthttp.StatusBadRequest, first)
+	}
+	if out := x.retryFor(fasthttp.StatusInternalServerError, first); out.retry != answered {
+		return out
+	}
+	if !x.mayRetry {
+		return outcome{}
+	}
+	d := x.decode.backend
+	return outcome{retry: retryFailed, backend: d, why: d.role + " backend " + d.addr + " streamed an error before any token"}
 }
 
 // respondBufferedStream answers a stream request that the decode answered

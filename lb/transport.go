@@ -17,9 +17,18 @@ import (
 // a request never reached the worker, so it is resent once on a fresh one.
 var errStaleConn = errors.New("pooled connection was closed by the worker")
 
-// errUnreachable marks a call that could not connect to its worker, so the
-// request never reached it and may go to another worker.
-var errUnreachable = errors.New("worker unreachable")
+// unreachableError is the error of a call that could not connect to its
+// worker: the request never reached it and may go to another worker.
+type unreachableError struct{ err error }
+
+func (e *unreachableError) Error() string { return e.err.Error() }
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// isUnreachable reports whether err is a call's failure to connect.
+func isUnreachable(err error) bool {
+	var u *unreachableError
+	return errors.As(err, &u)
+}
 
 // callKey is the Request user-value key under which a *call reaches transport.
 type callKey struct{}
@@ -52,7 +61,7 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrTimeout) {
 			return false, err
 		}
-		return false, fmt.Errorf("%w: %w", errUnreachable, err)
+		return false, &unreachableError{err}
 	}
 	conn := cc.Conn()
 	if err := conn.SetWriteDeadline(c.deadline); err != nil {
