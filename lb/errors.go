@@ -129,7 +129,11 @@ func (e *errPeerFailed) Error() string {
 // errGaveUp ends a prefill call still silent well after its decode ended.
 var errGaveUp = errors.New("gave up on a prefill still silent after its decode finished")
 
-// errClientGone cancels the calls of a client that went away mid-stream.
+// statusClientGone accounts a request whose client went away before its
+// answer (nginx's 499).
+const statusClientGone = 499
+
+// errClientGone cancels the calls of a client that went away.
 var errClientGone = errors.New("client closed the connection")
 
 // classify maps a call error to the status, reason and message the client

@@ -17,7 +17,13 @@ import (
 // second, leaving no request in flight: a cancelled leg must let go at once.
 func waitIdle(t *testing.T, srv *Server) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	waitIdleWithin(t, srv, time.Second)
+}
+
+// waitIdleWithin is waitIdle with a limit of its own.
+func waitIdleWithin(t *testing.T, srv *Server, limit time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	if err := srv.waitExchanges(ctx); err != nil {
 		t.Fatalf("exchanges still live: %s", err)

@@ -313,9 +313,17 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	if !x.single {
 		go x.prefill.run()
 	}
+	stopWatching := x.watchClient(ctx.Conn())
 	x.decode.run()
+	stopWatching()
 	<-x.decode.done
 	d := &x.decode
+	if errors.Is(d.err, errClientGone) {
+		// Nobody is left to answer; 499 is nginx's word for it.
+		x.finish(statusClientGone)
+		x.unref()
+		return outcome{}
+	}
 	if d.err != nil || d.resp.StatusCode() >= fasthttp.StatusBadRequest {
 		// The decode's failure has cancelled the prefill already.
 		if out := x.retryAfter(d.resp.Body()); out.retry != answered {

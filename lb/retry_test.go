@@ -257,3 +257,41 @@ func TestStaleConnectionsAreResent(t *testing.T) {
 		t.Fatalf("got %q decode errors", got)
 	}
 }
+
+// A client that goes away while waiting for a non-stream answer gets both
+// legs cancelled, once pdlb starts watching it.
+func TestClientGoneCancelsBothLegs(t *testing.T) {
+	h := newHarness(t)
+	decodeHasIt := make(chan struct{}, 1)
+	p, _ := h.pair(fake.Config{KVTimeout: 20 * time.Second}, fake.Config{KVTimeout: 20 * time.Second,
+		OnRequest: func(path string, _ []byte) {
+			if path == "/generate" {
+				decodeHasIt <- struct{}{}
+			}
+		}})
+	// The prefill holds the request: the decode waits for the KV cache.
+	if err := p.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.SetFault(fake.Fault{}) })
+	srv := h.start(defaultConfig())
+	conn, err := h.nw.Dial("pdlb:8000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI("http://pdlb:8000/generate")
+	req.SetBodyString(`{"text": "a"}`)
+	w := bufio.NewWriter(conn)
+	if err := req.Write(w); err != nil || w.Flush() != nil {
+		t.Fatal(err)
+	}
+	<-decodeHasIt
+	_ = conn.Close()
+	waitIdleWithin(t, srv, watchAfter+2*time.Second)
+	if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "1" {
+		t.Fatalf("got %q client_gone; want 1", got)
+	}
+}

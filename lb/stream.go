@@ -433,7 +433,7 @@ func eventData(ev []byte) (data []byte, off int, ok bool) {
 
 // clientGone stops both calls: nobody is left to read their answers.
 func (r *relay) clientGone() {
-	r.status = 499
+	r.status = statusClientGone
 	r.x.s.errorsByReason[reasonClientGone].Inc()
 	r.x.decode.abort(errClientGone)
 	r.x.prefill.abort(errClientGone)

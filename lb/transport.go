@@ -88,7 +88,7 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 	hc.ReleaseWriter(bw)
 	if err != nil {
 		hc.CloseConn(cc)
-		return c.failed(err, reused)
+		return c.failed(hc, err, reused)
 	}
 
 	resp.StreamBody = c.stream
@@ -99,7 +99,7 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 	if err := resp.ReadLimitBody(br, hc.MaxResponseBodySize); err != nil {
 		hc.ReleaseReader(br)
 		hc.CloseConn(cc)
-		return c.failed(err, reused)
+		return c.failed(hc, err, reused)
 	}
 	reusable := !resp.ConnectionClose()
 	if c.stream && resp.BodyStream() != nil {
@@ -117,8 +117,8 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 	return false, nil
 }
 
-// failed turns a round-trip error into the one the caller should see.
-func (c *call) failed(err error, reused bool) (bool, error) {
+// failed turns a round-trip error on hc into the one the caller should see.
+func (c *call) failed(hc *fasthttp.HostClient, err error, reused bool) (bool, error) {
 	if reason := c.cancel.err(); reason != nil {
 		return false, reason
 	}
@@ -127,8 +127,11 @@ func (c *call) failed(err error, reused bool) (bool, error) {
 		return false, errGaveUp
 	}
 	if reused && isConnDrop(err) {
-		// The worker closed a pooled connection: it may have restarted.
+		// The worker closed a pooled connection: it has closed the other
+		// idle ones too (its keep-alive expired, or it restarted), so the
+		// resend must not take another of them.
 		c.backend.epoch.Add(1)
+		hc.CloseIdleConnections()
 		return true, fmt.Errorf("%w: %w", errStaleConn, err)
 	}
 	if isTimeout(err) {

@@ -1,0 +1,120 @@
+package lb
+
+import (
+	"net"
+	"sync"
+	"time"
+)
+
+// A client that goes away while pdlb waits for a non-stream answer must not
+// leave both workers generating for nobody. fasthttp says nothing until it
+// writes the answer, so pdlb watches the client itself, as Go's net/http
+// does: a background read of one byte from the connection ends with an
+// error when the client closes it. The byte it may read instead belongs to
+// the client's next request and is handed back to fasthttp. Watching costs
+// a goroutine, so it starts only once a request has waited watchAfter:
+// short requests never pay for it.
+const watchAfter = time.Second
+
+// watchListener wraps each accepted connection in a clientConn.
+type watchListener struct{ net.Listener }
+
+func (l watchListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &clientConn{Conn: c}, nil
+}
+
+// clientConn is a client connection that can be watched for the client
+// going away while fasthttp is not reading from it (during a handler).
+type clientConn struct {
+	net.Conn
+
+	mu      sync.Mutex
+	stash   byte
+	stashed bool
+	// done is closed when the running watch ends; nil when none runs.
+	done chan struct{}
+}
+
+// Read returns the byte a watch read ahead first.
+func (c *clientConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	if c.stashed && len(p) > 0 {
+		p[0], c.stashed = c.stash, false
+		c.mu.Unlock()
+		return 1, nil
+	}
+	c.mu.Unlock()
+	return c.Conn.Read(p)
+}
+
+// watch starts watching the client; gone is called, from the watch's
+// goroutine, if the client closes the connection before unwatch. Only a
+// handler may call it, with no watch running.
+func (c *clientConn) watch(gone func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stashed || c.done != nil {
+		return // the client already sent more: it is not going away
+	}
+	done := make(chan struct{})
+	c.done = done
+	go func() {
+		defer close(done)
+		var b [1]byte
+		n, err := c.Conn.Read(b[:])
+		if n == 1 {
+			c.mu.Lock()
+			c.stash, c.stashed = b[0], true
+			c.mu.Unlock()
+			return
+		}
+		if err != nil && !isTimeout(err) {
+			gone()
+		}
+	}()
+}
+
+// unwatch stops the watch, if one runs, and waits for it to end, so that
+// fasthttp has the connection to itself again.
+func (c *clientConn) unwatch() {
+	c.mu.Lock()
+	done := c.done
+	c.done = nil
+	c.mu.Unlock()
+	if done == nil {
+		return
+	}
+	_ = c.Conn.SetReadDeadline(time.Unix(1, 0)) // interrupts the read
+	<-done
+	_ = c.Conn.SetReadDeadline(time.Time{})
+}
+
+// watchClient arranges for x's calls to be aborted if the client on conn
+// goes away while x waits; the returned stop must be called once the wait
+// is over, before the answer is written.
+func (x *exchange) watchClient(conn net.Conn) (stop func()) {
+	cc, ok := conn.(*clientConn)
+	if !ok {
+		return func() {}
+	}
+	gone := func() {
+		x.s.errorsByReason[reasonClientGone].Inc()
+		x.decode.abort(errClientGone)
+		x.prefill.abort(errClientGone)
+	}
+	fired := make(chan struct{})
+	timer := time.AfterFunc(watchAfter, func() {
+		cc.watch(gone)
+		close(fired)
+	})
+	return func() {
+		if !timer.Stop() {
+			<-fired // the watch is starting: let it, then stop it
+		}
+		cc.unwatch()
+	}
+}
