@@ -56,7 +56,13 @@ func TestRetriesAreBounded(t *testing.T) {
 	h := newHarness(t)
 	var served atomic.Int32
 	h.backend("prefill-0:30000", failing(&served, fasthttp.StatusServiceUnavailable, `{"error": {"message": "busy"}}`))
-	h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second})
+	d := h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second})
+	// The decode holds every request, so the prefill's answer always comes
+	// first, as a real decode waits for the KV cache.
+	if err := d.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.SetFault(fake.Fault{}) })
 	h.start(defaultConfig())
 	r := h.post("/generate", `{"text": "a"}`)
 	if r.status != fasthttp.StatusServiceUnavailable || string(r.body) != `{"error": {"message": "busy"}}` {
