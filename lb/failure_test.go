@@ -47,7 +47,13 @@ func TestFailedLegCancelsItsPeer(t *testing.T) {
 			ctx.SetContentType("application/json")
 			ctx.SetBodyString(`{"error": {"message": "overloaded"}}`)
 		})
-		prefillDown(h)
+		d := h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second})
+		// The decode holds the request, as a real one waits for the KV
+		// cache, so the prefill's answer comes first.
+		if err := d.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
+			h.t.Fatal(err)
+		}
+		h.t.Cleanup(func() { _ = d.SetFault(fake.Fault{}) })
 	}
 	decodeDown := func(h *harness) {
 		h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 20 * time.Second})
