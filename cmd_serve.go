@@ -43,6 +43,8 @@ type serveCmd struct {
 	FirstByteTimeoutSecs   int  `help:"Longest wait for a stream's first byte from the decode." default:"300"`
 	StreamIdleTimeoutSecs  int  `help:"Longest silence between two stream events from the decode." default:"300"`
 	ClientWriteTimeoutSecs int  `help:"Longest a write to a client may take, so a client that stops reading is let go." default:"60"`
+	ClientReadTimeoutSecs  int  `help:"Longest reading a client's request may take, so a client that sends slowly is let go." default:"60"`
+	MaxHeaderSize          int  `help:"Largest request header accepted, in bytes; larger ones get a 431." default:"16384"`
 	RetryMaxRetries        int  `help:"More attempts a request may get, on a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"2"`
 	DisableRetries         bool `help:"Give every request a single attempt."`
 	MaxConcurrentRequests  int  `help:"Most generate requests in flight; beyond, they wait in a queue, then get a 429 (0: no limit)." default:"0"`
@@ -91,6 +93,7 @@ func (c *serveCmd) Validate() error {
 	}{
 		{"--warmup-timeout-secs", c.WarmupTimeoutSecs}, {"--first-byte-timeout-secs", c.FirstByteTimeoutSecs},
 		{"--stream-idle-timeout-secs", c.StreamIdleTimeoutSecs}, {"--client-write-timeout-secs", c.ClientWriteTimeoutSecs},
+		{"--client-read-timeout-secs", c.ClientReadTimeoutSecs}, {"--max-header-size", c.MaxHeaderSize},
 		{"--queue-timeout-secs", c.QueueTimeoutSecs}, {"--health-check-interval-secs", c.HealthCheckIntervalSecs},
 		{"--health-check-timeout-secs", c.HealthCheckTimeoutSecs}, {"--health-success-threshold", c.HealthSuccessThreshold},
 		{"--health-failure-threshold", c.HealthFailureThreshold}, {"--cb-failure-threshold", c.CbFailureThreshold},
@@ -143,6 +146,8 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		FirstByteTimeout:      time.Duration(c.FirstByteTimeoutSecs) * time.Second,
 		StreamIdleTimeout:     time.Duration(c.StreamIdleTimeoutSecs) * time.Second,
 		ClientWriteTimeout:    time.Duration(c.ClientWriteTimeoutSecs) * time.Second,
+		ClientReadTimeout:     time.Duration(c.ClientReadTimeoutSecs) * time.Second,
+		MaxHeaderSize:         c.MaxHeaderSize,
 		MaxRetries:            c.RetryMaxRetries,
 		DisableRetries:        c.DisableRetries || c.RetryMaxRetries == 0,
 		MaxConcurrentRequests: c.MaxConcurrentRequests,

@@ -106,6 +106,9 @@ type Config struct {
 	ClientIdleTimeout time.Duration
 	// ClientReadTimeout bounds reading a client's request. Zero means 60 s.
 	ClientReadTimeout time.Duration
+	// MaxHeaderSize is the largest request header accepted; larger ones get
+	// a 431. Zero means 16 KiB.
+	MaxHeaderSize int
 
 	// AccessLog writes one info-level line per finished request.
 	AccessLog bool
@@ -218,6 +221,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ClientReadTimeout <= 0 {
 		c.ClientReadTimeout = 60 * time.Second
+	}
+	if c.MaxHeaderSize <= 0 {
+		c.MaxHeaderSize = 16 << 10
 	}
 	if c.WarmupTimeout <= 0 {
 		c.WarmupTimeout = 30 * time.Second

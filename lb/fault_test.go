@@ -89,6 +89,11 @@ func runFault(t *testing.T, f fake.Fault, leg string, stream bool) {
 		if n := b.inflight.Load(); n != 0 {
 			t.Fatalf("%s %s still has %d requests in flight", b.role, b.addr, n)
 		}
+		// Requests went one at a time: at most one pooled connection may
+		// remain; more would be leaked ones.
+		if n := b.hc.ConnsCount(); n > 1 {
+			t.Fatalf("%s %s still holds %d connections", b.role, b.addr, n)
+		}
 	}
 	// Once healthy again, the pair serves.
 	if r := h.post("/generate", `{"text": "b"}`); f.Kind != fake.FaultRefuse && r.status != fasthttp.StatusOK {

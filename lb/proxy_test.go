@@ -232,10 +232,16 @@ func TestOversizedRequests(t *testing.T) {
 	h.pair(fake.Config{}, fake.Config{})
 	cfg := defaultConfig()
 	cfg.MaxRequestBodySize = 1024
+	cfg.MaxHeaderSize = 4096
 	h.start(cfg)
 	r := h.post("/generate", `{"text": "`+strings.Repeat("a", 2048)+`"}`)
 	if r.status != fasthttp.StatusRequestEntityTooLarge || gjson.GetBytes(r.body, "error.code").Int() != 413 {
 		t.Fatalf("got %d %s; want a 413 JSON error", r.status, r.body)
+	}
+	h.cl.CloseIdleConnections()
+	r = h.post("/generate", `{"text": "a"}`, "X-Big", strings.Repeat("b", 8192))
+	if r.status != fasthttp.StatusRequestHeaderFieldsTooLarge || gjson.GetBytes(r.body, "error.code").Int() != 431 {
+		t.Fatalf("got %d %s; want a 431 JSON error", r.status, r.body)
 	}
 }
 
