@@ -89,10 +89,10 @@ func runFault(t *testing.T, f fake.Fault, leg string, stream bool) {
 		if n := b.inflight.Load(); n != 0 {
 			t.Fatalf("%s %s still has %d requests in flight", b.role, b.addr, n)
 		}
-		// Requests went one at a time: at most one pooled connection may
-		// remain; more would be leaked ones.
-		if n := b.hc.ConnsCount(); n > 1 {
-			t.Fatalf("%s %s still holds %d connections", b.role, b.addr, n)
+		// Every connection left must be idle in the pool: a busy one
+		// would be leaked.
+		if busy := b.hc.ConnsCount() - b.hc.IdleConnsCount(); busy != 0 {
+			t.Fatalf("%s %s still has %d connections in use", b.role, b.addr, busy)
 		}
 	}
 	// Once healthy again, the pair serves.

@@ -84,7 +84,8 @@ func (h *harness) backend(addr string, handler fasthttp.RequestHandler) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	srv := &fasthttp.Server{Handler: handler, CloseOnShutdown: true}
+	quiet := zerolog.Nop() // connections the tests cut are no news
+	srv := &fasthttp.Server{Handler: handler, CloseOnShutdown: true, Logger: &quiet}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
