@@ -68,6 +68,7 @@ type serveCmd struct {
 	AccessLog               bool    `help:"Log one line per request."`
 	PrometheusHost          string  `help:"Address of the extra /metrics listener enabled by --prometheus-port." default:"0.0.0.0"`
 	PrometheusPort          int     `help:"Also serve /metrics on this port (0: only on the main port)." default:"0"`
+	PprofAddr               string  `help:"Serve Go's profiles (/debug/pprof/) and /metrics on this address, e.g. 127.0.0.1:6060; off when empty. Keep it private." placeholder:"HOST:PORT"`
 
 	logFlags
 	JSONLog          bool `help:"Accepted for sglang_router compatibility (JSON is the default log format)." group:"mini_lb compatibility"`
@@ -208,18 +209,32 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 		return fmt.Errorf("cannot listen: %w", err)
 	}
 	if c.PrometheusPort > 0 {
-		mln, err := net.Listen("tcp", net.JoinHostPort(c.PrometheusHost, strconv.Itoa(c.PrometheusPort)))
-		if err != nil {
+		if err := serveAdmin(srv, net.JoinHostPort(c.PrometheusHost, strconv.Itoa(c.PrometheusPort)), false, log); err != nil {
 			return fmt.Errorf("cannot listen for --prometheus-port: %w", err)
 		}
-		go func() {
-			if err := srv.ServeMetrics(mln); err != nil {
-				log.Error().Err(err).Msg("the /metrics listener stopped")
-			}
-		}()
+	}
+	if c.PprofAddr != "" {
+		if err := serveAdmin(srv, c.PprofAddr, true, log); err != nil {
+			return fmt.Errorf("cannot listen for --pprof-addr: %w", err)
+		}
 	}
 	log.Info().Str("version", version).Msg("pdlb starting")
 	return serveUntilSignal(srv, ln, time.Duration(c.ShutdownGracePeriodSecs)*time.Second, log)
+}
+
+// serveAdmin serves the admin routes (/metrics, and profiles with pprof) on
+// addr in the background.
+func serveAdmin(srv *lb.Server, addr string, pprof bool, log zerolog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := srv.ServeAdmin(ln, pprof); err != nil {
+			log.Error().Err(err).Str("addr", addr).Msg("an admin listener stopped")
+		}
+	}()
+	return nil
 }
 
 func serveUntilSignal(srv *lb.Server, ln net.Listener, grace time.Duration, log zerolog.Logger) error {

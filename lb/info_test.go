@@ -205,3 +205,35 @@ func TestUnknownBootstrapPortIsNull(t *testing.T) {
 		t.Fatalf("got bootstrap_port %s; want null", port)
 	}
 }
+
+func TestAdminListener(t *testing.T) {
+	for _, pprof := range []bool{false, true} {
+		h := newHarness(t)
+		srv := h.start(defaultConfig())
+		ln, err := h.nw.Listen("admin:6060")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = srv.ServeAdmin(ln, pprof) }()
+		cl := &fasthttp.HostClient{Addr: "admin:6060", Dial: h.nw.Dial}
+		get := func(path string) int {
+			t.Helper()
+			status, _, err := cl.Get(nil, "http://admin:6060"+path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return status
+		}
+		if got := get("/metrics"); got != fasthttp.StatusOK {
+			t.Fatalf("got /metrics %d", got)
+		}
+		want := fasthttp.StatusNotFound
+		if pprof {
+			want = fasthttp.StatusOK
+		}
+		if got := get("/debug/pprof/"); got != want {
+			t.Fatalf("pprof %v: got /debug/pprof/ %d; want %d", pprof, got, want)
+		}
+		cl.CloseIdleConnections()
+	}
+}

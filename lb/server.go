@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/pprofhandler"
 
 	"pdlb/bootstrap"
 	"pdlb/health"
@@ -31,9 +33,10 @@ type Server struct {
 	decodes   *Pool
 	fallbacks *Pool
 	srv       *fasthttp.Server
-	// metricsSrv serves /metrics on a port of its own, when asked to.
-	metricsSrv fasthttp.Server
-	newRoom    func() uint64
+	// admin are the listeners of ServeAdmin.
+	adminMu sync.Mutex
+	admin   []*fasthttp.Server
+	newRoom func() uint64
 
 	routes         map[string]*route
 	notFound       *route
@@ -169,24 +172,35 @@ func (s *Server) Serve(ln net.Listener) error {
 	return s.srv.Serve(watchListener{ln})
 }
 
-// ServeMetrics serves /metrics alone on ln (sglang_router's
-// --prometheus-port) until Shutdown.
-func (s *Server) ServeMetrics(ln net.Listener) error {
+// ServeAdmin serves /metrics on ln (sglang_router's --prometheus-port),
+// and with pprof Go's profiles under /debug/pprof/ too (off unless asked:
+// profiles expose internals), until Shutdown.
+func (s *Server) ServeAdmin(ln net.Listener, pprof bool) error {
 	rt := s.routes["/metrics"]
-	s.metricsSrv.Handler = func(ctx *fasthttp.RequestCtx) {
-		if string(ctx.Path()) != rt.path {
-			s.writeError(ctx, fasthttp.StatusNotFound, reasonNotFound, "only /metrics is served here")
-			return
+	srv := &fasthttp.Server{Name: "pdlb", Logger: &s.log, Handler: func(ctx *fasthttp.RequestCtx) {
+		switch path := ctx.Path(); {
+		case string(path) == rt.path:
+			s.serveControl(ctx, rt)
+		case pprof && bytes.HasPrefix(path, []byte("/debug/pprof/")):
+			pprofhandler.PprofHandler(ctx)
+		default:
+			s.writeError(ctx, fasthttp.StatusNotFound, reasonNotFound, "no route for "+string(path)+" here")
 		}
-		s.serveControl(ctx, rt)
-	}
-	return s.metricsSrv.Serve(ln)
+	}}
+	s.adminMu.Lock()
+	s.admin = append(s.admin, srv)
+	s.adminMu.Unlock()
+	return srv.Serve(ln)
 }
 
 // Shutdown stops accepting clients and waits, up to ctx's deadline, for
 // requests and streams in flight to finish; then it stops background work.
 func (s *Server) Shutdown(ctx context.Context) error {
-	_ = s.metricsSrv.ShutdownWithContext(ctx)
+	s.adminMu.Lock()
+	for _, a := range s.admin {
+		_ = a.ShutdownWithContext(ctx)
+	}
+	s.adminMu.Unlock()
 	err := s.srv.ShutdownWithContext(ctx)
 	if err == nil {
 		err = s.waitExchanges(ctx)
