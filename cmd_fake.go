@@ -32,6 +32,7 @@ type fakeCmd struct {
 	FirstRequestBug      bool          `help:"Decode: fail a first request carrying disagg_prefill_dp_rank as SGLang did before PR #22990."`
 	DecodeConditionalAgg bool          `help:"Decode: serve requests marked do_local_prefill itself (SGLang PR #34773, --disaggregation-decode-enable-conditional-agg)."`
 	KVTimeout            time.Duration `help:"How long either side of a KV transfer waits for the other." default:"30s"`
+	ClientWatchDelay     time.Duration `help:"How long a request runs before the server watches its client for going away (SGLang notices within seconds)." default:"1s"`
 
 	logFlags
 }
@@ -89,18 +90,19 @@ func (c *fakeCmd) Run() error {
 
 func (c *fakeCmd) config(role fake.Role, bootstrapPort int) fake.Config {
 	return fake.Config{
-		Role:            role,
-		Model:           c.Model,
-		Tokens:          c.Tokens,
-		TokenDelay:      c.TokenDelay,
-		PrefillDelay:    c.PrefillDelay,
-		StartDelay:      c.StartDelay,
-		BootstrapPort:   bootstrapPort,
-		DPSize:          c.DPSize,
-		RegisterDelay:   c.RegisterDelay,
-		OldBootstrapAPI: c.OldBootstrapAPI,
-		FirstRequestBug: c.FirstRequestBug,
-		ConditionalAgg:  c.DecodeConditionalAgg,
-		KVTimeout:       c.KVTimeout,
+		Role:             role,
+		Model:            c.Model,
+		Tokens:           c.Tokens,
+		TokenDelay:       c.TokenDelay,
+		PrefillDelay:     c.PrefillDelay,
+		StartDelay:       c.StartDelay,
+		BootstrapPort:    bootstrapPort,
+		DPSize:           c.DPSize,
+		RegisterDelay:    c.RegisterDelay,
+		OldBootstrapAPI:  c.OldBootstrapAPI,
+		FirstRequestBug:  c.FirstRequestBug,
+		ConditionalAgg:   c.DecodeConditionalAgg,
+		KVTimeout:        c.KVTimeout,
+		ClientWatchDelay: c.ClientWatchDelay,
 	}
 }

@@ -93,28 +93,63 @@ func (c *clientConn) unwatch() {
 	_ = c.Conn.SetReadDeadline(time.Time{})
 }
 
-// watchClient arranges for x's calls to be aborted if the client on conn
-// goes away while x waits; the returned stop must be called once the wait
-// is over, before the answer is written.
-func (x *exchange) watchClient(conn net.Conn) (stop func()) {
+// watcher arms, for one exchange at a time, the watch of its client after
+// watchAfter. Its timer is made once per pooled exchange, so arming costs
+// no allocation.
+type watcher struct {
+	timer *time.Timer
+	mu    sync.Mutex
+	conn  *clientConn
+	// armed is set between arm and disarm; watching once the watch runs.
+	armed, watching bool
+	gone            func()
+}
+
+// init makes the timer; gone is what a client going away triggers.
+func (w *watcher) init(gone func()) {
+	w.gone = gone
+	w.timer = time.AfterFunc(time.Hour, w.fire)
+	w.timer.Stop()
+}
+
+// arm starts the countdown to watching the client on conn, if pdlb made
+// that connection (watchListener).
+func (w *watcher) arm(conn net.Conn) {
 	cc, ok := conn.(*clientConn)
 	if !ok {
-		return func() {}
+		return
 	}
-	gone := func() {
-		x.s.errorsByReason[reasonClientGone].Inc()
-		x.decode.abort(errClientGone)
-		x.prefill.abort(errClientGone)
+	w.mu.Lock()
+	w.conn, w.armed = cc, true
+	w.mu.Unlock()
+	w.timer.Reset(watchAfter)
+}
+
+func (w *watcher) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.armed && !w.watching {
+		w.watching = true
+		w.conn.watch(w.gone)
 	}
-	fired := make(chan struct{})
-	timer := time.AfterFunc(watchAfter, func() {
-		cc.watch(gone)
-		close(fired)
-	})
-	return func() {
-		if !timer.Stop() {
-			<-fired // the watch is starting: let it, then stop it
-		}
-		cc.unwatch()
+}
+
+// disarm stops the countdown, or the watch if it started, before the
+// answer is written.
+func (w *watcher) disarm() {
+	w.timer.Stop()
+	w.mu.Lock()
+	conn, watching := w.conn, w.watching
+	w.conn, w.armed, w.watching = nil, false, false
+	w.mu.Unlock()
+	if watching {
+		conn.unwatch()
 	}
+}
+
+// clientLeft aborts both calls of x: nobody is left to read their answers.
+func (x *exchange) clientLeft() {
+	x.s.errorsByReason[reasonClientGone].Inc()
+	x.decode.abort(errClientGone)
+	x.prefill.abort(errClientGone)
 }

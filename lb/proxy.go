@@ -57,6 +57,8 @@ type exchange struct {
 	prefill call
 	decode  call
 	relay   relay
+	// watcher watches the client of a non-stream request that waits long.
+	watcher watcher
 	// scratch holds a merged or buffered answer.
 	scratch []byte
 }
@@ -98,6 +100,7 @@ func newExchange(s *Server) *exchange {
 		c.done = make(chan struct{}, 1)
 	}
 	x.relay.x = x
+	x.watcher.init(x.clientLeft)
 	return x
 }
 
@@ -313,9 +316,9 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	if !x.single {
 		go x.prefill.run()
 	}
-	stopWatching := x.watchClient(ctx.Conn())
+	x.watcher.arm(ctx.Conn())
 	x.decode.run()
-	stopWatching()
+	x.watcher.disarm()
 	<-x.decode.done
 	d := &x.decode
 	if errors.Is(d.err, errClientGone) {

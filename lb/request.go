@@ -3,15 +3,13 @@ package lb
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bootstrap"
 )
-
-// maxFailures bounds how many failed workers one request remembers.
-const maxFailures = 8
 
 // clientRequest is a client's generate request across the attempts pdlb
 // makes to answer it. It lives on the handler's stack.
@@ -29,9 +27,9 @@ type clientRequest struct {
 	// unreachable are workers that could not be reached for this request:
 	// never picked again. failed are workers that failed it otherwise (a
 	// 5xx, a reset): avoided while others are available. why tells what
-	// happened, for the answer when nothing is left.
+	// happened, for the answer when nothing is left. They stay nil, and
+	// cost nothing, on the common path.
 	unreachable, failed []*Backend
-	workersBuf          [2 * maxFailures]*Backend
 	why                 string
 }
 
@@ -64,8 +62,6 @@ const (
 func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []byte) {
 	q := clientRequest{ctx: ctx, rt: rt, id: requestID, start: s.cfg.Now()}
 	q.deadline = q.start.Add(s.cfg.RequestTimeout)
-	q.unreachable = q.workersBuf[:0:maxFailures]
-	q.failed = q.workersBuf[maxFailures:maxFailures]
 	var err error
 	if q.info, err = bootstrap.Parse(ctx.PostBody()); err != nil {
 		s.answerError(&q, &answerError{fasthttp.StatusBadRequest, reasonInvalidRequest, err.Error()})
@@ -99,8 +95,7 @@ func (s *Server) answerError(q *clientRequest, e *answerError) {
 // failed q if possible, never one q could not reach.
 func (q *clientRequest) pick(pool *Pool) *Backend {
 	if len(q.failed) > 0 {
-		var avoid [2 * maxFailures]*Backend
-		both := append(append(avoid[:0], q.unreachable...), q.failed...)
+		both := append(slices.Clip(q.unreachable), q.failed...)
 		if b := pool.pick(both); b != nil {
 			return b
 		}
@@ -110,10 +105,10 @@ func (q *clientRequest) pick(pool *Pool) *Backend {
 
 // remember records a failed attempt, so the next one goes elsewhere.
 func (q *clientRequest) remember(out outcome) {
-	switch {
-	case out.retry == retryUnreachable && len(q.unreachable) < cap(q.unreachable):
+	switch out.retry {
+	case retryUnreachable:
 		q.unreachable = append(q.unreachable, out.backend)
-	case out.retry == retryFailed && len(q.failed) < cap(q.failed):
+	case retryFailed:
 		q.failed = append(q.failed, out.backend)
 	}
 	if out.why != "" {

@@ -154,6 +154,13 @@ type Config struct {
 	// goroutine, concurrently with other requests.
 	OnClientGone func(rid string)
 
+	// ClientWatchDelay is how long a generate request runs before the server
+	// starts watching its client for going away (a background read, and
+	// its goroutine). SGLang notices a client gone within seconds. Zero
+	// means at once, which tests want; `pdlb fake` waits 1 s, so the short
+	// requests of a benchmark never pay for the watch.
+	ClientWatchDelay time.Duration
+
 	// Now is the clock behind StartDelay and RegisterDelay, so tests can
 	// move time without sleeping. KV timeouts and delays use real timers.
 	// Nil means time.Now.

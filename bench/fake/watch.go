@@ -65,6 +65,11 @@ type watchConn struct {
 	b        byte  // that byte
 	call     *call // the request the watch ends if the client goes
 	reads    sync.WaitGroup
+
+	// A delayed watch (Config.ClientWatchDelay) is pending until its timer,
+	// made once per connection, fires.
+	timer   *time.Timer
+	pending *call
 }
 
 // Read returns the byte a watch read ahead, if any, before reading on.
@@ -95,16 +100,41 @@ func (c *watchConn) Close() error {
 // connection already watched or holding a pipelined byte. unwatch must be
 // called before fasthttp reads the connection again, i.e. before the
 // handler, or the stream body's WriteTo, returns.
-func (c *watchConn) watch(cl *call) bool {
+func (c *watchConn) watch(cl *call, delay time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.watched || c.hasByte {
+	if c.watched || c.hasByte || c.pending != nil {
 		return false
 	}
+	if delay > 0 {
+		// Short requests end before the timer: they never pay for the
+		// background read's goroutine.
+		c.pending = cl
+		if c.timer == nil {
+			c.timer = time.AfterFunc(delay, c.fire)
+		} else {
+			c.timer.Reset(delay)
+		}
+		return true
+	}
+	c.startLocked(cl)
+	return true
+}
+
+// fire starts a delayed watch, unless unwatch came first.
+func (c *watchConn) fire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl := c.pending; cl != nil && !c.watched && !c.hasByte {
+		c.pending = nil
+		c.startLocked(cl)
+	}
+}
+
+func (c *watchConn) startLocked(cl *call) {
 	c.watched, c.stopping, c.call = true, false, cl
 	c.reads.Add(1)
 	go c.readAhead(cl)
-	return true
 }
 
 // readAhead is the background read of a watch.
@@ -140,7 +170,11 @@ func (c *watchConn) unwatch() {
 	if c == nil {
 		return
 	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 	c.mu.Lock()
+	c.pending = nil
 	if !c.watched || c.stopping {
 		c.mu.Unlock()
 		return
@@ -162,7 +196,7 @@ func (c *watchConn) unwatch() {
 // watched: then nothing is watched, and unwatch on nil does nothing.
 func (s *Server) watch(conn net.Conn, c *call) *watchConn {
 	wc, ok := conn.(*watchConn)
-	if !ok || !wc.watch(c) {
+	if !ok || !wc.watch(c, s.cfg.ClientWatchDelay) {
 		return nil
 	}
 	return wc
