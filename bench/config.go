@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -19,10 +20,12 @@ const (
 	RouteChatCompletions = "/v1/chat/completions"
 )
 
-// Defaults applied by Run to zero Config fields.
+// Defaults applied by Run and Compare to zero Config fields.
 const (
 	defaultConcurrency  = 1
+	defaultMaxInflight  = 10000
 	defaultDuration     = 10 * time.Second
+	defaultRound        = 2 * time.Second
 	defaultMaxNewTokens = 16
 	defaultPromptWords  = 32
 	defaultModel        = "default"
@@ -30,44 +33,66 @@ const (
 )
 
 // Config describes one load run. Zero values mean the documented defaults;
-// negative numbers are errors. Run copies the Config, so changing it
-// afterwards has no effect.
+// negative numbers are errors. Run and Compare copy the Config, so changing
+// it afterwards has no effect (Prompts included: they only read it).
 type Config struct {
 	// URL is the target's base URL, e.g. "http://127.0.0.1:8000"
-	// (required). A path is a prefix the route is appended to; https is
-	// supported.
+	// (required by Run; Compare ignores it). A path is a prefix the route
+	// is appended to; https is supported.
 	URL string
 	// Route is the API to call: RouteGenerate (the default),
 	// RouteCompletions or RouteChatCompletions.
 	Route string
 	// Stream asks for server-sent events ("stream": true) and measures time
-	// to first token and inter-token latency from them.
+	// to first token, inter-token latency and event lag from them.
 	Stream bool
 
 	// Concurrency is the number of clients in the closed loop, each sending
-	// its next request when the previous one ends. Zero means 1.
+	// its next request when the previous one ends. Zero means 1, unless
+	// Rate is set; setting both is an error.
 	Concurrency int
+	// Rate, when positive, makes the load an open loop instead: requests
+	// arrive as a Poisson process of this mean rate per second (gaps drawn
+	// from an exponential law seeded with Seed), each sent at its arrival
+	// whatever the earlier ones are doing.
+	Rate float64
+	// MaxInflight caps the requests in flight of the open loop: an arrival
+	// that finds this many is not sent, and counts as a KindDropped error.
+	// Zero means 10000. The closed loop ignores it.
+	MaxInflight int
 	// Requests stops the run once this many measured requests have started
 	// (warm-up ones not included). Zero means the run is bounded by
-	// Duration instead.
+	// Duration instead. Compare does not take it.
 	Requests int
-	// Duration is the measured window after the warm-up. Zero means 10 s
-	// when Requests is zero, and no time bound when it is not; when both are
-	// set, whichever ends first stops the run.
+	// Duration is the measured window after the warm-up; in Compare, each
+	// target's share of it, in rounds. Zero means 10 s when Requests is
+	// zero, and no time bound when it is not; when both are set, whichever
+	// ends first stops the run.
 	Duration time.Duration
 	// Warmup is the time, from the start, during which requests are sent
-	// but left out of every figure. Zero means no warm-up.
+	// but left out of every figure; in Compare, at the start of each
+	// target's first round. Zero means no warm-up.
 	Warmup time.Duration
+	// Round is the longest turn of one target in Compare: each target's
+	// Duration is cut into rounds no longer than this, and the targets take
+	// turns, so that noise on the machine hits them all alike. Zero means
+	// 2 s. Run ignores it.
+	Round time.Duration
 
 	// MaxNewTokens is the output length asked for: sampling_params.max_new_tokens
 	// on RouteGenerate, max_tokens on the OpenAI routes, always with
-	// ignore_eos so every answer has that length. Zero means 16.
-	MaxNewTokens int
+	// ignore_eos so every answer has that length. The zero Dist means 16.
+	MaxNewTokens Dist
 	// PromptWords is the prompt length in words; the first word is the
-	// request number, the others are drawn from a fixed vocabulary by a
-	// generator seeded with Seed. Zero means 32.
-	PromptWords int
-	// Seed makes the prompt text reproducible.
+	// request number, the others come from a fixed vocabulary by a
+	// generator seeded with Seed. The zero Dist means 32. It is ignored
+	// when Prompts is set.
+	PromptWords Dist
+	// Prompts, when not empty, are sent instead of generated prompts,
+	// request number n using Prompts[(n-1) % len(Prompts)], verbatim.
+	Prompts []Prompt
+	// Seed makes the run reproducible: prompt text, drawn sizes (a
+	// function of Seed and the request number) and open-loop arrivals.
 	Seed uint64
 	// Model is the "model" field on the OpenAI routes. Empty means
 	// "default".
@@ -84,11 +109,16 @@ type Config struct {
 	Progress io.Writer
 }
 
-// validate rejects what no default can fix.
+// validate rejects what no default can fix, URL included.
 func (c *Config) validate() error {
 	if c.URL == "" {
 		return errors.New("url is required")
 	}
+	return c.validateLoad()
+}
+
+// validateLoad rejects what no default can fix, except a missing URL.
+func (c *Config) validateLoad() error {
 	switch c.Route {
 	case "", RouteGenerate, RouteCompletions, RouteChatCompletions:
 	default:
@@ -100,15 +130,31 @@ func (c *Config) validate() error {
 		v    int64
 	}{
 		{"concurrency", int64(c.Concurrency)},
+		{"max inflight", int64(c.MaxInflight)},
 		{"requests", int64(c.Requests)},
 		{"duration", int64(c.Duration)},
 		{"warmup", int64(c.Warmup)},
-		{"max new tokens", int64(c.MaxNewTokens)},
-		{"prompt words", int64(c.PromptWords)},
+		{"round", int64(c.Round)},
 		{"timeout", int64(c.Timeout)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%s must not be negative", f.name)
+		}
+	}
+	if !(c.Rate >= 0) || math.IsInf(c.Rate, 0) {
+		return fmt.Errorf("rate must be a finite number of requests per second, not %v", c.Rate)
+	}
+	if c.Rate > 0 && c.Concurrency > 0 {
+		return errors.New("concurrency and rate are exclusive: concurrency makes a closed loop, rate an open one")
+	}
+	for _, d := range []struct {
+		name string
+		d    Dist
+	}{{"max new tokens", c.MaxNewTokens}, {"prompt words", c.PromptWords}} {
+		if d.d != (Dist{}) {
+			if err := d.d.check(); err != nil {
+				return fmt.Errorf("%s: %w", d.name, err)
+			}
 		}
 	}
 	return nil
@@ -119,17 +165,23 @@ func (c Config) withDefaults() Config {
 	if c.Route == "" {
 		c.Route = RouteGenerate
 	}
-	if c.Concurrency == 0 {
+	if c.Concurrency == 0 && c.Rate == 0 {
 		c.Concurrency = defaultConcurrency
+	}
+	if c.MaxInflight == 0 {
+		c.MaxInflight = defaultMaxInflight
 	}
 	if c.Requests == 0 && c.Duration == 0 {
 		c.Duration = defaultDuration
 	}
-	if c.MaxNewTokens == 0 {
-		c.MaxNewTokens = defaultMaxNewTokens
+	if c.Round == 0 {
+		c.Round = defaultRound
 	}
-	if c.PromptWords == 0 {
-		c.PromptWords = defaultPromptWords
+	if c.MaxNewTokens == (Dist{}) {
+		c.MaxNewTokens = Fixed(defaultMaxNewTokens)
+	}
+	if c.PromptWords == (Dist{}) {
+		c.PromptWords = Fixed(defaultPromptWords)
 	}
 	if c.Model == "" {
 		c.Model = defaultModel
@@ -138,4 +190,15 @@ func (c Config) withDefaults() Config {
 		c.Timeout = defaultTimeout
 	}
 	return c
+}
+
+// openLoop reports whether the load is an open loop.
+func (c *Config) openLoop() bool { return c.Rate > 0 }
+
+// maxConns is the most requests the load keeps in flight at once.
+func (c *Config) maxConns() int {
+	if c.openLoop() {
+		return c.MaxInflight
+	}
+	return c.Concurrency
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -192,6 +193,15 @@ func TestRunInvalidConfig(t *testing.T) {
 		{"no scheme", Config{URL: "127.0.0.1:8000"}, "127.0.0.1:8000"},
 		{"no host", Config{URL: "http:///generate"}, "has no host"},
 		{"query", Config{URL: "http://x/?a=1"}, "without query"},
+		{"rate and concurrency", Config{URL: "http://x", Rate: 5, Concurrency: 2},
+			"concurrency and rate are exclusive: concurrency makes a closed loop, rate an open one"},
+		{"negative rate", Config{URL: "http://x", Rate: -1}, "rate must be a finite number of requests per second, not -1"},
+		{"NaN rate", Config{URL: "http://x", Rate: math.NaN()}, "rate must be a finite number of requests per second, not NaN"},
+		{"negative max inflight", Config{URL: "http://x", MaxInflight: -1}, "max inflight must not be negative"},
+		{"negative round", Config{URL: "http://x", Round: -time.Second}, "round must not be negative"},
+		{"bad prompt words", Config{URL: "http://x", PromptWords: Dist{Law: LawUniform, A: 5, B: 1}},
+			"prompt words: want 1 <= MIN <= MAX <= 1048576, not 5 and 1"},
+		{"bad max new tokens", Config{URL: "http://x", MaxNewTokens: Fixed(0)}, "max new tokens: want a value from 1 to 1048576, not 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep, err := Run(t.Context(), tc.cfg)

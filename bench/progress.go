@@ -29,13 +29,15 @@ func (r *runner) showProgress(stop <-chan struct{}) {
 	}
 }
 
-// appendProgress appends the state of the run at now to dst.
+// appendProgress appends the state of the run at now to dst: in Compare,
+// of the current target, prefixed with its name and round.
 func (r *runner) appendProgress(dst []byte, now time.Time) []byte {
+	dst = append(dst, r.label...)
 	if now.Before(r.measureStart) {
 		return fmt.Appendf(dst, "warm-up %.1fs  %d requests",
 			now.Sub(r.start).Seconds(), r.warm.Load())
 	}
-	elapsed := now.Sub(r.measureStart).Seconds()
+	elapsed := (r.elapsed + now.Sub(r.measureStart)).Seconds()
 	done, failed := r.done.Load(), r.failed.Load()
 	var rate float64
 	if elapsed > 0 {

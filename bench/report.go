@@ -12,17 +12,27 @@ import (
 	"time"
 )
 
-// Report holds the figures of one run. It is plain data owned by the caller. Only measured requests (started
-// after the warm-up, inside the measured window) count, and only successful
-// ones feed the rates and duration summaries. WriteJSON encodes durations
-// as milliseconds and Elapsed as seconds.
+// Report holds the figures of one run, or of one target of a Compare. It
+// is plain data owned by the caller. Only measured requests (started, or
+// arrived, after the warm-up, inside the measured window) count, and only
+// successful ones feed the rates and duration summaries. WriteJSON encodes
+// durations as milliseconds and Elapsed as seconds.
 type Report struct {
-	// URL, Route, Stream and Concurrency echo the Config, defaults
-	// applied.
-	URL         string `json:"url"`
-	Route       string `json:"route"`
-	Stream      bool   `json:"stream"`
-	Concurrency int    `json:"concurrency"`
+	// Name is the target's name in a Compare, empty from Run.
+	Name string `json:"name,omitempty"`
+	// URL, Route, Stream, Concurrency (0 for an open loop), Rate and
+	// MaxInflight (0 for a closed loop), MaxNewTokens and PromptWords
+	// (zero with a prompt file) echo the Config, defaults applied; Prompts
+	// is the number of file prompts.
+	URL          string  `json:"url"`
+	Route        string  `json:"route"`
+	Stream       bool    `json:"stream"`
+	Concurrency  int     `json:"concurrency"`
+	Rate         float64 `json:"rate,omitempty"`
+	MaxInflight  int     `json:"max_inflight,omitempty"`
+	MaxNewTokens Dist    `json:"max_new_tokens"`
+	PromptWords  Dist    `json:"prompt_words,omitzero"`
+	Prompts      int     `json:"prompts,omitempty"`
 
 	// Requests is the number of measured requests that finished: OK plus
 	// the sum of Errors.
@@ -49,6 +59,10 @@ type Report struct {
 	OutputTokens int64 `json:"output_tokens"`
 	// OutputTokensPerSec is OutputTokens per second of Elapsed.
 	OutputTokensPerSec float64 `json:"output_tokens_per_s"`
+	// Events is the number of events, [DONE] not included, of successful
+	// streams; EventsPerSec is that per second of Elapsed.
+	Events       int64   `json:"events"`
+	EventsPerSec float64 `json:"events_per_s"`
 
 	// Latency is end to end, from sending the request to the end of the
 	// answer.
@@ -59,6 +73,14 @@ type Report struct {
 	// ITL summarises the gaps between consecutive token events of
 	// streams; it is empty for non-stream runs.
 	ITL Summary `json:"itl"`
+	// EventLag summarises, over the events of successful streams that
+	// carry the fake servers' sent_unix_nano stamp, the time from that
+	// stamp to the event's arrival: what the path between server and
+	// bench (a load balancer's relay included) adds to each event. It
+	// compares two wall clocks, so it means something only when the bench
+	// and the server run on one machine; it may then be slightly negative
+	// from clock steps. Empty when no event was stamped.
+	EventLag Summary `json:"event_lag"`
 }
 
 // Summary describes a set of durations. The zero Summary (Count 0) means
@@ -126,6 +148,7 @@ func (r Report) MarshalJSON() ([]byte, error) {
 	p := plain(r)
 	p.RequestsPerSec = round3(p.RequestsPerSec)
 	p.OutputTokensPerSec = round3(p.OutputTokensPerSec)
+	p.EventsPerSec = round3(p.EventsPerSec)
 	return json.Marshal(struct {
 		plain
 		ElapsedSeconds float64 `json:"elapsed_s"`
@@ -144,16 +167,21 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(r)
 }
 
+// lagNote qualifies every event lag shown to people.
+const lagNote = "server's sent_unix_nano to arrival; only meaningful with bench and server on one machine"
+
 // WriteText writes r as an aligned table for people, durations in
 // milliseconds.
 func (r *Report) WriteText(w io.Writer) error {
 	var b bytes.Buffer
-	mode := "non-stream"
-	if r.Stream {
-		mode = "stream"
+	target := strings.TrimSuffix(r.URL, "/") + r.Route
+	if r.Name != "" {
+		target = r.Name + " " + target
 	}
-	fmt.Fprintf(&b, "%-12s %s%s (%s, concurrency %d)\n", "target",
-		strings.TrimSuffix(r.URL, "/"), r.Route, mode, r.Concurrency)
+	fmt.Fprintf(&b, "%-12s %s (%s)\n", "target", target, r.loadText())
+	if r.MaxNewTokens != (Dist{}) {
+		fmt.Fprintf(&b, "%-12s %s\n", "workload", r.workloadText())
+	}
 	fmt.Fprintf(&b, "%-12s %d (%d ok, %d errors; %d warm-up not counted)\n", "requests",
 		r.Requests, r.OK, r.Requests-r.OK, r.WarmupRequests)
 	for _, k := range slices.Sorted(maps.Keys(r.Errors)) {
@@ -165,12 +193,41 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "%-12s %.2f s\n", "elapsed", r.Elapsed.Seconds())
 	fmt.Fprintf(&b, "%-12s %.1f req/s, %.1f output tokens/s (%d tokens)\n", "throughput",
 		r.RequestsPerSec, r.OutputTokensPerSec, r.OutputTokens)
+	if r.Stream {
+		fmt.Fprintf(&b, "%-12s %.1f events/s (%d events)\n", "events", r.EventsPerSec, r.Events)
+	}
+	if r.EventLag.Count > 0 {
+		fmt.Fprintf(&b, "%-12s %s\n", "lag", lagNote)
+	}
 	fmt.Fprintf(&b, "\n%-12s %9s %9s %9s %9s %9s %9s %8s\n", "", "min", "mean", "p50", "p90", "p99", "max", "count")
 	writeSummary(&b, "latency ms", r.Latency)
 	writeSummary(&b, "ttft ms", r.TTFT)
 	writeSummary(&b, "itl ms", r.ITL)
+	if r.Stream {
+		writeSummary(&b, "lag ms", r.EventLag)
+	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// loadText describes the load: stream or not, closed or open loop.
+func (r *Report) loadText() string {
+	mode := "non-stream"
+	if r.Stream {
+		mode = "stream"
+	}
+	if r.Rate > 0 {
+		return fmt.Sprintf("%s, open loop at %.4g req/s, at most %d in flight", mode, r.Rate, r.MaxInflight)
+	}
+	return fmt.Sprintf("%s, concurrency %d", mode, r.Concurrency)
+}
+
+// workloadText describes the requests' sizes.
+func (r *Report) workloadText() string {
+	if r.Prompts > 0 {
+		return fmt.Sprintf("%d file prompts, %s new tokens unless a prompt says", r.Prompts, r.MaxNewTokens)
+	}
+	return fmt.Sprintf("%s-word prompts, %s new tokens", r.PromptWords, r.MaxNewTokens)
 }
 
 // writeSummary writes one table row; a summary without samples shows "-".

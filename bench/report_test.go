@@ -148,3 +148,30 @@ func TestWriteJSON(t *testing.T) {
 		t.Fatalf("got %+v from\n%s", got, b.String())
 	}
 }
+
+func TestWriteTextOpenLoop(t *testing.T) {
+	r := testReport()
+	r.Concurrency, r.Rate, r.MaxInflight = 0, 250, 10000
+	r.Name = "pdlb"
+	r.PromptWords, r.MaxNewTokens = Dist{}, Dist{Law: LawLognormal, A: 128, B: 64}
+	r.Prompts = 12
+	r.Events, r.EventsPerSec = 31904, 3184.03
+	r.EventLag = Summary{Count: 31904, Min: -2 * time.Microsecond, Mean: 150 * time.Microsecond, P50: 120 * time.Microsecond,
+		P90: 300 * time.Microsecond, P99: 2 * time.Millisecond, Max: 15 * time.Millisecond}
+	var b bytes.Buffer
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"target       pdlb http://127.0.0.1:8000/generate (stream, open loop at 250 req/s, at most 10000 in flight)\n",
+		"workload     12 file prompts, lognormal:128:64 new tokens unless a prompt says\n",
+		"events       3184.0 events/s (31904 events)\n",
+		"lag          server's sent_unix_nano to arrival; only meaningful with bench and server on one machine\n",
+		"lag ms          -0.002     0.150     0.120     0.300      2.00      15.0    31904\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("got\n%s\nwant it to contain %q", out, want)
+		}
+	}
+}

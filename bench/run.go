@@ -18,25 +18,35 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	t, err := newTarget(cfg.URL, cfg.Route, cfg.Dial, cfg.Concurrency, cfg.Timeout)
+	r, err := newRunner(ctx, &cfg, Target{URL: cfg.URL})
 	if err != nil {
 		return nil, err
 	}
-	defer t.close()
-	r := &runner{ctx: ctx, cfg: cfg, t: t, wl: newWorkload(&cfg)}
-	return r.report(r.run()), nil
+	defer r.t.close()
+	r.round(cfg.Warmup, cfg.Duration)
+	return r.report(), nil
 }
 
-// runner holds the state of one run that its workers share.
+// runner is the load on one target, over one round in Run or several in
+// Compare. Its workers, arrivals and figures carry over from round to
+// round. The goroutine that calls round owns it; workers share only its
+// atomics, and the fields a round sets before starting them.
 type runner struct {
-	ctx context.Context
-	cfg Config
-	t   *target
-	wl  *workload
+	ctx  context.Context
+	cfg  *Config
+	name string // the target's name in Compare, "" in Run
+	url  string
+	t    *target
+	wl   *workload
+	arr  *arrivals // open loop only
+	pool pool
 
-	start        time.Time
-	measureStart time.Time // end of the warm-up
+	label        string    // shown before the progress line
+	start        time.Time // of the current round
+	measureStart time.Time // end of the round's warm-up
 	measureEnd   time.Time // zero when only Requests bounds the run
+	elapsed      time.Duration
+	dropped      int // measured arrivals the open loop could not send
 
 	issued      atomic.Int64  // measured requests started
 	seq         atomic.Uint64 // request numbers, for prompts
@@ -46,12 +56,30 @@ type runner struct {
 	interrupted atomic.Bool
 }
 
-// run starts the workers and returns them once they have all stopped.
-func (r *runner) run() []*worker {
+// newRunner prepares the load cfg describes on target tg; cfg has its
+// defaults and is shared, read-only, by every runner of a Compare.
+func newRunner(ctx context.Context, cfg *Config, tg Target) (*runner, error) {
+	t, err := newTarget(tg.URL, cfg.Route, cfg.Dial, cfg.maxConns(), cfg.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	r := &runner{ctx: ctx, cfg: cfg, name: tg.Name, url: tg.URL, t: t, wl: newWorkload(cfg)}
+	if cfg.openLoop() {
+		r.arr = newArrivals(cfg.Rate, cfg.Seed)
+	}
+	r.pool = pool{max: cfg.maxConns(), free: make(chan *worker, cfg.maxConns()), new: func() *worker { return newWorker(r) }}
+	return r, nil
+}
+
+// round sends load for warmup, then for a measured window of d (zero: until
+// Requests have started), and returns once every request of the round has
+// ended, adding the round's measured time to elapsed.
+func (r *runner) round(warmup, d time.Duration) {
 	r.start = time.Now()
-	r.measureStart = r.start.Add(r.cfg.Warmup)
-	if r.cfg.Duration > 0 {
-		r.measureEnd = r.measureStart.Add(r.cfg.Duration)
+	r.measureStart = r.start.Add(warmup)
+	r.measureEnd = time.Time{}
+	if d > 0 {
+		r.measureEnd = r.measureStart.Add(d)
 	}
 	stop := make(chan struct{})
 	var bg sync.WaitGroup
@@ -59,16 +87,49 @@ func (r *runner) run() []*worker {
 	if r.cfg.Progress != nil {
 		bg.Go(func() { r.showProgress(stop) })
 	}
-	ws := make([]*worker, r.cfg.Concurrency)
-	var wg sync.WaitGroup
-	for i := range ws {
-		ws[i] = newWorker(r)
-		wg.Go(ws[i].loop)
+	if r.cfg.openLoop() {
+		r.openLoop()
+	} else {
+		r.closedLoop()
 	}
-	wg.Wait()
 	close(stop)
 	bg.Wait()
-	return ws
+	r.elapsed += r.roundElapsed()
+}
+
+// closedLoop runs Concurrency workers, each sending its next request when
+// the previous one ends, until the runner says stop.
+func (r *runner) closedLoop() {
+	var wg sync.WaitGroup
+	for _, w := range r.pool.grow(r.cfg.Concurrency) {
+		wg.Go(func() {
+			for {
+				send, measured := r.admit(time.Now())
+				if !send {
+					return
+				}
+				w.one(measured)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// roundElapsed returns the time from the end of the round's warm-up to the
+// end of its last measured request (zero if none ended), and clears the
+// workers' ends for the next round. Every worker has stopped.
+func (r *runner) roundElapsed() time.Duration {
+	var last time.Time
+	for _, w := range r.pool.all {
+		if w.last.After(last) {
+			last = w.last
+		}
+		w.last = time.Time{}
+	}
+	if !last.After(r.measureStart) {
+		return 0
+	}
+	return last.Sub(r.measureStart)
 }
 
 // cutOnCancel closes every connection when ctx is cancelled, since a
@@ -82,8 +143,9 @@ func (r *runner) cutOnCancel(stop <-chan struct{}) {
 	}
 }
 
-// admit decides whether a request starting at now is sent, and whether it
-// is measured. Warm-up requests are sent but not measured.
+// admit decides whether a request starting (or, in the open loop,
+// arriving) at now is sent, and whether it is measured. Warm-up requests
+// are sent but not measured.
 func (r *runner) admit(now time.Time) (send, measured bool) {
 	switch {
 	case r.ctx.Err() != nil:
@@ -98,44 +160,90 @@ func (r *runner) admit(now time.Time) (send, measured bool) {
 	return true, true
 }
 
-// report merges the workers' figures.
-func (r *runner) report(ws []*worker) *Report {
+// pool holds a runner's workers. Only the goroutine driving the load calls
+// grow and get; put may be called from any goroutine. A worker taken with
+// get belongs to whoever took it until it is put back.
+type pool struct {
+	all  []*worker
+	free chan *worker // idle workers of the open loop; cap max
+	max  int
+	new  func() *worker
+}
+
+// grow makes sure there are at least n workers, and returns the first n.
+func (p *pool) grow(n int) []*worker {
+	for len(p.all) < n {
+		p.all = append(p.all, p.new())
+	}
+	return p.all[:n]
+}
+
+// get returns an idle worker, a new one while there are fewer than max, or
+// nil when all max are busy.
+func (p *pool) get() *worker {
+	select {
+	case w := <-p.free:
+		return w
+	default:
+	}
+	if len(p.all) >= p.max {
+		return nil
+	}
+	w := p.new()
+	p.all = append(p.all, w)
+	return w
+}
+
+// put gives back a worker taken with get. It never blocks: free has room
+// for every worker.
+func (p *pool) put(w *worker) { p.free <- w }
+
+// report merges the workers' figures; every round has ended.
+func (r *runner) report() *Report {
 	rep := &Report{
-		URL:            r.cfg.URL,
+		Name:           r.name,
+		URL:            r.url,
 		Route:          r.cfg.Route,
 		Stream:         r.cfg.Stream,
 		Concurrency:    r.cfg.Concurrency,
+		MaxNewTokens:   r.cfg.MaxNewTokens,
+		Prompts:        len(r.cfg.Prompts),
 		Errors:         make(map[string]int),
 		WarmupRequests: int(r.warm.Load()),
 		Interrupted:    r.interrupted.Load(),
+		Elapsed:        r.elapsed,
 	}
-	var (
-		last               time.Time
-		latency, ttft, itl []time.Duration
-	)
-	for _, w := range ws {
+	if len(r.cfg.Prompts) == 0 {
+		rep.PromptWords = r.cfg.PromptWords
+	}
+	if r.cfg.openLoop() {
+		rep.Rate, rep.MaxInflight = r.cfg.Rate, r.cfg.MaxInflight
+	}
+	if r.dropped > 0 {
+		rep.Requests, rep.Errors[KindDropped] = r.dropped, r.dropped
+	}
+	var latency, ttft, itl, lag []time.Duration
+	for _, w := range r.pool.all {
 		rep.Requests += w.requests
 		rep.OK += w.ok
 		rep.OutputTokens += w.tokens
+		rep.Events += w.events
 		for k, n := range w.errs {
 			rep.Errors[k] += n
 		}
 		latency = append(latency, w.latency...)
 		ttft = append(ttft, w.ttft...)
 		itl = append(itl, w.itl...)
-		if w.last.After(last) {
-			last = w.last
-		}
-	}
-	if last.After(r.measureStart) {
-		rep.Elapsed = last.Sub(r.measureStart)
+		lag = append(lag, w.lag...)
 	}
 	if s := rep.Elapsed.Seconds(); s > 0 {
 		rep.RequestsPerSec = float64(rep.OK) / s
 		rep.OutputTokensPerSec = float64(rep.OutputTokens) / s
+		rep.EventsPerSec = float64(rep.Events) / s
 	}
 	rep.Latency = summarize(latency)
 	rep.TTFT = summarize(ttft)
 	rep.ITL = summarize(itl)
+	rep.EventLag = summarize(lag)
 	return rep
 }

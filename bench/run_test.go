@@ -18,8 +18,8 @@ func TestRunGenerate(t *testing.T) {
 		`{"text":" tok1 tok2","output_ids":[1,2],"meta_info":{"completion_tokens":5}}`))
 	cfg.Requests = 10
 	cfg.Concurrency = 3 // does not divide Requests: the count must still be exact
-	cfg.MaxNewTokens = 5
-	cfg.PromptWords = 6
+	cfg.MaxNewTokens = Fixed(5)
+	cfg.PromptWords = Fixed(6)
 	rep := run(t, cfg)
 
 	checkCounts(t, rep, 10, 10)
@@ -117,7 +117,7 @@ func TestRunRoutes(t *testing.T) {
 			cfg.Route = tc.route
 			cfg.Stream = tc.stream
 			cfg.Model = "m1"
-			cfg.MaxNewTokens = 7
+			cfg.MaxNewTokens = Fixed(7)
 			cfg.Requests = 4
 			cfg.Concurrency = 2
 			rep := run(t, cfg)

@@ -105,8 +105,8 @@ func checkBody(cfg Config, body string) error {
 	var prompt string
 	if cfg.Route == RouteGenerate {
 		prompt = string(v.GetStringBytes("text"))
-		if got := v.GetInt("sampling_params", "max_new_tokens"); got != cfg.MaxNewTokens {
-			return fmt.Errorf("got max_new_tokens %d; want %d", got, cfg.MaxNewTokens)
+		if got := v.GetInt("sampling_params", "max_new_tokens"); !inDist(cfg.MaxNewTokens, got) {
+			return fmt.Errorf("got max_new_tokens %d; want %s", got, cfg.MaxNewTokens)
 		}
 		if !v.GetBool("sampling_params", "ignore_eos") {
 			return fmt.Errorf("got no sampling_params.ignore_eos in %s", body)
@@ -115,8 +115,8 @@ func checkBody(cfg Config, body string) error {
 		if got := string(v.GetStringBytes("model")); got != cfg.Model {
 			return fmt.Errorf("got model %q; want %q", got, cfg.Model)
 		}
-		if got := v.GetInt("max_tokens"); got != cfg.MaxNewTokens {
-			return fmt.Errorf("got max_tokens %d; want %d", got, cfg.MaxNewTokens)
+		if got := v.GetInt("max_tokens"); !inDist(cfg.MaxNewTokens, got) {
+			return fmt.Errorf("got max_tokens %d; want %s", got, cfg.MaxNewTokens)
 		}
 		if got := v.GetBool("stream_options", "include_usage"); got != cfg.Stream {
 			return fmt.Errorf("got stream_options.include_usage %v; want %v", got, cfg.Stream)
@@ -132,10 +132,22 @@ func checkBody(cfg Config, body string) error {
 	if got := v.Get("stream"); got == nil || got.Type() == fastjson.TypeNull || v.GetBool("stream") != cfg.Stream {
 		return fmt.Errorf("got stream %v; want %v", got, cfg.Stream)
 	}
-	if got := len(strings.Fields(prompt)); got != cfg.PromptWords {
-		return fmt.Errorf("got prompt of %d words; want %d: %q", got, cfg.PromptWords, prompt)
+	if got := len(strings.Fields(prompt)); !inDist(cfg.PromptWords, got) {
+		return fmt.Errorf("got prompt of %d words; want %s: %q", got, cfg.PromptWords, prompt)
 	}
 	return nil
+}
+
+// inDist reports whether d can draw n: n itself for a fixed Dist, a value
+// between the bounds for a uniform one, any allowed size otherwise.
+func inDist(d Dist, n int) bool {
+	switch d.Law {
+	case LawFixed:
+		return float64(n) == d.A
+	case LawUniform:
+		return float64(n) >= d.A && float64(n) <= d.B
+	}
+	return n >= 1 && n <= maxDraw
 }
 
 // run calls Run and fails the test on an error.

@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"io"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"time"
@@ -28,27 +29,37 @@ const (
 	// KindBadBody is a 2xx answer that is not the JSON expected: a body or
 	// stream event that does not parse, or a body with an "error" member.
 	KindBadBody = "bad_body"
+	// KindDropped is an open-loop arrival that was not sent because
+	// Config.MaxInflight requests were in flight.
+	KindDropped = "dropped"
 )
 
-// worker is one client of the closed loop. It owns its request, response,
+// worker sends requests one at a time: a client of the closed loop, or
+// one request slot of the open loop. It owns its request, response,
 // buffers and figures, so the hot path shares nothing with other workers but
-// the runner's atomics; the runner reads the figures once loop has returned.
+// the runner's atomics; the runner reads the figures once every request of
+// a round has ended.
 type worker struct {
 	r      *runner
 	req    fasthttp.Request
 	resp   fasthttp.Response
 	body   []byte
+	pcg    rand.PCG
+	rng    *rand.Rand // draws the sizes of a request, from pcg
 	sse    sseReader
 	parser fastjson.Parser
 	gaps   []time.Duration // between token events of the current request
+	lags   []time.Duration // of the stamped events of the current request
 
 	requests, ok int
 	errs         map[string]int
 	tokens       int64
+	events       int64
 	latency      []time.Duration
 	ttft         []time.Duration
 	itl          []time.Duration
-	last         time.Time // end of the last measured request
+	lag          []time.Duration
+	last         time.Time // end of the round's last measured request
 }
 
 // outcome is how one request went.
@@ -56,10 +67,12 @@ type outcome struct {
 	kind   string    // error kind; empty for a success
 	first  time.Time // arrival of the first token event; zero if none
 	tokens int
+	events int // stream events before [DONE]
 }
 
 func newWorker(r *runner) *worker {
 	w := &worker{r: r, errs: make(map[string]int)}
+	w.rng = rand.New(&w.pcg)
 	w.req.Header.SetMethod(fasthttp.MethodPost)
 	w.req.SetRequestURI(r.t.uri)
 	w.req.Header.SetContentType("application/json")
@@ -70,25 +83,23 @@ func newWorker(r *runner) *worker {
 	return w
 }
 
-// loop sends requests until the runner says stop.
-func (w *worker) loop() {
-	for {
-		send, measured := w.r.admit(time.Now())
-		if !send {
-			return
-		}
-		w.body = w.r.wl.appendBody(w.body[:0], w.r.seq.Add(1))
-		w.req.SetBodyRaw(w.body)
-		start := time.Now()
-		o := w.exchange(start)
-		end := time.Now()
-		if w.r.ctx.Err() != nil {
-			return // cut short, or racing the cut: not a figure
-		}
-		if !measured {
-			w.r.warm.Add(1)
-			continue
-		}
+// one sends a request and records how it went.
+func (w *worker) one(measured bool) {
+	seq := w.r.seq.Add(1)
+	if w.r.wl.random() {
+		w.r.wl.seedFor(&w.pcg, seq)
+	}
+	w.body = w.r.wl.appendBody(w.body[:0], seq, w.rng)
+	w.req.SetBodyRaw(w.body)
+	start := time.Now()
+	o := w.exchange(start)
+	end := time.Now()
+	switch {
+	case w.r.ctx.Err() != nil:
+		// Cut short, or racing the cut: not a figure.
+	case !measured:
+		w.r.warm.Add(1)
+	default:
 		w.record(o, start, end)
 	}
 }
@@ -114,11 +125,13 @@ func (w *worker) record(o outcome, start, end time.Time) {
 		w.ttft = append(w.ttft, o.first.Sub(start))
 	}
 	w.itl = append(w.itl, w.gaps...)
+	w.events += int64(o.events)
+	w.lag = append(w.lag, w.lags...)
 }
 
 // exchange sends the request and reads the whole answer.
 func (w *worker) exchange(start time.Time) outcome {
-	w.gaps = w.gaps[:0]
+	w.gaps, w.lags = w.gaps[:0], w.lags[:0]
 	err := w.r.t.hc.DoDeadline(&w.req, &w.resp, start.Add(w.r.cfg.Timeout))
 	if err != nil {
 		return outcome{kind: transportKind(err)}
@@ -161,13 +174,14 @@ func (w *worker) readStream() outcome {
 	return o
 }
 
-// readEvents reads events up to "data: [DONE]", timing token events.
+// readEvents reads events up to "data: [DONE]", timing token events and
+// the lag of stamped ones.
 func (w *worker) readEvents() outcome {
 	var (
-		o      outcome
-		prev   time.Time
-		events int
-		usage  = -1
+		o           outcome
+		prev        time.Time
+		tokenEvents int
+		usage       = -1
 	)
 	for {
 		data, at, err := w.sse.next()
@@ -184,6 +198,10 @@ func (w *worker) readEvents() outcome {
 		if isError(v) {
 			return outcome{kind: KindStreamError}
 		}
+		o.events++
+		if sent := w.r.wl.sentAt(v); sent > 0 {
+			w.lags = append(w.lags, at.Sub(time.Unix(0, sent)))
+		}
 		hasText, n := w.r.wl.chunk(v)
 		if n >= 0 {
 			usage = n
@@ -191,15 +209,15 @@ func (w *worker) readEvents() outcome {
 		if !hasText {
 			continue
 		}
-		if events == 0 {
+		if tokenEvents == 0 {
 			o.first = at
 		} else {
 			w.gaps = append(w.gaps, at.Sub(prev))
 		}
 		prev = at
-		events++
+		tokenEvents++
 	}
-	o.tokens = events
+	o.tokens = tokenEvents
 	if usage >= 0 {
 		o.tokens = usage
 	}

@@ -9,9 +9,10 @@ import (
 )
 
 // BenchmarkStreamEvents measures the per-event cost of reading an OpenAI
-// stream: splitting, parsing and classifying. It should not allocate.
+// stream: splitting, parsing, classifying and reading the lag stamp. It
+// should not allocate.
 func BenchmarkStreamEvents(b *testing.B) {
-	const event = `data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" tok"}}]}` + "\n\n"
+	const event = `data: {"id":"x","object":"chat.completion.chunk","sent_unix_nano":1700000000000000000,"choices":[{"index":0,"delta":{"content":" tok"}}]}` + "\n\n"
 	stream := []byte(strings.Repeat(event, 64) + "data: [DONE]\n\n")
 	w := &workload{route: RouteChatCompletions, stream: true}
 	var (
@@ -34,19 +35,22 @@ func BenchmarkStreamEvents(b *testing.B) {
 				b.Fatal("bad event")
 			}
 			w.chunk(v)
+			if w.sentAt(v) == 0 {
+				b.Fatal("no stamp")
+			}
 		}
 	}
 }
 
 // BenchmarkAppendBody measures building one request body.
 func BenchmarkAppendBody(b *testing.B) {
-	cfg := Config{URL: "http://x", Route: RouteChatCompletions, Stream: true, PromptWords: 256}.withDefaults()
+	cfg := Config{URL: "http://x", Route: RouteChatCompletions, Stream: true, PromptWords: Fixed(256)}.withDefaults()
 	w := newWorkload(&cfg)
 	var buf []byte
 	b.ReportAllocs()
 	var seq uint64
 	for b.Loop() {
 		seq++
-		buf = w.appendBody(buf[:0], seq)
+		buf = w.appendBody(buf[:0], seq, nil)
 	}
 }

@@ -1,57 +1,141 @@
 #!/usr/bin/env bash
-# The comparison behind `make bench`: the same load sent straight to a fake
-# worker (the direct baseline) and through pdlb to a fake prefill/decode
-# pair, one after the other in the same run, printed as ratios. Absolute
-# figures on a shared machine are noise; ratios measured together are not.
+# The comparison behind `make bench`: each scenario is one `pdlb bench
+# --compare direct=... pdlb=...` run that sends the same load straight to an
+# aggregated fake worker (the direct baseline: the same generation code as
+# the decode, answering without a prefill, as a worker reached directly
+# does) and through pdlb to a fake prefill/decode pair, in alternating
+# rounds, and prints one table: every figure of both, and pdlb's ratio to
+# direct. Absolute figures on a shared machine are noise; ratios measured
+# together are not.
 #
-# BENCH_DURATION (default 10s) sets the length of each run; BENCH_BASE_PORT
-# (default 19000) moves the ports.
+#   1. non-stream /generate, 64 clients
+#   2. non-stream /generate, 1 client
+#   3. 1,024 concurrent streams of 32 events 20 ms apart, and pdlb's peak RSS
+#   4. 4,096 concurrent streams of 32 events 20 ms apart: errors (must be 0)
+#      and pdlb's peak RSS
+#
+# The streams come from a second fake process (--token-delay 20ms --tokens
+# 32, asked for max_new_tokens 32) behind a pdlb of their own, started
+# afresh for each scenario so its peak RSS (VmHWM) is that scenario's. The
+# event lag of the stream tables is how late each event reaches the bench
+# after the fake stamped it: what pdlb's relay adds shows as pdlb's lag.
+#
+# BENCH_DURATION (default 10s) is each target's measured time per scenario,
+# cut into rounds of BENCH_ROUND (default 2s); BENCH_WARMUP (default 1s)
+# precedes each target's first round. BENCH_BASE_PORT (default 19000) moves
+# the ports: base to base+14, base+997 and base+998. BENCH_SCENARIOS
+# (default "1 2 3 4") picks scenarios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 base=${BENCH_BASE_PORT:-19000}
 duration=${BENCH_DURATION:-10s}
-prefill=127.0.0.1:$((base + 1))
-decode=127.0.0.1:$((base + 2))
-direct=127.0.0.1:$((base + 3))
-bootstrap_port=$((base + 998))
-lb=127.0.0.1:$base
+round=${BENCH_ROUND:-2s}
+warmup=${BENCH_WARMUP:-1s}
+scenarios=${BENCH_SCENARIOS:-1 2 3 4}
 out=$(mktemp -d)
+failed=0
 
-# The direct baseline is an aggregated fake: the same generation code as the
-# decode, answering without a prefill, as a worker reached directly does.
-start "fake workers" "$out/fake.log" "$PDLB" fake --prefill "$prefill" --decode "$decode" \
-	--aggregated "$direct" --bootstrap-port "$bootstrap_port" --log-level warn
-wait_http "http://$prefill/health"
-start "pdlb" "$out/pdlb.log" "$PDLB" --prefill "http://$prefill" "$bootstrap_port" \
-	--decode "http://$decode" --host 127.0.0.1 --port "$base" --log-level warn
-wait_http "http://$lb/health"
+# 4,096 streams hold 3 connections each at once (client to pdlb, pdlb to
+# decode and to prefill), and both ends of each are on this machine: the
+# fake process serves the direct baseline's 4,096 as well as pdlb's 8,192,
+# and the bench keeps both targets' connections open between rounds. So
+# every process needs well over 12,288 descriptors. Raise the soft limit as
+# far as the hard one allows (Go programs raise their own soft limit to the
+# hard one anyway); only root can raise the hard limit itself.
+need_fds=16384
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || ulimit -n "$need_fds" 2>/dev/null || true
+fds=$(ulimit -n)
+echo "file descriptor limit (ulimit -n): $fds"
+if [[ $fds != unlimited ]] && ((fds < need_fds)); then
+	echo "warning: scenario 4 needs about $need_fds file descriptors per process; raise the hard limit (ulimit -Hn, as root, or limits.conf)" >&2
+fi
 
-# figure FILE KEY: the first number named KEY in a bench JSON report.
-figure() {
-	grep -o "\"$2\": *[0-9.]*" "$1" | head -1 | sed 's/.*: *//'
-}
-# p50 FILE: the median end-to-end latency in ms (the first p50 is latency's).
-p50() {
-	figure "$1" p50_ms
+# compare NAME DIRECT PDLB FLAGS...: one comparison, printed as a table.
+compare() {
+	local name=$1 direct=$2 lb=$3
+	shift 3
+	"$PDLB" bench --compare "direct=http://$direct" --compare "pdlb=http://$lb" --quiet \
+		--duration "$duration" --round "$round" --warmup "$warmup" --json "$out/$name.json" "$@" |
+		tee "$out/$name.txt"
 }
 
-printf '\n%-34s %12s %12s %8s %12s %12s\n' scenario "direct req/s" "pdlb req/s" ratio "direct p50" "pdlb p50"
-run() {
-	local name=$1
-	shift
-	"$PDLB" bench "http://$direct" --quiet --duration "$duration" --warmup 1s --json "$out/$name-direct.json" "$@" >/dev/null
-	"$PDLB" bench "http://$lb" --quiet --duration "$duration" --warmup 1s --json "$out/$name-pdlb.json" "$@" >/dev/null
-	local d p
-	d=$(figure "$out/$name-direct.json" requests_per_s)
-	p=$(figure "$out/$name-pdlb.json" requests_per_s)
-	printf '%-34s %12.0f %12.0f %8.3f %10.3fms %10.3fms\n' "$name" "$d" "$p" \
-		"$(awk -v p="$p" -v d="$d" 'BEGIN { print (d > 0 ? p / d : 0) }')" \
-		"$(p50 "$out/$name-direct.json")" "$(p50 "$out/$name-pdlb.json")"
+# errors NAME: the error count of each target, from the table's errors row.
+errors() {
+	awk '$1 == "errors" { print $2, $3; exit }' "$out/$1.txt"
 }
-run "generate, 64 clients" --concurrency 64
-run "generate, 1 client" --concurrency 1
-run "chat stream, 64 clients" --concurrency 64 --route /v1/chat/completions --stream
+
+# peak_rss PID: the process's peak resident set size (VmHWM).
+peak_rss() {
+	awk '/^VmHWM:/ { printf "%d kB (%.0f MiB)", $2, $2 / 1024 }' "/proc/$1/status"
+}
+
+# start_pdlb PORT PREFILL BOOTSTRAP_PORT DECODE LOG: pdlb in front of a pair.
+start_pdlb() {
+	start "pdlb on :$1" "$5" "$PDLB" --prefill "http://$2" "$3" --decode "http://$4" \
+		--host 127.0.0.1 --port "$1" --log-level warn
+	wait_http "http://127.0.0.1:$1/health"
+}
+
+# streams N: scenario 3 or 4, N concurrent streams through a fresh pdlb.
+streams() {
+	local n=$1 port name=streams-$1 pid d p
+	port=$((base + 10 + n / 1024))
+	start_pdlb "$port" "$stream_prefill" "$stream_bootstrap" "$stream_decode" "$out/pdlb-$name.log"
+	pid=${PIDS[-1]}
+	echo
+	echo "== $n concurrent streams of 32 events 20 ms apart, /generate"
+	compare "$name" "$stream_direct" "127.0.0.1:$port" --stream --concurrency "$n" --max-new-tokens 32
+	read -r d p < <(errors "$name")
+	echo "pdlb peak RSS (VmHWM): $(peak_rss "$pid")"
+	echo "errors: direct $d, pdlb $p (must be 0)"
+	if ((d + p > 0)); then
+		echo "FAIL: $name had errors; see $out" >&2
+		failed=1
+	fi
+	kill "$pid"
+	wait "$pid" 2>/dev/null || true
+}
+
+fast_prefill=127.0.0.1:$((base + 1))
+fast_decode=127.0.0.1:$((base + 2))
+fast_direct=127.0.0.1:$((base + 3))
+fast_bootstrap=$((base + 998))
+stream_prefill=127.0.0.1:$((base + 5))
+stream_decode=127.0.0.1:$((base + 6))
+stream_direct=127.0.0.1:$((base + 7))
+stream_bootstrap=$((base + 997))
+
+start "fake workers" "$out/fake.log" "$PDLB" fake --prefill "$fast_prefill" --decode "$fast_decode" \
+	--aggregated "$fast_direct" --bootstrap-port "$fast_bootstrap" --log-level warn
+start "fake stream workers" "$out/fake-streams.log" "$PDLB" fake --prefill "$stream_prefill" \
+	--decode "$stream_decode" --aggregated "$stream_direct" --bootstrap-port "$stream_bootstrap" \
+	--token-delay 20ms --tokens 32 --log-level warn
+wait_http "http://$fast_prefill/health"
+wait_http "http://$stream_prefill/health"
+start_pdlb "$base" "$fast_prefill" "$fast_bootstrap" "$fast_decode" "$out/pdlb.log"
+
+for s in $scenarios; do
+	case $s in
+	1)
+		echo
+		echo "== non-stream /generate, 64 clients"
+		compare generate-64 "$fast_direct" "127.0.0.1:$base" --concurrency 64
+		;;
+	2)
+		echo
+		echo "== non-stream /generate, 1 client"
+		compare generate-1 "$fast_direct" "127.0.0.1:$base" --concurrency 1
+		;;
+	3) streams 1024 ;;
+	4) streams 4096 ;;
+	*)
+		echo "error: unknown scenario $s in BENCH_SCENARIOS" >&2
+		exit 1
+		;;
+	esac
+done
 echo
 echo "reports: $out"
+exit "$failed"

@@ -116,6 +116,9 @@ func (s *Server) appendGenerateItem(dst []byte, r *request, it *item, k int, fin
 	dst = strconv.AppendInt(dst, int64(it.dpRank), 10)
 	dst = append(dst, `,"e2e_latency":`...)
 	dst = appendFloat(dst, time.Since(r.start).Seconds())
+	if r.stream {
+		dst = appendSent(dst)
+	}
 	if it.logprob {
 		dst = s.appendLogprobs(dst, it, k)
 	}
@@ -224,7 +227,20 @@ func (s *Server) appendObjectHead(dst []byte, r *request, chunk bool) []byte {
 	dst = strconv.AppendInt(dst, r.created, 10)
 	dst = append(dst, `,"model":`...)
 	dst = appendString(dst, r.model)
+	if chunk {
+		dst = appendSent(dst)
+	}
 	return append(dst, `,"choices":[`...)
+}
+
+// appendSent appends the sent_unix_nano member that stamps a stream event
+// with the wall-clock time it was built, just before it is written, so a
+// load generator on the same machine can measure how late each event
+// reaches it (the bench's event lag). It is a fake-only field: SGLang sends
+// no such thing.
+func appendSent(dst []byte) []byte {
+	dst = append(dst, `,"sent_unix_nano":`...)
+	return strconv.AppendInt(dst, time.Now().UnixNano(), 10)
 }
 
 // appendChoiceTail closes an OpenAI choice.

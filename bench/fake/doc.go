@@ -44,6 +44,14 @@
 // prefilled the item itself), so a load balancer's merge with the prefill's
 // full list is visible.
 //
+// Every stream event carries one field SGLang does not send:
+// "sent_unix_nano", the wall-clock time (Unix nanoseconds) at which the event
+// was built, just before it was written. It sits inside meta_info on
+// /generate chunks and at the top level of OpenAI chunks, and lets `pdlb
+// bench` measure how late each event reaches it (its event lag), which means
+// something only when both share one clock, on one machine. Non-stream
+// answers have no such field.
+//
 // /abort_request, and Close, end a request with a finish_reason of type
 // "abort" (no status code, HTTP 200); a failed KV transfer ends it with
 // SGLang's 500 (a chunk with status_code 500 inside a /generate stream, an

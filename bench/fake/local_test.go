@@ -18,13 +18,18 @@ const (
 // fields.
 const localBody = `"input_ids":[5,6,7,8],"sampling_params":{"max_new_tokens":3},"rid":"r1","return_logprob":true,"do_local_prefill":true`
 
-// latency matches meta_info.e2e_latency, the one field two answers to the
-// same request do not share.
-var latency = regexp.MustCompile(`"e2e_latency":[-+.0-9eE]+`)
+// latency matches meta_info.e2e_latency, and sent matches a stream event's
+// sent_unix_nano: the fields two answers to the same request do not share.
+var (
+	latency = regexp.MustCompile(`"e2e_latency":[-+.0-9eE]+`)
+	sent    = regexp.MustCompile(`"sent_unix_nano":[0-9]+`)
+)
 
-// sameAnswer strips e2e_latency, so an answer can be compared with another.
+// sameAnswer strips e2e_latency and sent_unix_nano, so an answer can be
+// compared with another.
 func sameAnswer(s string) string {
-	return latency.ReplaceAllString(s, `"e2e_latency":0`)
+	s = latency.ReplaceAllString(s, `"e2e_latency":0`)
+	return sent.ReplaceAllString(s, `"sent_unix_nano":0`)
 }
 
 // newLocal starts a decode with ConditionalAgg on localAddr, alone (no

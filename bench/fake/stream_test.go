@@ -3,6 +3,7 @@ package fake
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestStreamEventsArriveOneByOne holds each token at a gate, so the test
@@ -132,5 +133,37 @@ func TestStreamAbortedMidway(t *testing.T) {
 	}
 	if st := a.Stats(); st.Aborts != 1 || st.InFlight != 0 {
 		t.Errorf("got Aborts %d, InFlight %d; want 1, 0", st.Aborts, st.InFlight)
+	}
+}
+
+// TestStreamSentStamp checks that every stream event but [DONE] carries its
+// sending time, where each route puts it, and that non-stream answers do
+// not: the bench's event lag is read from it.
+func TestStreamSentStamp(t *testing.T) {
+	for _, rt := range routeFields {
+		t.Run(rt.name, func(t *testing.T) {
+			n := NewNetwork()
+			startServer(t, n, "agg:30000", Config{})
+			before := time.Now().UnixNano()
+			_, evs, err := stream(n, "agg:30000", rt.path, "{"+rt.fields+`,"stream":true}`)
+			after := time.Now().UnixNano()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs[:len(evs)-1] {
+				v := parseJSON(t, ev)
+				sent := v.Get("sent_unix_nano")
+				if rt.name == "generate" {
+					sent = v.Get("meta_info", "sent_unix_nano")
+				}
+				if sent == nil || sent.GetInt64() < before || sent.GetInt64() > after {
+					t.Fatalf("got event %s; want a sent_unix_nano in [%d, %d]", ev, before, after)
+				}
+			}
+			res := do(t, n, "POST", "agg:30000", rt.path, "{"+rt.fields+"}")
+			if strings.Contains(res.body, "sent_unix_nano") {
+				t.Fatalf("got non-stream answer %s; want no sent_unix_nano", res.body)
+			}
+		})
 	}
 }

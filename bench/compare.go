@@ -1,0 +1,131 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Target is one endpoint of a Compare.
+type Target struct {
+	// Name labels the target's figures, e.g. "direct" or "pdlb".
+	Name string
+	// URL is the target's base URL, as Config.URL.
+	URL string
+}
+
+// ParseTarget reads a target written NAME=URL, as --compare takes it.
+func ParseTarget(s string) (Target, error) {
+	name, url, ok := strings.Cut(s, "=")
+	if !ok || name == "" || url == "" {
+		return Target{}, fmt.Errorf("cannot parse target %q: want NAME=URL", s)
+	}
+	return Target{Name: name, URL: url}, nil
+}
+
+// Comparison holds the figures of a Compare. It is plain data owned by the
+// caller.
+type Comparison struct {
+	// Rounds is the number of rounds each target had, and Round the
+	// measured length of each (a first round also had the warm-up).
+	Rounds int
+	Round  time.Duration
+	// Reports holds each target's figures, in the order of the targets:
+	// the first is the baseline every ratio is taken against.
+	Reports []*Report
+}
+
+// Compare sends the load cfg describes to each target in turn, in rounds,
+// and returns every target's figures. Each target gets cfg.Duration of
+// measured load, cut into rounds of at most cfg.Round; the targets take
+// turns in the given order (A B A B ...), so that noise on the machine hits
+// them all alike. A plain cycle, rather than A B B A, keeps every target's
+// idle time between its rounds to one round of each other target, so short
+// rounds find their keep-alive connections still open (the client drops
+// them after 3 s idle). A round waits for its requests to end before the
+// next target's begins, so targets never share the machine's load.
+//
+// cfg.URL is ignored, and cfg.Requests must be zero: a comparison is
+// bounded by time. Errors and cancellation behave as in Run; a cancelled
+// Compare marks every report Interrupted.
+func Compare(ctx context.Context, cfg Config, targets []Target) (*Comparison, error) {
+	if err := checkCompare(&cfg, targets); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	rs := make([]*runner, 0, len(targets))
+	defer func() {
+		for _, r := range rs {
+			r.t.close()
+		}
+	}()
+	for _, tg := range targets {
+		r, err := newRunner(ctx, &cfg, tg)
+		if err != nil {
+			return nil, fmt.Errorf("target %s: %w", tg.Name, err)
+		}
+		rs = append(rs, r)
+	}
+	n, d := planRounds(cfg.Duration, cfg.Round)
+	interrupted := compareRounds(ctx, &cfg, rs, n, d)
+	c := &Comparison{Rounds: n, Round: d}
+	for _, r := range rs {
+		rep := r.report()
+		rep.Interrupted = rep.Interrupted || interrupted
+		c.Reports = append(c.Reports, rep)
+	}
+	return c, nil
+}
+
+// checkCompare rejects a Config or targets Compare cannot run.
+func checkCompare(cfg *Config, targets []Target) error {
+	if err := cfg.validateLoad(); err != nil {
+		return err
+	}
+	if cfg.Requests > 0 {
+		return errors.New("compare is bounded by duration, not by a request count")
+	}
+	if len(targets) == 0 {
+		return errors.New("compare needs at least one target")
+	}
+	var names []string
+	for _, tg := range targets {
+		if tg.Name == "" || tg.URL == "" {
+			return fmt.Errorf("target %q=%q: want a name and a url", tg.Name, tg.URL)
+		}
+		if slices.Contains(names, tg.Name) {
+			return fmt.Errorf("two targets are named %q", tg.Name)
+		}
+		names = append(names, tg.Name)
+	}
+	return nil
+}
+
+// planRounds cuts each target's measured time total into the fewest rounds
+// no longer than round: n rounds of d.
+func planRounds(total, round time.Duration) (n int, d time.Duration) {
+	n = int((total + round - 1) / round)
+	return n, total / time.Duration(n)
+}
+
+// compareRounds runs n rounds of d on each runner, in turns, and
+// reports whether ctx ended the comparison early.
+func compareRounds(ctx context.Context, cfg *Config, rs []*runner, n int, d time.Duration) bool {
+	for i := range n {
+		for _, r := range rs {
+			if ctx.Err() != nil {
+				return true
+			}
+			var warmup time.Duration
+			if i == 0 {
+				warmup = cfg.Warmup
+			}
+			r.label = fmt.Sprintf("%s %d/%d  ", r.name, i+1, n)
+			r.round(warmup, d)
+		}
+	}
+	return ctx.Err() != nil
+}

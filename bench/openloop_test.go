@@ -1,0 +1,154 @@
+package bench
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// TestArrivals checks the gaps of the Poisson process over many draws: an
+// exponential law has its mean, 1/rate, as standard deviation too.
+func TestArrivals(t *testing.T) {
+	const (
+		rate = 250.0
+		n    = 200000
+	)
+	a := newArrivals(rate, 1)
+	var sum, sq float64
+	for range n {
+		g := a.next().Seconds()
+		if g < 0 {
+			t.Fatalf("got a negative gap %v", g)
+		}
+		sum += g
+		sq += g * g
+	}
+	mean := sum / n
+	sd := math.Sqrt(sq/n - mean*mean)
+	if want := 1 / rate; math.Abs(mean-want) > 0.01*want || math.Abs(sd-want) > 0.02*want {
+		t.Fatalf("got mean gap %.6fs, sd %.6fs; want both %.6fs", mean, sd, want)
+	}
+}
+
+func TestArrivalsSeeded(t *testing.T) {
+	gaps := func(seed uint64) []time.Duration {
+		a := newArrivals(100, seed)
+		gs := make([]time.Duration, 100)
+		for i := range gs {
+			gs[i] = a.next()
+		}
+		return gs
+	}
+	if a, b := gaps(9), gaps(9); !slices.Equal(a, b) {
+		t.Fatalf("got %v then %v with seed 9; want the same gaps", a[:3], b[:3])
+	}
+	if a, b := gaps(9), gaps(10); slices.Equal(a, b) {
+		t.Fatalf("got %v with seeds 9 and 10; want different gaps", a[:3])
+	}
+}
+
+// arrivalsWithin counts the arrivals the open loop schedules in the first d
+// of a run at rate with seed.
+func arrivalsWithin(rate float64, seed uint64, d time.Duration) int {
+	a := newArrivals(rate, seed)
+	n := 0
+	for at := a.next(); at < d; at += a.next() {
+		n++
+	}
+	return n
+}
+
+// TestRunOpenLoop checks that the open loop sends one request per arrival
+// of its schedule: about rate × duration, and exactly the number of the
+// seed's arrivals inside the window, however late the generator ran.
+func TestRunOpenLoop(t *testing.T) {
+	const (
+		rate = 2000.0
+		d    = 100 * time.Millisecond
+		seed = 5
+	)
+	want := arrivalsWithin(rate, seed, d)
+	if want < 140 || want > 260 {
+		t.Fatalf("got %d arrivals in %v at %v/s; want about %v", want, d, rate, rate*d.Seconds())
+	}
+	rc := &recorder{}
+	cfg := serve(t, jsonHandler(rc, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`))
+	cfg.Rate = rate
+	cfg.Duration = d
+	cfg.Seed = seed
+	rep := run(t, cfg)
+
+	checkCounts(t, rep, want, want)
+	if got := rc.count(); got != want {
+		t.Fatalf("endpoint got %d requests; want %d", got, want)
+	}
+	if rep.Rate != rate || rep.Concurrency != 0 || rep.MaxInflight != defaultMaxInflight {
+		t.Fatalf("got rate %v, concurrency %d, max inflight %d; want %v, 0, %d",
+			rep.Rate, rep.Concurrency, rep.MaxInflight, rate, defaultMaxInflight)
+	}
+}
+
+func TestRunOpenLoopRequests(t *testing.T) {
+	rc := &recorder{}
+	cfg := serve(t, jsonHandler(rc, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`))
+	cfg.Rate = 1e5
+	cfg.Requests = 30
+	rep := run(t, cfg)
+	checkCounts(t, rep, 30, 30)
+	if got := rc.count(); got != 30 {
+		t.Fatalf("endpoint got %d requests; want 30", got)
+	}
+}
+
+// TestRunOpenLoopDropped holds the first request well past the end of
+// the window with room for one request in flight: every later arrival is
+// dropped, and counted as such.
+func TestRunOpenLoopDropped(t *testing.T) {
+	const (
+		rate = 1000.0
+		d    = 50 * time.Millisecond
+		seed = 3
+	)
+	want := arrivalsWithin(rate, seed, d)
+	rc := &recorder{}
+	h := jsonHandler(rc, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`)
+	cfg := serve(t, func(ctx *fasthttp.RequestCtx) {
+		pause(d + 250*time.Millisecond) // the slow answer being measured
+		h(ctx)
+	})
+	cfg.Rate = rate
+	cfg.Duration = d
+	cfg.Seed = seed
+	cfg.MaxInflight = 1
+	rep := run(t, cfg)
+
+	checkCounts(t, rep, want, 1)
+	if got := rep.Errors[KindDropped]; got != want-1 || len(rep.Errors) != 1 {
+		t.Fatalf("got errors %v; want %s: %d", rep.Errors, KindDropped, want-1)
+	}
+	if got := rc.count(); got != 1 {
+		t.Fatalf("endpoint got %d requests; want 1", got)
+	}
+}
+
+func TestPool(t *testing.T) {
+	made := 0
+	p := pool{max: 2, free: make(chan *worker, 2), new: func() *worker { made++; return &worker{} }}
+	a, b := p.get(), p.get()
+	if a == nil || b == nil || a == b {
+		t.Fatalf("got workers %p and %p; want two", a, b)
+	}
+	if w := p.get(); w != nil {
+		t.Fatalf("got a third worker with max 2; want none")
+	}
+	p.put(b)
+	if w := p.get(); w != b {
+		t.Fatalf("got %p after putting %p back; want it again", w, b)
+	}
+	if made != 2 || len(p.all) != 2 {
+		t.Fatalf("got %d workers made, %d kept; want 2 and 2", made, len(p.all))
+	}
+}
