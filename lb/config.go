@@ -107,7 +107,8 @@ type Config struct {
 	// ClientReadTimeout bounds reading a client's request. Zero means 60 s.
 	ClientReadTimeout time.Duration
 	// MaxHeaderSize is the largest request header accepted; larger ones get
-	// a 431. Zero means 16 KiB.
+	// a 431. Each client connection holds a read buffer this large, so it
+	// weighs on memory with thousands of streams. Zero means 8 KiB.
 	MaxHeaderSize int
 
 	// AccessLog writes one info-level line per finished request.
@@ -223,7 +224,7 @@ func (c *Config) setDefaults() {
 		c.ClientReadTimeout = 60 * time.Second
 	}
 	if c.MaxHeaderSize <= 0 {
-		c.MaxHeaderSize = 16 << 10
+		c.MaxHeaderSize = 8 << 10
 	}
 	if c.WarmupTimeout <= 0 {
 		c.WarmupTimeout = 30 * time.Second

@@ -82,12 +82,11 @@ type call struct {
 	broke  bool
 	err    error
 
-	// ready gets a value when a streamed response's headers are in; release
-	// then gets the consumer's verdict (true when the body was read to its
-	// end cleanly). done gets a value when the call has finished.
-	ready   chan struct{}
-	release chan bool
-	done    chan struct{}
+	// releaseBody, set while a streamed body is being consumed, gives the
+	// call's connection back (see endStream). done gets a value when the
+	// call has finished.
+	releaseBody func(clean bool)
+	done        chan struct{}
 }
 
 func newExchange(s *Server) *exchange {
@@ -95,8 +94,6 @@ func newExchange(s *Server) *exchange {
 	x.prefill = call{x: x, peer: &x.decode}
 	x.decode = call{x: x, peer: &x.prefill}
 	for _, c := range []*call{&x.prefill, &x.decode} {
-		c.ready = make(chan struct{}, 1)
-		c.release = make(chan bool, 1)
 		c.done = make(chan struct{}, 1)
 	}
 	x.relay.x = x
@@ -123,12 +120,10 @@ func (x *exchange) unref() {
 		c.err = nil
 		c.stream, c.broke = false, false
 		c.firstByteBy = time.Time{}
-		drain(c.ready)
-		drain(c.done)
-		select {
-		case <-c.release:
-		default:
+		if c.releaseBody != nil {
+			panic("BUG: an exchange was released with a stream still open")
 		}
+		drain(c.done)
 	}
 	x.relay.reset()
 	x.prefillWaited = false
@@ -252,14 +247,32 @@ func (c *call) target(b *Backend, uri, body []byte, deadline time.Time, requestI
 
 var contentTypeJSON = []byte("application/json")
 
-// run performs the call and, if it failed, cancels its peer: a prefill that
-// failed will never send the KV cache the decode waits for, and a decode that
-// failed will never claim the KV cache the prefill holds.
+// run performs the call. A streamed answer returns once its headers are in,
+// the call going on until its consumer calls endStream; any other call is
+// over when run returns.
 func (c *call) run() {
 	b := c.backend
 	b.inflight.Add(1)
 	b.requests.Inc()
 	c.err = b.hc.Do(&c.req, &c.resp)
+	if c.releaseBody == nil {
+		c.end()
+	}
+}
+
+// endStream gives the connection of a streamed answer back, reusable when
+// clean (the body was read to its end), and ends the call.
+func (c *call) endStream(clean bool) {
+	c.releaseBody(clean)
+	c.releaseBody = nil
+	c.end()
+}
+
+// end accounts the finished call and, if it failed, cancels its peer: a
+// prefill that failed will never send the KV cache the decode waits for,
+// and a decode that failed will never claim the KV cache the prefill holds.
+func (c *call) end() {
+	b := c.backend
 	c.cancel.end()
 	b.inflight.Add(-1)
 	if c == &c.x.prefill {
@@ -300,13 +313,6 @@ func (c *call) abort(reason error) {
 	if c.cancel.cancel(reason) && rid.Type == gjson.String {
 		c.x.s.abortRequest(c.backend, rid.Str)
 	}
-}
-
-// handOver gives the streamed body to its consumer and waits until the
-// consumer is done with it. It runs inside transport.RoundTrip.
-func (c *call) handOver() bool {
-	c.ready <- struct{}{}
-	return <-c.release
 }
 
 // serveBuffered answers a non-stream request: the decode call runs on the

@@ -14,7 +14,7 @@ import (
 const (
 	// relayBufSize is the relay's starting buffer; it grows for larger
 	// events up to maxEventSize, past which bytes are passed on as they come.
-	relayBufSize = 16 << 10
+	relayBufSize = 4 << 10
 	maxEventSize = 4 << 20
 )
 
@@ -32,10 +32,11 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 	if !x.single {
 		go x.prefill.run()
 	}
-	go d.run()
-	select {
-	case <-d.ready:
-	case <-d.done:
+	// Until the headers are in; a prefill that fails meanwhile closes the
+	// decode's connection, which ends the wait at once.
+	d.run()
+	if d.releaseBody == nil {
+		<-d.done
 		if out := x.retryOnFailure(); out.retry != answered {
 			x.unref()
 			return out
@@ -49,7 +50,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 		return x.respondBufferedStream(ctx)
 	}
 	if err := x.relay.prime(d.resp.BodyStream()); err != nil {
-		d.release <- false
+		d.endStream(false)
 		<-d.done
 		if out := x.retryOnFailure(); out.retry != answered {
 			x.unref()
@@ -74,7 +75,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 		out := x.retryFirstEvent(first)
 		refused := bytes.Contains(first, noRoomMarker)
 		if out.retry != answered || refused {
-			d.release <- false
+			d.endStream(false)
 			<-d.done
 			x.prefill.abort(&errPeerFailed{role: roleDecode, addr: d.backend.addr})
 		}
@@ -149,7 +150,7 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 	d := &x.decode
 	var err error
 	x.scratch, err = appendAll(x.scratch[:0], d.resp.BodyStream(), x.s.cfg.MaxResponseBodySize)
-	d.release <- err == nil
+	d.endStream(err == nil)
 	<-d.done
 	if err == nil {
 		if out := x.retryAfter(x.scratch); out.retry != answered {
@@ -210,9 +211,11 @@ func appendAll(dst []byte, r io.Reader, limit int) ([]byte, error) {
 type relay struct {
 	x    *exchange
 	body io.Reader
-	// client is the client's connection, whose write deadline each event
-	// pushes back, so a client that stops reading is let go.
-	client net.Conn
+	// client is the client's connection, whose write deadline events push
+	// back, so a client that stops reading is let go. writeBy and readBy
+	// are the deadlines last set on it and on the decode's connection.
+	client          net.Conn
+	writeBy, readBy time.Time
 	// buf[start:end] holds bytes read but not yet written.
 	buf        []byte
 	start, end int
@@ -232,6 +235,7 @@ type relay struct {
 
 func (r *relay) reset() {
 	r.body, r.readErr, r.client = nil, nil, nil
+	r.writeBy, r.readBy = time.Time{}, time.Time{}
 	r.start, r.end = 0, 0
 	r.sawDone, r.mergeLogprobs, r.closed = false, false, false
 	r.prefillLogprobs = r.prefillLogprobs[:0]
@@ -368,10 +372,20 @@ func eventEnd(b []byte) int {
 	return 0
 }
 
+// Moving a deadline costs a runtime timer update; at tens of thousands of
+// events a second, doing it for every event shows. So a deadline is pushed
+// back only once half its timeout has passed: the time allowed is then
+// between half and all of the timeout.
+
 // pushWriteDeadline gives the client ClientWriteTimeout for the next write.
 func (r *relay) pushWriteDeadline() {
-	if r.client != nil {
-		_ = r.client.SetWriteDeadline(r.x.s.cfg.Now().Add(r.x.s.cfg.ClientWriteTimeout))
+	if r.client == nil {
+		return
+	}
+	timeout := r.x.s.cfg.ClientWriteTimeout
+	if now := r.x.s.cfg.Now(); r.writeBy.Sub(now) < timeout/2 {
+		r.writeBy = now.Add(timeout)
+		_ = r.client.SetWriteDeadline(r.writeBy)
 	}
 }
 
@@ -379,7 +393,11 @@ func (r *relay) pushWriteDeadline() {
 // StreamIdleTimeout to send it.
 func (r *relay) fill() {
 	d := &r.x.decode
-	d.cancel.readBy(earliest(d.deadline, r.x.s.cfg.Now().Add(r.x.s.cfg.StreamIdleTimeout)))
+	idle := r.x.s.cfg.StreamIdleTimeout
+	if now := r.x.s.cfg.Now(); r.readBy.Sub(now) < idle/2 {
+		r.readBy = earliest(d.deadline, now.Add(idle))
+		d.cancel.readBy(r.readBy)
+	}
 	if r.start > 0 {
 		r.end = copy(r.buf, r.buf[r.start:r.end])
 		r.start = 0
@@ -479,7 +497,7 @@ func (r *relay) CloseWithError(err error) error {
 		r.clientGone()
 	}
 	clean := err == nil && r.readErr == io.EOF && r.start == r.end
-	x.decode.release <- clean
+	x.decode.endStream(clean)
 	<-x.decode.done
 	x.finish(r.status)
 	x.unref()

@@ -38,8 +38,9 @@ type callKey struct{}
 //   - a call can be cancelled from another goroutine: its connection is
 //     closed, which unblocks any read or write at once (fasthttp's Do cannot
 //     be interrupted otherwise);
-//   - a streamed body is handed to its consumer without leaving RoundTrip, so
-//     the pooled connection is released exactly once, here;
+//   - a streamed body outlives RoundTrip: the call keeps the connection
+//     until its consumer ends the stream (call.endStream), with no goroutine
+//     waiting on it;
 //   - a request that dies on a reused connection before any response byte is
 //     reported as errStaleConn, which retryStaleConn resends once.
 //
@@ -77,7 +78,6 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		hc.ReleaseConn(cc)
 		return false, err
 	}
-	defer c.cancel.detach()
 	reused := !cc.LastUseTime().IsZero()
 
 	bw := hc.AcquireWriter(conn)
@@ -87,6 +87,7 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 	}
 	hc.ReleaseWriter(bw)
 	if err != nil {
+		c.cancel.detach()
 		hc.CloseConn(cc)
 		return c.failed(hc, err, reused)
 	}
@@ -97,17 +98,28 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 	}
 	br := hc.AcquireReader(conn)
 	if err := resp.ReadLimitBody(br, hc.MaxResponseBodySize); err != nil {
+		c.cancel.detach()
 		hc.ReleaseReader(br)
 		hc.CloseConn(cc)
 		return c.failed(hc, err, reused)
 	}
 	reusable := !resp.ConnectionClose()
 	if c.stream && resp.BodyStream() != nil {
-		// The consumer reads the body from br through resp.BodyStream() and
-		// reports whether it read it to the end cleanly.
-		reusable = c.handOver() && reusable
-		_ = resp.CloseBodyStream()
+		// The consumer reads the body from br through resp.BodyStream(),
+		// then gives the connection back, clean when it read to the end.
+		c.releaseBody = func(clean bool) {
+			_ = resp.CloseBodyStream()
+			c.cancel.detach()
+			hc.ReleaseReader(br)
+			if clean && reusable {
+				hc.ReleaseConn(cc)
+			} else {
+				hc.CloseConn(cc)
+			}
+		}
+		return false, nil
 	}
+	c.cancel.detach()
 	hc.ReleaseReader(br)
 	if reusable {
 		hc.ReleaseConn(cc)
