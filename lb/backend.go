@@ -129,14 +129,17 @@ func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.
 		})
 	}
 	b.hc = &fasthttp.HostClient{
-		Addr:                          w.addr,
-		IsTLS:                         w.tls,
-		Name:                          "pdlb",
-		Dial:                          cfg.Dial,
-		MaxConns:                      cfg.MaxConnsPerBackend,
-		MaxConnWaitTimeout:            cfg.RequestTimeout,
-		MaxIdleConnDuration:           cfg.IdleConnTimeout,
-		MaxResponseBodySize:           cfg.MaxResponseBodySize,
+		Addr:                w.addr,
+		IsTLS:               w.tls,
+		Name:                "pdlb",
+		Dial:                cfg.Dial,
+		MaxConns:            cfg.MaxConnsPerBackend,
+		MaxConnWaitTimeout:  cfg.RequestTimeout,
+		MaxIdleConnDuration: cfg.IdleConnTimeout,
+		MaxResponseBodySize: cfg.MaxResponseBodySize,
+		// A stream holds its reader for its whole life; workers' headers
+		// are small, and a larger body is read past the buffer.
+		ReadBufferSize:                2 << 10,
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,
 		NoDefaultUserAgentHeader:      true,

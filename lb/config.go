@@ -108,7 +108,7 @@ type Config struct {
 	ClientReadTimeout time.Duration
 	// MaxHeaderSize is the largest request header accepted; larger ones get
 	// a 431. Each client connection holds a read buffer this large, so it
-	// weighs on memory with thousands of streams. Zero means 8 KiB.
+	// weighs on memory with thousands of streams. Zero means 4 KiB.
 	MaxHeaderSize int
 
 	// AccessLog writes one info-level line per finished request.
@@ -224,7 +224,7 @@ func (c *Config) setDefaults() {
 		c.ClientReadTimeout = 60 * time.Second
 	}
 	if c.MaxHeaderSize <= 0 {
-		c.MaxHeaderSize = 8 << 10
+		c.MaxHeaderSize = 4 << 10
 	}
 	if c.WarmupTimeout <= 0 {
 		c.WarmupTimeout = 30 * time.Second

@@ -14,7 +14,7 @@ import (
 const (
 	// relayBufSize is the relay's starting buffer; it grows for larger
 	// events up to maxEventSize, past which bytes are passed on as they come.
-	relayBufSize = 4 << 10
+	relayBufSize = 2 << 10
 	maxEventSize = 4 << 20
 )
 
@@ -296,13 +296,9 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	r.status = fasthttp.StatusOK
 	var written int64
 	for {
-		for {
-			ev := r.nextEvent()
-			if ev == nil {
-				break
-			}
+		if batch := r.nextBatch(); len(batch) > 0 {
 			r.pushWriteDeadline()
-			n, err := w.Write(r.transform(ev))
+			n, err := w.Write(batch)
 			written += int64(n)
 			if err != nil {
 				r.clientGone()
@@ -414,26 +410,45 @@ func (r *relay) fill() {
 	}
 }
 
-// transform returns ev as the client must see it: unchanged, or with the
-// prefill's input logprobs merged in.
-func (r *relay) transform(ev []byte) []byte {
-	data, off, ok := eventData(ev)
-	if !ok {
-		return ev
-	}
-	if bytes.Equal(data, doneData) {
-		r.sawDone = true
-		return ev
-	}
+// nextBatch returns every complete event buffered, as the client must see
+// them, to be written at once: one chunk, one flush, one write to the
+// client. Events that arrived together leave together; an event alone
+// leaves alone, as soon as it is whole. Without a merge the batch is the
+// decode's own bytes, not copied.
+func (r *relay) nextBatch() []byte {
+	from := r.start
 	if len(r.prefillLogprobs) == 0 {
-		return ev
+		for ev := r.nextEvent(); ev != nil; ev = r.nextEvent() {
+			r.noteDone(ev)
+		}
+		return r.buf[from:r.start]
 	}
-	merged, ok := mergeEventLogprobs(r.merged[:0], ev, off, r.prefillLogprobs)
-	if !ok {
-		return ev
+	r.merged = r.merged[:0]
+	for ev := r.nextEvent(); ev != nil; ev = r.nextEvent() {
+		r.merged = r.appendMerged(r.merged, ev)
 	}
-	r.merged = merged
-	return merged
+	return r.merged
+}
+
+// noteDone records the decode's [DONE].
+func (r *relay) noteDone(ev []byte) {
+	if data, _, ok := eventData(ev); ok && bytes.Equal(data, doneData) {
+		r.sawDone = true
+	}
+}
+
+// appendMerged appends ev with the prefill's input logprobs merged in, or
+// as it is when it has none to merge.
+func (r *relay) appendMerged(dst, ev []byte) []byte {
+	r.noteDone(ev)
+	data, off, ok := eventData(ev)
+	if !ok || bytes.Equal(data, doneData) {
+		return append(dst, ev...)
+	}
+	if merged, ok := mergeEventLogprobs(dst, ev, off, r.prefillLogprobs); ok {
+		return merged
+	}
+	return append(dst, ev...)
 }
 
 var doneData = []byte("[DONE]")
