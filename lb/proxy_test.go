@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"strings"
@@ -238,10 +239,52 @@ func TestOversizedRequests(t *testing.T) {
 	if r.status != fasthttp.StatusRequestEntityTooLarge || gjson.GetBytes(r.body, "error.code").Int() != 413 {
 		t.Fatalf("got %d %s; want a 413 JSON error", r.status, r.body)
 	}
-	h.cl.CloseIdleConnections()
-	r = h.post("/generate", `{"text": "a"}`, "X-Big", strings.Repeat("b", 8192))
-	if r.status != fasthttp.StatusRequestHeaderFieldsTooLarge || gjson.GetBytes(r.body, "error.code").Int() != 431 {
-		t.Fatalf("got %d %s; want a 431 JSON error", r.status, r.body)
+	if status, body := h.postBigHeader(8192); status != fasthttp.StatusRequestHeaderFieldsTooLarge || gjson.GetBytes(body, "error.code").Int() != 431 {
+		t.Fatalf("got %d %s; want a 431 JSON error", status, body)
+	}
+}
+
+// postBigHeader posts a request whose header holds size bytes and returns
+// pdlb's answer. pdlb may answer and close before the request is all
+// written, which fails a normal client's write, so the request is written
+// on the side and the answer read meanwhile.
+func (h *harness) postBigHeader(size int) (int, []byte) {
+	h.t.Helper()
+	conn, err := h.nw.Dial("pdlb:8000")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	req := "POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Type: application/json\r\nContent-Length: 13\r\n" +
+		"X-Big: " + strings.Repeat("b", size) + "\r\n\r\n" + `{"text": "a"}`
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		_, _ = conn.Write([]byte(req))
+	}()
+	var resp fasthttp.Response
+	err = resp.Read(bufio.NewReader(conn))
+	conn.Close()
+	<-written
+	if err != nil {
+		h.t.Fatalf("cannot read the answer to a %d-byte header: %v", size, err)
+	}
+	return resp.StatusCode(), append([]byte(nil), resp.Body()...)
+}
+
+func TestMaxHeaderSizeRaisesTheLimit(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	cfg := defaultConfig()
+	cfg.MaxHeaderSize = 16 << 10
+	h.start(cfg)
+	r := h.post("/generate", `{"text": "a"}`, "X-Big", strings.Repeat("b", 8192))
+	if r.status != fasthttp.StatusOK {
+		t.Fatalf("an 8 KiB header under a 16 KiB limit got %d %s; want 200", r.status, r.body)
+	}
+	if status, body := h.postBigHeader(20 << 10); status != fasthttp.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("a 20 KiB header under a 16 KiB limit got %d %s; want 431", status, body)
 	}
 }
 

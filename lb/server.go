@@ -106,18 +106,26 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		s.warm = newWarmer(s)
 	}
 	s.srv = &fasthttp.Server{
-		Handler:              s.handle,
-		ErrorHandler:         s.handleParseError,
-		Name:                 "pdlb",
-		Logger:               &s.log,
-		ReadTimeout:          cfg.ClientReadTimeout,
-		IdleTimeout:          cfg.ClientIdleTimeout,
-		MaxRequestBodySize:   cfg.MaxRequestBodySize,
+		Handler:            s.handle,
+		ErrorHandler:       s.handleParseError,
+		Name:               "pdlb",
+		Logger:             &s.log,
+		ReadTimeout:        cfg.ClientReadTimeout,
+		IdleTimeout:        cfg.ClientIdleTimeout,
+		MaxRequestBodySize: cfg.MaxRequestBodySize,
+		// The read buffer bounds the request header; each connection holds
+		// both buffers while its stream runs, so they are kept small.
+		ReadBufferSize:       cfg.MaxHeaderSize,
+		WriteBufferSize:      clientWriteBufferSize,
 		NoDefaultContentType: true,
 		CloseOnShutdown:      true,
 	}
 	return s, nil
 }
+
+// clientWriteBufferSize is a client connection's write buffer: an event or a
+// small answer fits, a larger body is written past it.
+const clientWriteBufferSize = 2 << 10
 
 func (s *Server) buildPools() error {
 	s.prefills = &Pool{role: rolePrefill, policy: s.cfg.PrefillPolicy}

@@ -25,6 +25,9 @@ const (
 	DefaultBootstrapPort = 8998
 	DefaultKVTimeout     = 30 * time.Second
 	DefaultIdleTimeout   = 5 * time.Second
+	// DefaultMaxHeaderSize is h11's limit on a request header, which
+	// SGLang's uvicorn keeps.
+	DefaultMaxHeaderSize = 16 << 10
 )
 
 // Config configures a fake Server. The zero value is a usable aggregated
@@ -128,6 +131,10 @@ type Config struct {
 	// DefaultIdleTimeout.
 	IdleTimeout time.Duration
 
+	// MaxHeaderSize is the largest request header the HTTP API reads;
+	// larger ones get a 431. Zero means DefaultMaxHeaderSize.
+	MaxHeaderSize int
+
 	// Network is how a decode reaches bootstrap servers. Nil means the
 	// Network given to Start; a decode used only through Handler and with
 	// no Network fails every KV transfer.
@@ -198,6 +205,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxHeaderSize <= 0 {
+		c.MaxHeaderSize = DefaultMaxHeaderSize
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"bufio"
 	"strings"
 	"testing"
 	"time"
@@ -140,5 +141,31 @@ func TestAbortRequest(t *testing.T) {
 	}
 	if st := d.Stats(); st.Aborts != 1 || st.AbortRequest != 1 || st.InFlight != 0 {
 		t.Errorf("got Aborts %d, AbortRequest %d, InFlight %d; want 1, 1, 0", st.Aborts, st.AbortRequest, st.InFlight)
+	}
+}
+
+// A request header up to MaxHeaderSize is read, as uvicorn reads up to
+// h11's 16 KiB; a larger one is refused.
+func TestMaxHeaderSize(t *testing.T) {
+	n := NewNetwork()
+	startServer(t, n, "agg:30000", Config{})
+	for _, c := range []struct {
+		size, status int
+	}{{8 << 10, fasthttp.StatusOK}, {DefaultMaxHeaderSize + 1024, fasthttp.StatusRequestHeaderFieldsTooLarge}} {
+		conn, err := n.Dial("agg:30000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(testDeadline))
+		req := "GET /health HTTP/1.1\r\nHost: agg\r\nX-Big: " + strings.Repeat("b", c.size) + "\r\n\r\n"
+		if _, err := conn.Write([]byte(req)); err != nil {
+			t.Fatal(err)
+		}
+		var resp fasthttp.Response
+		err = resp.Read(bufio.NewReader(conn))
+		conn.Close()
+		if err != nil || resp.StatusCode() != c.status {
+			t.Errorf("a %d-byte header got %d (%v); want %d", c.size, resp.StatusCode(), err, c.status)
+		}
 	}
 }

@@ -35,6 +35,7 @@ func (s *Server) serve(sl *slot, ln net.Listener) {
 		Name:                  sl.name,
 		IdleTimeout:           s.cfg.IdleTimeout,
 		MaxRequestBodySize:    maxBodySize,
+		ReadBufferSize:        s.cfg.MaxHeaderSize,
 		MaxIdleWorkerDuration: maxIdleWorker,
 		ConnState:             sl.conns.track,
 		Logger:                &s.log,
