@@ -24,6 +24,7 @@ const (
 	reasonBackendFailed
 	reasonStreamBroken
 	reasonClientGone
+	reasonClientTimeout
 	reasonNotWarm
 	reasonRefusedNoRoom
 	reasonOverloaded
@@ -42,6 +43,7 @@ var reasonNames = [numReasons]string{
 	reasonBackendFailed:      "backend_failed",
 	reasonStreamBroken:       "stream_broken",
 	reasonClientGone:         "client_gone",
+	reasonClientTimeout:      "client_timeout",
 	reasonNotWarm:            "pair_not_warm",
 	reasonRefusedNoRoom:      "decode_refused_no_room",
 	reasonOverloaded:         "overloaded",

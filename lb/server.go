@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -311,10 +312,16 @@ func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, rt *route) {
 // error shape.
 func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	status, r := fasthttp.StatusBadRequest, reasonInvalidRequest
-	if _, ok := err.(*fasthttp.ErrSmallBuffer); ok {
+	var small *fasthttp.ErrSmallBuffer
+	var timeout interface{ Timeout() bool }
+	switch {
+	case errors.As(err, &small):
 		status = fasthttp.StatusRequestHeaderFieldsTooLarge
-	} else if err == fasthttp.ErrBodyTooLarge {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		status, r = fasthttp.StatusRequestEntityTooLarge, reasonBodyTooLarge
+	case errors.As(err, &timeout) && timeout.Timeout():
+		// The client took longer than --client-read-timeout-secs to send it.
+		status, r = fasthttp.StatusRequestTimeout, reasonClientTimeout
 	}
 	s.writeError(ctx, status, r, "cannot read request: "+err.Error())
 }

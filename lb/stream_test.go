@@ -3,6 +3,7 @@ package lb
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -298,4 +299,68 @@ func TestShutdownDrainsStreams(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("Shutdown did not return after the stream ended")
 	}
+}
+
+// Clients too slow for the client timeouts are let go: one that sends its
+// request too slowly gets a 408; one that stops reading a stream has its
+// stream, and both legs, ended.
+func TestSlowClientsAreLetGo(t *testing.T) {
+	h := newHarness(t)
+	_, decode := h.pair(fake.Config{}, fake.Config{})
+	cfg := defaultConfig()
+	cfg.ClientReadTimeout = 200 * time.Millisecond
+	cfg.ClientWriteTimeout = 200 * time.Millisecond
+	srv := h.start(cfg)
+
+	t.Run("sends slowly", func(t *testing.T) {
+		conn, err := h.nw.Dial("pdlb:8000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		// The body is announced but never all sent.
+		if _, err := conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: 100\r\n\r\n{\"text\":")); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var resp fasthttp.Response
+		if err := resp.Read(bufio.NewReader(conn)); err != nil {
+			t.Fatalf("cannot read the answer: %v", err)
+		}
+		if resp.StatusCode() != fasthttp.StatusRequestTimeout || gjson.GetBytes(resp.Body(), "error.code").Int() != 408 {
+			t.Fatalf("got %d %s; want a 408 JSON error", resp.StatusCode(), resp.Body())
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Fatalf("the 408 took %s", took)
+		}
+		if got := h.metric(`pdlb_request_errors_total{reason="client_timeout"}`); got != "1" {
+			t.Fatalf("got %q client_timeout errors; want 1", got)
+		}
+	})
+
+	t.Run("stops reading", func(t *testing.T) {
+		conn, err := h.nw.Dial("pdlb:8000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		body := `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 100000}}`
+		req := fmt.Sprintf("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		if _, err := conn.Write([]byte(req)); err != nil {
+			t.Fatal(err)
+		}
+		// Nothing is read: pdlb's writes fill the connection, then stall
+		// until the write timeout lets the client go.
+		for deadline := time.Now().Add(2 * time.Second); decode.Stats().Generate == 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("the stream never reached the decode")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		waitIdleWithin(t, srv, 3*time.Second)
+		if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "1" {
+			t.Fatalf("got %q client_gone errors; want 1", got)
+		}
+	})
 }
