@@ -183,9 +183,17 @@ func (b *Backend) succeeded() {
 	}
 }
 
+// failed's err is the transport error, or nil when the worker answered
+// with status.
 func (b *Backend) failed(err error, status int) {
 	if b.breaker != nil && b.breaker.Failure() {
-		b.log.Warn().Err(err).Int("status", status).Msg("ejecting the worker after consecutive failures")
+		ev := b.log.Warn()
+		if err != nil {
+			ev = ev.Err(err)
+		} else {
+			ev = ev.Int("status", status)
+		}
+		ev.Msg("ejecting the worker after consecutive failures")
 	}
 }
 
