@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -196,6 +197,31 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 	f(fasthttp.MethodGet, "/nope", fasthttp.StatusNotFound)
 	f(fasthttp.MethodGet, "/generate", fasthttp.StatusMethodNotAllowed)
 	f(fasthttp.MethodPost, "/health", fasthttp.StatusMethodNotAllowed)
+}
+
+// End-to-end headers reach both legs; hop-by-hop ones, including those the
+// Connection header names, do not.
+func TestHopHeadersAreNotForwarded(t *testing.T) {
+	h := newHarness(t)
+	seen := make(chan string, 2)
+	record := func(ctx *fasthttp.RequestCtx) {
+		hdr := &ctx.Request.Header
+		seen <- fmt.Sprintf("end=%s hop=%s keep-alive=%s te=%s", hdr.Peek("X-End"), hdr.Peek("X-Hop"), hdr.Peek("Keep-Alive"), hdr.Peek("Te"))
+		ctx.SetBodyString(`{}`)
+	}
+	h.backend("prefill-0:30000", record)
+	h.backend("decode-0:30010", record)
+	h.start(defaultConfig())
+	r := h.post("/generate", `{"text": "a"}`, "Connection", "keep-alive, X-Hop", "X-Hop", "1",
+		"Keep-Alive", "timeout=5", "Te", "trailers", "X-End", "2")
+	if r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	for range 2 {
+		if got, want := <-seen, "end=2 hop= keep-alive= te="; got != want {
+			t.Fatalf("a leg got %q; want %q", got, want)
+		}
+	}
 }
 
 func TestRequestIDIsEchoedAndForwarded(t *testing.T) {

@@ -359,7 +359,14 @@ var hopHeaders = []string{
 	"Expect",
 }
 
+// stripHopHeaders deletes the hop-by-hop headers, and those the client's
+// Connection header names as such.
 func stripHopHeaders(h *fasthttp.RequestHeader) {
+	for name := range bytes.SplitSeq(h.Peek(fasthttp.HeaderConnection), []byte(",")) {
+		if name = bytes.TrimSpace(name); len(name) > 0 {
+			h.DelBytes(name)
+		}
+	}
 	for _, name := range hopHeaders {
 		h.Del(name)
 	}
