@@ -1,11 +1,14 @@
 package fake
 
 import (
+	"bufio"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // dpKVTimeout bounds the KV waits of the DP tests: every leg that must fail
@@ -386,5 +389,62 @@ func TestRanksRegisterOneByOne(t *testing.T) {
 		if res := do(t, n, "GET", "prefill:8998", infoQuery("2", "0", "0", "0"), ""); res.status != c.status || res.body != c.body {
 			t.Errorf("after %v more: got %d %q; want %d %q", c.advance, res.status, res.body, c.status, c.body)
 		}
+	}
+}
+
+// TestDPRankHeader checks that the OpenAI routes take X-Data-Parallel-Rank
+// as routed_dp_rank, over the body's, and refuse one that is not an
+// integer; /generate ignores it.
+func TestDPRankHeader(t *testing.T) {
+	t.Parallel()
+	n := NewNetwork()
+	s := startServer(t, n, "agg:30000", Config{DPSize: 4})
+	post := func(path, body, rank string) result {
+		t.Helper()
+		conn, err := n.Dial("agg:30000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(testDeadline))
+		var req fasthttp.Request
+		req.Header.SetMethod("POST")
+		req.SetRequestURI("http://agg:30000" + path)
+		req.Header.Set(HeaderDPRank, rank)
+		req.SetBodyString(body)
+		bw := bufio.NewWriter(conn)
+		if err := req.Write(bw); err != nil || bw.Flush() != nil {
+			t.Fatalf("cannot send: %v", err)
+		}
+		var resp fasthttp.Response
+		if err := resp.Read(bufio.NewReader(conn)); err != nil {
+			t.Fatalf("cannot read: %v", err)
+		}
+		return result{resp.StatusCode(), string(resp.Header.ContentType()), string(resp.Body())}
+	}
+	if res := post("/v1/chat/completions", `{"messages":[],"routed_dp_rank":1}`, "3"); res.status != 200 {
+		t.Fatalf("got %d %s", res.status, res.body)
+	}
+	if got, want := fmtUints(s.Stats().RankRequests), "[0 0 0 1]"; got != want {
+		t.Errorf("got RankRequests %s; want %s: the header's rank over the body's", got, want)
+	}
+	for _, c := range []struct {
+		name, path, rank string
+		status           int
+		want             string
+	}{
+		{"not an integer", "/v1/completions", "two", 400, `{"object":"error","message":"Invalid X-Data-Parallel-Rank header: must be an integer, got 'two'","type":"BadRequestError","param":null,"code":400}`},
+		{"out of range", "/v1/chat/completions", "4", 400, `{"object":"error","message":"routed_dp_rank=4 out of range [0, 4)","type":"BadRequestError","param":null,"code":400}`},
+	} {
+		body := `{"prompt":"a"}`
+		if c.path == "/v1/chat/completions" {
+			body = `{"messages":[]}`
+		}
+		if res := post(c.path, body, c.rank); res.status != c.status || res.body != c.want {
+			t.Errorf("%s: got %d %s; want %d %s", c.name, res.status, res.body, c.status, c.want)
+		}
+	}
+	if res := post("/generate", `{"text":"a"}`, "two"); res.status != 200 {
+		t.Errorf("/generate with the header got %d %s; want it ignored", res.status, res.body)
 	}
 }

@@ -96,6 +96,9 @@ func (s *Server) accept(ctx *fasthttp.RequestCtx, rt route, c *call) *request {
 		return nil
 	}
 	r, err := s.parse(rt, ctx.PostBody())
+	if err == nil {
+		err = applyDPRankHeader(r, ctx.Request.Header.Peek(HeaderDPRank))
+	}
 	if err != nil {
 		writeBadRequest(ctx, rt, err.Error())
 		return nil

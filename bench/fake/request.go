@@ -3,6 +3,7 @@ package fake
 import (
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fastjson"
@@ -66,6 +67,26 @@ func (e badRequest) Error() string { return string(e) }
 type prompt struct {
 	tokens int
 	ids    *fastjson.Value // the input_ids array, nil for text
+}
+
+// HeaderDPRank is the header SGLang's OpenAI routes take as routed_dp_rank,
+// over the body's (PROTOCOL.md §5).
+const HeaderDPRank = "X-Data-Parallel-Rank"
+
+// applyDPRankHeader gives every item of an OpenAI request the rank of an
+// X-Data-Parallel-Rank header, as SGLang does; /generate ignores it.
+func applyDPRankHeader(r *request, header []byte) error {
+	if header == nil || r.route == routeGenerate {
+		return nil
+	}
+	rank, err := strconv.Atoi(strings.TrimSpace(string(header)))
+	if err != nil {
+		return badRequest("Invalid X-Data-Parallel-Rank header: must be an integer, got '" + string(header) + "'")
+	}
+	for i := range r.items {
+		r.items[i].routedDPRank = rank
+	}
+	return nil
 }
 
 // parse reads body into a request. Errors are badRequest.
