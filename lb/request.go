@@ -3,7 +3,9 @@ package lb
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -63,7 +65,10 @@ func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []
 	q := clientRequest{ctx: ctx, rt: rt, id: requestID, start: s.cfg.Now()}
 	q.deadline = q.start.Add(s.cfg.RequestTimeout)
 	var err error
-	if q.info, err = bootstrap.Parse(ctx.PostBody()); err != nil {
+	if q.info, err = bootstrap.Parse(ctx.PostBody()); err == nil {
+		err = applyDPRankHeader(&q)
+	}
+	if err != nil {
 		s.answerError(&q, &answerError{fasthttp.StatusBadRequest, reasonInvalidRequest, err.Error()})
 		return
 	}
@@ -80,6 +85,27 @@ func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []
 	default:
 		s.servePD(&q)
 	}
+}
+
+// headerDPRank is routed_dp_rank on SGLang's OpenAI routes, taken over the
+// body's (PROTOCOL.md §5). pdlb forwards it, so it plans the request with
+// the rank the workers will see, and the prefill sees the rank pdlb picks.
+var headerDPRank = []byte("X-Data-Parallel-Rank")
+
+// applyDPRankHeader takes an X-Data-Parallel-Rank header on an OpenAI route
+// as the request's routed_dp_rank, refusing one that is not an integer
+// before any worker does.
+func applyDPRankHeader(q *clientRequest) error {
+	h := q.ctx.Request.Header.PeekBytes(headerDPRank)
+	if h == nil || q.rt.batch { // /generate ignores it
+		return nil
+	}
+	rank, err := strconv.Atoi(string(bytes.TrimSpace(h)))
+	if err != nil {
+		return fmt.Errorf("invalid X-Data-Parallel-Rank header: must be an integer, got '%s'", h)
+	}
+	q.info.RoutedDPRank = bootstrap.DPRank{Set: true, Rank: rank}
+	return nil
 }
 
 // answerError answers q with pdlb's own error.
@@ -146,6 +172,9 @@ func (s *Server) servePD(q *clientRequest) {
 		x.merge = q.info.HasReturnLogprob || q.info.HasReturnRoutedExperts
 		x.inject(q.ctx.PostBody(), q.info, p)
 		x.prefill.prepare(q.ctx, p, x.prefillSends(), q.deadline, q.id)
+		if x.plan.hint && q.ctx.Request.Header.PeekBytes(headerDPRank) != nil {
+			x.prefill.req.Header.SetBytesK(headerDPRank, strconv.Itoa(x.plan.rank))
+		}
 		x.decode.prepare(q.ctx, d, x.body, q.deadline, q.id)
 		out := x.serve(q)
 		switch out.retry {

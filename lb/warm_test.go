@@ -155,6 +155,50 @@ func TestClientRoutedDPRankGetsAMatchingRoom(t *testing.T) {
 	}
 }
 
+// An X-Data-Parallel-Rank header is routed_dp_rank on the OpenAI routes:
+// the room is drawn to match it as for the body field; when pdlb picks the
+// prefill's rank itself, the prefill's header says that rank; and a header
+// that is not an integer gets a 400 from pdlb.
+func TestDPRankHeader(t *testing.T) {
+	for _, policy := range []string{DPPolicyOff, DPPolicyRoundRobin} {
+		t.Run(policy, func(t *testing.T) {
+			h := newHarness(t)
+			p, d := h.dpPair()
+			cfg := warmConfig()
+			cfg.PrefillDPPolicy = policy
+			h.start(cfg)
+			// Once the seed request is answered, the warm-up is over.
+			if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
+				t.Fatalf("got %d %s", r.status, r.body)
+			}
+			before := p.Stats().RankRequests
+			for range 8 {
+				r := h.post("/v1/chat/completions", `{"messages": [{"role": "user", "content": "a"}]}`, "X-Data-Parallel-Rank", "2")
+				if r.status != fasthttp.StatusOK {
+					t.Fatalf("got %d %s", r.status, r.body)
+				}
+			}
+			if n := p.Stats().DPConflicts + d.Stats().FirstRequestFailures; n != 0 {
+				t.Fatalf("%d conflicts or first-request failures", n)
+			}
+			after := p.Stats().RankRequests
+			if got := after[2] - before[2]; policy == DPPolicyOff && got != 8 {
+				t.Fatalf("prefill rank 2 served %d of 8 requests (%v → %v); want all, as the header asks", got, before, after)
+			}
+			if got := after[0] - before[0]; policy == DPPolicyRoundRobin && got == 0 {
+				t.Fatalf("prefill rank 0 served none of 8 (%v → %v); want the policy's ranks", before, after)
+			}
+		})
+	}
+	h := newHarness(t)
+	h.dpPair()
+	h.start(defaultConfig())
+	r := h.post("/v1/completions", `{"prompt": "a"}`, "X-Data-Parallel-Rank", "two")
+	if r.status != fasthttp.StatusBadRequest || !strings.Contains(gjson.GetBytes(r.body, "error.message").String(), "X-Data-Parallel-Rank") {
+		t.Fatalf("got %d %s; want a 400 naming the header", r.status, r.body)
+	}
+}
+
 func TestBootstrapRoute(t *testing.T) {
 	h := newHarness(t)
 	h.dpPair()
