@@ -23,6 +23,21 @@ func (h *harness) dpPair() (p, d *fake.Server) {
 	return h.pair(fake.Config{DPSize: 4, Tokens: 4}, fake.Config{DPSize: 4, Tokens: 4, FirstRequestBug: true})
 }
 
+// warmDPPair starts pdlb with --prefill-dp-policy policy in front of
+// dpPair, and returns once the pair is warm.
+func (h *harness) warmDPPair(policy string) (p, d *fake.Server) {
+	h.t.Helper()
+	p, d = h.dpPair()
+	cfg := warmConfig()
+	cfg.PrefillDPPolicy = policy
+	h.start(cfg)
+	// Once the seed request is answered, the warm-up is over.
+	if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
+		h.t.Fatalf("got %d %s", r.status, r.body)
+	}
+	return p, d
+}
+
 func TestSeedRequestFailsWithoutWarmup(t *testing.T) {
 	h := newHarness(t)
 	_, d := h.dpPair()
@@ -108,14 +123,7 @@ func TestPrefillDPPolicySharesRanks(t *testing.T) {
 	for _, policy := range []string{DPPolicyRoundRobin, DPPolicyLeastInflight} {
 		t.Run(policy, func(t *testing.T) {
 			h := newHarness(t)
-			p, d := h.dpPair()
-			cfg := warmConfig()
-			cfg.PrefillDPPolicy = policy
-			h.start(cfg)
-			// Once the seed request is answered, the warm-up is over.
-			if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
-				t.Fatalf("got %d %s", r.status, r.body)
-			}
+			p, d := h.warmDPPair(policy)
 			before := p.Stats().RankRequests
 			for range 40 {
 				if r := h.post("/v1/completions", `{"prompt": "a", "max_tokens": 2}`); r.status != fasthttp.StatusOK {
@@ -163,14 +171,7 @@ func TestDPRankHeader(t *testing.T) {
 	for _, policy := range []string{DPPolicyOff, DPPolicyRoundRobin} {
 		t.Run(policy, func(t *testing.T) {
 			h := newHarness(t)
-			p, d := h.dpPair()
-			cfg := warmConfig()
-			cfg.PrefillDPPolicy = policy
-			h.start(cfg)
-			// Once the seed request is answered, the warm-up is over.
-			if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
-				t.Fatalf("got %d %s", r.status, r.body)
-			}
+			p, d := h.warmDPPair(policy)
 			before := p.Stats().RankRequests
 			for range 8 {
 				r := h.post("/v1/chat/completions", `{"messages": [{"role": "user", "content": "a"}]}`, "X-Data-Parallel-Rank", "2")
