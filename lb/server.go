@@ -129,31 +129,32 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 const clientWriteBufferSize = 2 << 10
 
 func (s *Server) buildPools() error {
-	s.prefills = &Pool{role: rolePrefill, policy: s.cfg.PrefillPolicy}
+	prefillURLs := make([]string, len(s.cfg.Prefill))
 	for i, p := range s.cfg.Prefill {
-		b, err := newBackend(rolePrefill, i, p.URL, &s.cfg, s.ms, s.log)
-		if err != nil {
-			return fmt.Errorf("invalid prefill URL: %w", err)
-		}
-		s.prefills.backends = append(s.prefills.backends, b)
+		prefillURLs[i] = p.URL
 	}
-	s.decodes = &Pool{role: roleDecode, policy: s.cfg.DecodePolicy}
-	for i, d := range s.cfg.Decode {
-		b, err := newBackend(roleDecode, i, d, &s.cfg, s.ms, s.log)
-		if err != nil {
-			return fmt.Errorf("invalid decode URL: %w", err)
-		}
-		s.decodes.backends = append(s.decodes.backends, b)
+	var err error
+	if s.prefills, err = s.newPool(rolePrefill, s.cfg.PrefillPolicy, prefillURLs); err != nil {
+		return err
 	}
-	s.fallbacks = &Pool{role: roleFallback, policy: s.cfg.FallbackPolicy}
-	for i, f := range s.cfg.Fallback {
-		b, err := newBackend(roleFallback, i, f, &s.cfg, s.ms, s.log)
-		if err != nil {
-			return fmt.Errorf("invalid fallback URL: %w", err)
-		}
-		s.fallbacks.backends = append(s.fallbacks.backends, b)
+	if s.decodes, err = s.newPool(roleDecode, s.cfg.DecodePolicy, s.cfg.Decode); err != nil {
+		return err
 	}
-	return nil
+	s.fallbacks, err = s.newPool(roleFallback, s.cfg.FallbackPolicy, s.cfg.Fallback)
+	return err
+}
+
+// newPool makes the pool of role's workers, one backend a URL.
+func (s *Server) newPool(role, policy string, urls []string) (*Pool, error) {
+	pool := &Pool{role: role, policy: policy}
+	for i, u := range urls {
+		b, err := newBackend(role, i, u, &s.cfg, s.ms, s.log)
+		if err != nil {
+			return nil, fmt.Errorf("invalid %s URL: %w", role, err)
+		}
+		pool.backends = append(pool.backends, b)
+	}
+	return pool, nil
 }
 
 func (s *Server) buildRoutes() {
