@@ -16,16 +16,22 @@ const (
 	batchBody = `{"text":["Hello","World","Foo"],"sampling_params":{"max_new_tokens":8}}`
 )
 
+// checkAppend checks that Append gives want for body and fields.
+func checkAppend(t *testing.T, body string, fields Fields, want string) {
+	t.Helper()
+	got, err := Append(nil, []byte(body), fields)
+	if err != nil {
+		t.Fatalf("Append(%q): unexpected error: %s", body, err)
+	}
+	if string(got) != want {
+		t.Fatalf("Append(%q):\ngot  %q;\nwant %q", body, got, want)
+	}
+}
+
 func TestAppend(t *testing.T) {
 	f := func(body string, fields Fields, want string) {
 		t.Helper()
-		got, err := Append(nil, []byte(body), fields)
-		if err != nil {
-			t.Fatalf("Append(%q): unexpected error: %s", body, err)
-		}
-		if string(got) != want {
-			t.Fatalf("Append(%q):\ngot  %q;\nwant %q", body, got, want)
-		}
+		checkAppend(t, body, fields, want)
 	}
 	one := Fields{Host: "10.0.0.5", Port: 8998, Rooms: []uint64{42}}
 	const add = `"bootstrap_host":"10.0.0.5","bootstrap_port":8998,"bootstrap_room":42`
@@ -306,13 +312,7 @@ func TestAlignRoomPanics(t *testing.T) {
 func TestAppendDPRanks(t *testing.T) {
 	f := func(body string, fields Fields, want string) {
 		t.Helper()
-		got, err := Append(nil, []byte(body), fields)
-		if err != nil {
-			t.Fatalf("Append(%q): unexpected error: %s", body, err)
-		}
-		if string(got) != want {
-			t.Fatalf("Append(%q):\ngot  %s\nwant %s", body, got, want)
-		}
+		checkAppend(t, body, fields, want)
 	}
 	const add = `"bootstrap_host":"h","bootstrap_port":1,"bootstrap_room":4`
 	base := Fields{Host: "h", Port: 1, Rooms: []uint64{4}}

@@ -104,7 +104,7 @@ func TestDisableRetries(t *testing.T) {
 }
 
 // stallingDecode answers a stream with the given events, then sends nothing
-// until release is closed.
+// until release is closed; a nil release ends the body at once.
 func stallingDecode(release <-chan struct{}, events ...string) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/event-stream")
@@ -113,7 +113,9 @@ func stallingDecode(release <-chan struct{}, events ...string) fasthttp.RequestH
 				_, _ = w.WriteString(ev)
 				_ = w.Flush()
 			}
-			<-release
+			if release != nil {
+				<-release
+			}
 		})
 	}
 }

@@ -163,15 +163,7 @@ func TestStreamRelaysEachEventAtOnce(t *testing.T) {
 // sseBackend answers every request with the given events, written and
 // flushed one by one, then ends the body.
 func sseBackend(events ...string) fasthttp.RequestHandler {
-	return func(ctx *fasthttp.RequestCtx) {
-		ctx.SetContentType("text/event-stream")
-		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-			for _, ev := range events {
-				_, _ = w.WriteString(ev)
-				_ = w.Flush()
-			}
-		})
-	}
+	return stallingDecode(nil, events...)
 }
 
 func TestStreamBytesArePassedAsTheyAre(t *testing.T) {

@@ -55,9 +55,25 @@ func readResult(br *bufio.Reader) (result, error) {
 	return result{resp.StatusCode(), string(resp.Header.ContentType()), string(resp.Body())}, nil
 }
 
-// answerAfter sends a request and reads its answer, failing if the first
-// byte of it comes before cleared is set. It does not use t.
-func answerAfter(cleared *atomic.Bool, n *Network, method, addr, path, body string) (result, error) {
+// answer is a request's result, or why it has none.
+type answer struct {
+	res result
+	err error
+}
+
+// answerAfter sends a request and reads its answer on a goroutine of its
+// own, failing if the first byte of it comes before cleared is set.
+func answerAfter(cleared *atomic.Bool, n *Network, method, addr, path, body string) <-chan answer {
+	answers := make(chan answer, 1)
+	go func() {
+		res, err := readAfter(cleared, n, method, addr, path, body)
+		answers <- answer{res, err}
+	}()
+	return answers
+}
+
+// readAfter is answerAfter's request. It does not use t.
+func readAfter(cleared *atomic.Bool, n *Network, method, addr, path, body string) (result, error) {
 	conn, br, err := send(n, method, addr, path, body)
 	if err != nil {
 		return result{}, err
@@ -263,15 +279,7 @@ func TestFaultHang(t *testing.T) {
 			s := startServer(t, n, "agg:30000", cfg)
 			setFault(t, s, Fault{Kind: FaultHang, Health: c.health})
 			var cleared atomic.Bool
-			type answer struct {
-				res result
-				err error
-			}
-			answers := make(chan answer, 1)
-			go func() {
-				res, err := answerAfter(&cleared, n, c.method, "agg:30000", c.path, c.body)
-				answers <- answer{res, err}
-			}()
+			answers := answerAfter(&cleared, n, c.method, "agg:30000", c.path, c.body)
 			expectFault(t, faults, FaultHang)
 			if got := s.Stats().InFlight; got != 0 {
 				t.Errorf("got InFlight %d while held; want 0", got)
@@ -431,15 +439,7 @@ func TestFaultStallAnswer(t *testing.T) {
 	s := startServer(t, n, "agg:30000", cfg)
 	setFault(t, s, Fault{Kind: FaultStall, Events: -1})
 	var cleared atomic.Bool
-	type answer struct {
-		res result
-		err error
-	}
-	answers := make(chan answer, 1)
-	go func() {
-		res, err := answerAfter(&cleared, n, "POST", "agg:30000", "/generate", `{"text":"hi","sampling_params":{"max_new_tokens":1}}`)
-		answers <- answer{res, err}
-	}()
+	answers := answerAfter(&cleared, n, "POST", "agg:30000", "/generate", `{"text":"hi","sampling_params":{"max_new_tokens":1}}`)
 	expectFault(t, faults, FaultStall)
 	if got := s.Stats().InFlight; got != 1 {
 		t.Errorf("got InFlight %d while stalled; want 1", got)
