@@ -21,6 +21,22 @@ func checkedConfig() Config {
 	return cfg
 }
 
+// waitFirstRound waits for the health checker's first round, which starts
+// with the server, so that the rounds a test drives with checkOnce are the
+// only ones until the next interval.
+func waitFirstRound(t *testing.T, srv *Server) {
+	t.Helper()
+	want := uint64(len(srv.allBackends()))
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if ok, failed := srv.checker.Probes(); ok+failed >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the health checker's first round did not finish")
+		}
+	}
+}
+
 // sickWorker is a backend whose /health answers healthStatus and whose
 // generations are counted and fail.
 type sickWorker struct {
@@ -49,6 +65,7 @@ func TestActiveChecksTakeWorkersOutAndBack(t *testing.T) {
 	cfg.Decode = append(cfg.Decode, "http://decode-1:30010")
 	cfg.DecodePolicy = PolicyRoundRobin
 	srv := h.start(cfg)
+	waitFirstRound(t, srv)
 	srv.checkOnce(5 * time.Second)
 	d1 := srv.decodes.backends[1]
 	if health.State(d1.health.Load()) != health.Down || d1.available() {
@@ -90,6 +107,7 @@ func TestReadinessAndLiveness(t *testing.T) {
 			t.Fatalf("got /readiness %d %s; want %d", r.status, r.body, want)
 		}
 	}
+	waitFirstRound(t, srv)
 	srv.checkOnce(5 * time.Second)
 	ready(fasthttp.StatusOK)
 	if err := h.decode.Close(); err != nil {
