@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -200,6 +201,7 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 	for _, w := range warnings {
 		log.Warn().Msg(w)
 	}
+	applyGCPercent()
 	srv, err := lb.New(cfg, log)
 	if err != nil {
 		return err
@@ -220,6 +222,23 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 	}
 	log.Info().Str("version", version).Msg("pdlb starting")
 	return serveUntilSignal(srv, ln, time.Duration(c.ShutdownGracePeriodSecs)*time.Second, log)
+}
+
+// defaultGCPercent is pdlb's garbage collection target unless GOGC sets one.
+// pdlb's live heap is small next to its goroutine stacks, and Go's GOGC=100
+// lets the heap grow by the heap and the stacks together before collecting:
+// at 1,024 streams that drifts from 64 MiB to about 80 MiB within a minute,
+// and stacks grown by the first burst are only shrunk when a collection
+// comes. At 50 the footprint settles near 65 MiB, and the extra collections
+// did not show in the non-stream throughput (README, Performance).
+const defaultGCPercent = 50
+
+// applyGCPercent sets defaultGCPercent unless the GOGC environment variable
+// chose a target, which the Go runtime has applied already.
+func applyGCPercent() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 }
 
 // serveAdmin serves the admin routes (/metrics, and profiles with pprof) on

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"reflect"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -162,5 +164,20 @@ func TestParseDecodeOnlyFlags(t *testing.T) {
 	}
 	if _, _, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--pd-min-prompt-tokens", "-1"); err == nil {
 		t.Fatalf("a negative --pd-min-prompt-tokens was accepted")
+	}
+}
+
+func TestGCPercentDefaultsUnlessGOGCIsSet(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	t.Setenv("GOGC", "")
+	os.Unsetenv("GOGC")
+	applyGCPercent()
+	if got := debug.SetGCPercent(100); got != defaultGCPercent {
+		t.Errorf("without GOGC the GC target is %d, want %d", got, defaultGCPercent)
+	}
+	t.Setenv("GOGC", "100")
+	applyGCPercent()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("with GOGC=100 pdlb changed the GC target to %d", got)
 	}
 }
