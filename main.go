@@ -1,7 +1,7 @@
 // Command pdlb is a load balancer for SGLang prefill/decode disaggregated
 // serving, a drop-in replacement for sglang_router's mini_lb. It also ships
-// the fake SGLang servers (pdlb fake) and the load generator (pdlb bench)
-// used to test and measure it.
+// the fake SGLang servers (pdlb fake), the load generator (pdlb bench) and
+// a bare TCP relay (pdlb relay) used to test and measure it.
 package main
 
 import (
@@ -23,6 +23,7 @@ type cli struct {
 	Serve   serveCmd         `cmd:"" default:"withargs" help:"Run the load balancer (the default command)."`
 	Fake    fakeCmd          `cmd:"" help:"Run fake SGLang servers (prefill, decode, aggregated) for tests and demos."`
 	Bench   benchCmd         `cmd:"" help:"Send load to an endpoint and report throughput and latency."`
+	Relay   relayCmd         `cmd:"" help:"Pipe TCP connections to one address with nothing on the way: the floor of any proxy, a baseline for benchmarks."`
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }
 

@@ -181,3 +181,16 @@ func TestGCPercentDefaultsUnlessGOGCIsSet(t *testing.T) {
 		t.Errorf("with GOGC=100 pdlb changed the GC target to %d", got)
 	}
 }
+
+func TestParseRelay(t *testing.T) {
+	c, _, err := parse(t, "relay", "--listen", "127.0.0.1:1", "--to", "127.0.0.1:2")
+	if err != nil {
+		t.Fatalf("cannot parse the relay line: %s", err)
+	}
+	if c.Relay.Listen != "127.0.0.1:1" || c.Relay.To != "127.0.0.1:2" {
+		t.Errorf("relay got --listen %q --to %q", c.Relay.Listen, c.Relay.To)
+	}
+	if _, _, err := parse(t, "relay", "--listen", "127.0.0.1:1"); err == nil {
+		t.Error("relay without --to parsed; want an error")
+	}
+}

@@ -19,6 +19,9 @@
 # afresh for each scenario so its peak RSS (VmHWM) is that scenario's. The
 # event lag of the stream tables is how late each event reaches the bench
 # after the fake stamped it: what pdlb's relay adds shows as pdlb's lag.
+# Scenario 3 has a third target, relay: `pdlb relay`, a bare TCP relay to
+# the direct worker. It is the floor of any proxy on this machine, one more
+# hop and nothing else, so pdlb/direct can be read against relay/direct.
 #
 # BENCH_DURATION (default 10s) is each target's measured time per scenario,
 # cut into rounds of BENCH_ROUND (default 2s); BENCH_WARMUP (default 1s)
@@ -53,6 +56,7 @@ if [[ $fds != unlimited ]] && ((fds < need_fds)); then
 fi
 
 # compare NAME DIRECT PDLB FLAGS...: one comparison, printed as a table.
+# Further targets go in FLAGS as --compare NAME=URL, after pdlb.
 compare() {
 	local name=$1 direct=$2 lb=$3
 	shift 3
@@ -78,15 +82,17 @@ start_pdlb() {
 	wait_http "http://127.0.0.1:$1/health"
 }
 
-# streams N: scenario 3 or 4, N concurrent streams through a fresh pdlb.
+# streams N [FLAGS...]: scenario 3 or 4, N concurrent streams through a
+# fresh pdlb; FLAGS go to the comparison.
 streams() {
 	local n=$1 port name=streams-$1 pid d p
+	shift
 	port=$((base + 10 + n / 1024))
 	start_pdlb "$port" "$stream_prefill" "$stream_bootstrap" "$stream_decode" "$out/pdlb-$name.log"
 	pid=${PIDS[-1]}
 	echo
 	echo "== $n concurrent streams of 32 events 20 ms apart, /generate"
-	compare "$name" "$stream_direct" "127.0.0.1:$port" --stream --concurrency "$n" --max-new-tokens 32
+	compare "$name" "$stream_direct" "127.0.0.1:$port" --stream --concurrency "$n" --max-new-tokens 32 "$@"
 	read -r d p < <(errors "$name")
 	echo "pdlb peak RSS (VmHWM): $(peak_rss "$pid")"
 	echo "errors: direct $d, pdlb $p (must be 0)"
@@ -106,14 +112,17 @@ stream_prefill=127.0.0.1:$((base + 5))
 stream_decode=127.0.0.1:$((base + 6))
 stream_direct=127.0.0.1:$((base + 7))
 stream_bootstrap=$((base + 997))
+stream_relay=127.0.0.1:$((base + 9))
 
 start "fake workers" "$out/fake.log" "$PDLB" fake --prefill "$fast_prefill" --decode "$fast_decode" \
 	--aggregated "$fast_direct" --bootstrap-port "$fast_bootstrap" --log-level warn
 start "fake stream workers" "$out/fake-streams.log" "$PDLB" fake --prefill "$stream_prefill" \
 	--decode "$stream_decode" --aggregated "$stream_direct" --bootstrap-port "$stream_bootstrap" \
 	--token-delay 20ms --tokens 32 --log-level warn
+start "relay to the direct stream worker" "$out/relay.log" "$PDLB" relay --listen "$stream_relay" --to "$stream_direct"
 wait_http "http://$fast_prefill/health"
 wait_http "http://$stream_prefill/health"
+wait_http "http://$stream_relay/health"
 start_pdlb "$base" "$fast_prefill" "$fast_bootstrap" "$fast_decode" "$out/pdlb.log"
 
 for s in $scenarios; do
@@ -128,7 +137,7 @@ for s in $scenarios; do
 		echo "== non-stream /generate, 1 client"
 		compare generate-1 "$fast_direct" "127.0.0.1:$base" --concurrency 1
 		;;
-	3) streams 1024 ;;
+	3) streams 1024 --compare "relay=http://$stream_relay" ;;
 	4) streams 4096 ;;
 	*)
 		echo "error: unknown scenario $s in BENCH_SCENARIOS" >&2

@@ -1,0 +1,68 @@
+// Package relay is a featureless TCP relay: each connection it accepts is
+// piped to one upstream address, with plain reads and writes and nothing
+// else. It is the floor of any proxy, one more hop on the path, which
+// `make bench` puts beside pdlb so that what pdlb's features cost can be
+// told from what the hop itself costs on the machine.
+package relay
+
+import (
+	"errors"
+	"net"
+	"sync"
+)
+
+// bufSize is each direction's buffer: an SSE event or a small request fits.
+const bufSize = 4 << 10
+
+// Serve relays every connection accepted on ln to upstream until ln is
+// closed, then waits for the relayed connections to end.
+func Serve(ln net.Listener, upstream string) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		client, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		wg.Go(func() { relay(client, upstream) })
+	}
+}
+
+// relay pipes client to a new connection to upstream and back. The client's
+// end of input is passed on as a half close; the upstream's end closes both.
+func relay(client net.Conn, upstream string) {
+	defer client.Close()
+	up, err := net.Dial("tcp", upstream)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	go func() {
+		pipe(up, client)
+		if tcp, ok := up.(*net.TCPConn); ok {
+			_ = tcp.CloseWrite()
+		}
+	}()
+	pipe(client, up)
+}
+
+// pipe copies src to dst until either fails. It reads and writes itself:
+// io.Copy would splice(2) through a pipe, which costs more than it saves
+// on small messages.
+func pipe(dst, src net.Conn) {
+	buf := make([]byte, bufSize)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
