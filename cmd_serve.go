@@ -227,10 +227,11 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 // defaultGCPercent is pdlb's garbage collection target unless GOGC sets one.
 // pdlb's live heap is small next to its goroutine stacks, and Go's GOGC=100
 // lets the heap grow by the heap and the stacks together before collecting:
-// at 1,024 streams that drifts from 64 MiB to about 80 MiB within a minute,
-// and stacks grown by the first burst are only shrunk when a collection
-// comes. At 50 the footprint settles near 65 MiB, and the extra collections
-// did not show in the non-stream throughput (README, Performance).
+// at 1,024 streams pdlb's RSS went from 64 MiB to 74 MiB within a minute and
+// was still growing, and stacks grown by the first burst are only shrunk
+// when a collection comes. At 50 the same minute ended at 67 MiB, and the
+// extra collections did not show in the non-stream throughput (README,
+// Performance).
 const defaultGCPercent = 50
 
 // applyGCPercent sets defaultGCPercent unless the GOGC environment variable
