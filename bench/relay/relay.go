@@ -15,10 +15,21 @@ import (
 const bufSize = 4 << 10
 
 // Serve relays every connection accepted on ln to upstream until ln is
-// closed, then waits for the relayed connections to end.
+// closed, then closes the connections it relays and waits for them to end.
 func Serve(ln net.Listener, upstream string) error {
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		clients = make(map[net.Conn]struct{})
+	)
+	defer func() {
+		mu.Lock()
+		for c := range clients {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}()
 	for {
 		client, err := ln.Accept()
 		if err != nil {
@@ -27,7 +38,15 @@ func Serve(ln net.Listener, upstream string) error {
 			}
 			return err
 		}
-		wg.Go(func() { relay(client, upstream) })
+		mu.Lock()
+		clients[client] = struct{}{}
+		mu.Unlock()
+		wg.Go(func() {
+			relay(client, upstream)
+			mu.Lock()
+			delete(clients, client)
+			mu.Unlock()
+		})
 	}
 }
 

@@ -126,3 +126,39 @@ func TestRelayClosesAClientItCannotConnect(t *testing.T) {
 		t.Errorf("read %d bytes, %v; want EOF as the relay hangs up", n, err)
 	}
 }
+
+func TestServeEndsOpenRelaysWhenItsListenerCloses(t *testing.T) {
+	up := upstream(t, make(chan string, 1))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- Serve(ln, up.Addr().String()) }()
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	// One round trip, so the relay is surely running.
+	if _, err := io.WriteString(c, "ping\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve waited for a client that stays connected")
+	}
+	if n, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("read %d bytes, %v; want EOF once the relay has shut down", n, err)
+	}
+}
