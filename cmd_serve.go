@@ -45,7 +45,7 @@ type serveCmd struct {
 	StreamIdleTimeoutSecs  int  `help:"Longest silence between two stream events from the decode." default:"300"`
 	ClientWriteTimeoutSecs int  `help:"Longest a write to a client may take, so a client that stops reading is let go." default:"60"`
 	ClientReadTimeoutSecs  int  `help:"Longest reading a client's request may take, so a client that sends slowly is let go." default:"60"`
-	MaxHeaderSize          int  `help:"Largest request header accepted, in bytes; larger ones get a 431. Each client connection holds a buffer this large." default:"4096"`
+	MaxHeaderSize          int  `help:"Largest request header accepted, in bytes; larger ones get a 431. A client connection holds a buffer this large while it reads a request." default:"4096"`
 	RetryMaxRetries        int  `help:"More attempts a request may get, on a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"2"`
 	DisableRetries         bool `help:"Give every request a single attempt."`
 	MaxConcurrentRequests  int  `help:"Most generate requests in flight; beyond, they wait in a queue, then get a 429 (0: no limit)." default:"0"`

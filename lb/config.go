@@ -107,8 +107,8 @@ type Config struct {
 	// ClientReadTimeout bounds reading a client's request. Zero means 60 s.
 	ClientReadTimeout time.Duration
 	// MaxHeaderSize is the largest request header accepted; larger ones get
-	// a 431. Each client connection holds a read buffer this large, so it
-	// weighs on memory with thousands of streams. Zero means 4 KiB.
+	// a 431. A client connection holds a read buffer this large while it
+	// reads a request. Zero means 4 KiB.
 	MaxHeaderSize int
 
 	// AccessLog writes one info-level line per finished request.
