@@ -63,7 +63,7 @@ type serveCmd struct {
 	QueueSize               int     `help:"Most requests waiting for a slot under --max-concurrent-requests." default:"256"`
 	QueueTimeoutSecs        int     `help:"Longest a request waits for a slot under --max-concurrent-requests." default:"60"`
 	MaxPayloadSize          int     `help:"Largest request body accepted, in bytes; larger ones get a 413." default:"268435456"`
-	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"3"`
+	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"4"`
 	MaxConnsPerBackend      int     `help:"Most pooled connections to one worker; requests beyond wait for one." default:"4096"`
 	ShutdownGracePeriodSecs int     `help:"On SIGTERM, how long in-flight requests and streams may finish before pdlb exits." default:"180"`
 	AccessLog               bool    `help:"Log one line per request."`

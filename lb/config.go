@@ -93,7 +93,8 @@ type Config struct {
 	MaxConnsPerBackend int
 	// IdleConnTimeout drops pooled connections idle this long. It must stay
 	// below the workers' own keep-alive (uvicorn closes after 5 s) so pdlb
-	// never writes to a connection the worker is closing. Zero means 3 s.
+	// never writes to a connection the worker is closing; a second is
+	// margin enough. Zero means 4 s.
 	IdleConnTimeout time.Duration
 	// MaxRequestBodySize is the largest client body accepted; larger ones
 	// get a 413. Zero means 64 MiB.
@@ -209,7 +210,7 @@ func (c *Config) setDefaults() {
 		c.MaxConnsPerBackend = 4096
 	}
 	if c.IdleConnTimeout <= 0 {
-		c.IdleConnTimeout = 3 * time.Second
+		c.IdleConnTimeout = 4 * time.Second
 	}
 	if c.MaxRequestBodySize <= 0 {
 		c.MaxRequestBodySize = 64 << 20
