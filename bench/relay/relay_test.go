@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -45,22 +46,52 @@ func upstream(t *testing.T, saw chan<- string) net.Listener {
 	return ln
 }
 
-func TestRelayPipesBothWaysAndPassesTheClose(t *testing.T) {
-	saw := make(chan string, 1)
-	up := upstream(t, saw)
+// startRelay runs Serve to upstream on a loopback port and returns its
+// address, and stop, which closes the listener and fails the test unless
+// Serve then returns, without error, within 5 s. stop also runs at cleanup.
+func startRelay(t *testing.T, upstream string) (addr string, stop func()) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- Serve(ln, up.Addr().String()) }()
+	go func() { served <- Serve(ln, upstream) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			ln.Close()
+			select {
+			case err := <-served:
+				if err != nil {
+					t.Errorf("Serve: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Error("Serve did not return within 5 s of its listener closing")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return ln.Addr().String(), stop
+}
 
-	c, err := net.Dial("tcp", ln.Addr().String())
+// dial connects to addr, with a 5 s deadline on all it does; the connection
+// is closed at cleanup.
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	return c
+}
+
+func TestRelayPipesBothWaysAndPassesTheClose(t *testing.T) {
+	saw := make(chan string, 1)
+	addr, stop := startRelay(t, upstream(t, saw).Addr().String())
+	c := dial(t, addr)
 	r := bufio.NewReader(c)
 	for _, line := range []string{"first\n", "second\n"} {
 		if _, err := io.WriteString(c, line); err != nil {
@@ -89,17 +120,8 @@ func TestRelayPipesBothWaysAndPassesTheClose(t *testing.T) {
 	if rest, err := io.ReadAll(r); err != nil || len(rest) != 0 {
 		t.Errorf("after the upstream closed, the client read %q, %v; want EOF", rest, err)
 	}
-
 	c.Close()
-	ln.Close()
-	select {
-	case err := <-served:
-		if err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Serve did not return once its listener closed")
-	}
+	stop()
 }
 
 func TestRelayClosesAClientItCannotConnect(t *testing.T) {
@@ -107,41 +129,18 @@ func TestRelayClosesAClientItCannotConnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := dead.Addr().String()
+	deadAddr := dead.Addr().String()
 	dead.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() { _ = Serve(ln, addr) }()
-
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	addr, _ := startRelay(t, deadAddr)
+	c := dial(t, addr)
 	if n, err := c.Read(make([]byte, 1)); err != io.EOF {
 		t.Errorf("read %d bytes, %v; want EOF as the relay hangs up", n, err)
 	}
 }
 
 func TestServeEndsOpenRelaysWhenItsListenerCloses(t *testing.T) {
-	up := upstream(t, make(chan string, 1))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- Serve(ln, up.Addr().String()) }()
-
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	addr, stop := startRelay(t, upstream(t, make(chan string, 1)).Addr().String())
+	c := dial(t, addr)
 	// One round trip, so the relay is surely running.
 	if _, err := io.WriteString(c, "ping\n"); err != nil {
 		t.Fatal(err)
@@ -149,15 +148,8 @@ func TestServeEndsOpenRelaysWhenItsListenerCloses(t *testing.T) {
 	if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
-	ln.Close()
-	select {
-	case err := <-served:
-		if err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Serve waited for a client that stays connected")
-	}
+	// The client stays connected: Serve must close it rather than wait.
+	stop()
 	if n, err := c.Read(make([]byte, 1)); err != io.EOF {
 		t.Errorf("read %d bytes, %v; want EOF once the relay has shut down", n, err)
 	}
