@@ -223,12 +223,10 @@ func (x *exchange) prefillSends() []byte {
 }
 
 // prepare builds the call's request from the client's: same URI and
-// headers (minus hop-by-hop ones), the given body and the request ID.
+// headers (minus those not forwarded), the given body and the request ID.
 func (c *call) prepare(ctx *fasthttp.RequestCtx, b *Backend, body []byte, deadline time.Time, requestID []byte) {
 	ctx.Request.Header.CopyTo(&c.req.Header)
-	stripHopHeaders(&c.req.Header)
-	// pdlb reads and merges answers, so they must come uncompressed.
-	c.req.Header.Del(fasthttp.HeaderAcceptEncoding)
+	stripUnforwarded(&c.req.Header)
 	c.target(b, ctx.Request.RequestURI(), body, deadline, requestID)
 }
 

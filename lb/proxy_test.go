@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -220,6 +221,46 @@ func TestHopHeadersAreNotForwarded(t *testing.T) {
 	for range 2 {
 		if got, want := <-seen, "end=2 hop= keep-alive= te="; got != want {
 			t.Fatalf("a leg got %q; want %q", got, want)
+		}
+	}
+}
+
+// stripUnforwarded removes exactly the headers a call must not take from
+// its client, whichever of them a request holds, as fasthttp's server
+// parses them.
+func TestStripUnforwarded(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"X-End: 1\r\nAccept: */*", "Accept: */*|X-End: 1"},
+		{"Accept-Encoding: gzip, deflate\r\nX-End: 1", "X-End: 1"},
+		{"Connection: keep-alive\r\nAccept-Encoding: gzip\r\nX-End: 1", "X-End: 1"},
+		{"Connection: close\r\nX-End: 1", "X-End: 1"},
+		{"Connection: close, X-Hop\r\nX-Hop: 1\r\nX-End: 1", "X-End: 1"},
+		{"Connection: x-hop\r\nX-Hop: 1\r\nX-End: 1", "X-End: 1"},
+		{"Proxy-Connection: keep-alive\r\nKeep-Alive: timeout=5\r\nX-End: 1", "X-End: 1"},
+		{"Proxy-Authenticate: Basic\r\nProxy-Authorization: Basic eA==\r\nX-End: 1", "X-End: 1"},
+		{"Te: trailers\r\nTrailer: X-Sum\r\nX-End: 1", "X-End: 1"},
+		{"Upgrade: websocket\r\nExpect: 100-continue\r\nX-End: 1", "X-End: 1"},
+	} {
+		var req fasthttp.Request
+		raw := "POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Type: application/json\r\n" + tc.in + "\r\nContent-Length: 2\r\n\r\n{}"
+		if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+			t.Fatalf("%q: %v", tc.in, err)
+		}
+		stripUnforwarded(&req.Header)
+		var kept []string
+		for k, v := range req.Header.All() {
+			switch string(k) {
+			case fasthttp.HeaderHost, fasthttp.HeaderContentType, fasthttp.HeaderContentLength:
+			default:
+				kept = append(kept, string(k)+": "+string(v))
+			}
+		}
+		slices.Sort(kept)
+		if got := strings.Join(kept, "|"); got != tc.want {
+			t.Errorf("%q: kept %q; want %q", tc.in, got, tc.want)
+		}
+		if req.Header.ConnectionClose() {
+			t.Errorf("%q: the call would ask the worker to close the connection", tc.in)
 		}
 	}
 }
