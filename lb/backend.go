@@ -106,7 +106,9 @@ func parseWorkerURL(raw string) (workerURL, error) {
 	return w, nil
 }
 
-func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.Set, log zerolog.Logger) (*Backend, error) {
+// newBackend makes the backend of a worker; quit closes when the server
+// shuts down.
+func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.Set, log zerolog.Logger, quit <-chan struct{}) (*Backend, error) {
 	w, err := parseWorkerURL(rawURL)
 	if err != nil {
 		return nil, err
@@ -132,7 +134,6 @@ func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.
 		Addr:                w.addr,
 		IsTLS:               w.tls,
 		Name:                "pdlb",
-		Dial:                cfg.Dial,
 		MaxConns:            cfg.MaxConnsPerBackend,
 		MaxConnWaitTimeout:  cfg.RequestTimeout,
 		MaxIdleConnDuration: cfg.IdleConnTimeout,
@@ -146,6 +147,7 @@ func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.
 		Transport:                     transport{},
 		RetryIfErr:                    retryStaleConn,
 	}
+	b.hc.DialTimeout = newDialers(dialFunc(cfg.Dial), quit).Dial
 	labels := fmt.Sprintf(`role=%q,backend=%q`, role, w.addr)
 	b.requests = ms.NewCounter(`pdlb_backend_requests_total{` + labels + `}`)
 	b.errors = ms.NewCounter(`pdlb_backend_errors_total{` + labels + `}`)

@@ -152,7 +152,7 @@ func (s *Server) buildPools() error {
 func (s *Server) newPool(role, policy string, urls []string) (*Pool, error) {
 	pool := &Pool{role: role, policy: policy}
 	for i, u := range urls {
-		b, err := newBackend(role, i, u, &s.cfg, s.ms, s.log)
+		b, err := newBackend(role, i, u, &s.cfg, s.ms, s.log, s.ctx.Done())
 		if err != nil {
 			return nil, fmt.Errorf("invalid %s URL: %w", role, err)
 		}

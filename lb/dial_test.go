@@ -1,0 +1,205 @@
+package lb
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// blockingDial is a dial that holds every caller until release is closed,
+// then hands out one end of a pipe. It records what it made, and how many
+// dials ran at once.
+type blockingDial struct {
+	release chan struct{}
+	mu      sync.Mutex
+	made    []*closeRecorder
+	now     atomic.Int32
+	most    atomic.Int32
+}
+
+type closeRecorder struct {
+	net.Conn
+	closed atomic.Bool
+}
+
+func (c *closeRecorder) Close() error {
+	c.closed.Store(true)
+	return c.Conn.Close()
+}
+
+func newBlockingDial() *blockingDial { return &blockingDial{release: make(chan struct{})} }
+
+func (b *blockingDial) dial(string, time.Duration) (net.Conn, error) {
+	n := b.now.Add(1)
+	defer b.now.Add(-1)
+	for m := b.most.Load(); n > m && !b.most.CompareAndSwap(m, n); m = b.most.Load() {
+	}
+	<-b.release
+	c1, c2 := net.Pipe()
+	_ = c2.Close()
+	c := &closeRecorder{Conn: c1}
+	b.mu.Lock()
+	b.made = append(b.made, c)
+	b.mu.Unlock()
+	return c, nil
+}
+
+// startDialers makes dialers whose goroutines the test stops, and waits for,
+// when it ends.
+func startDialers(t *testing.T, dial fasthttp.DialFuncWithTimeout) *dialers {
+	quit := make(chan struct{})
+	d := newDialers(dial, quit)
+	t.Cleanup(func() {
+		close(quit)
+		waitFor(t, "the dialer goroutines to exit", func() bool { return d.counts() == [2]int{0, 0} })
+	})
+	return d
+}
+
+func (d *dialers) counts() [2]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return [2]int{d.running, d.idle}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// Dials one after another reuse one goroutine.
+func TestDialersReuseTheirGoroutine(t *testing.T) {
+	b := newBlockingDial()
+	close(b.release)
+	d := startDialers(t, b.dial)
+	for range 20 {
+		c, err := d.Dial("worker:1", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close()
+		waitFor(t, "the dialer to be idle again", func() bool { return d.counts()[1] == 1 })
+	}
+	if got := d.counts(); got != [2]int{1, 1} {
+		t.Fatalf("running, idle = %v after 20 dials in turn; want one goroutine, idle", got)
+	}
+}
+
+// A burst runs at most maxDialers dials at once; the rest wait their turn,
+// and every caller gets its connection.
+func TestDialersBoundTheirGoroutines(t *testing.T) {
+	b := newBlockingDial()
+	d := startDialers(t, b.dial)
+	const callers = maxDialers + 20
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			c, err := d.Dial("worker:1", 5*time.Second)
+			if err == nil {
+				_ = c.Close()
+			}
+			errs <- err
+		}()
+	}
+	waitFor(t, "the burst to fill the dialers and queue the rest", func() bool {
+		return b.now.Load() == maxDialers && len(d.jobs) == callers-maxDialers
+	})
+	time.Sleep(50 * time.Millisecond) // let any goroutine too many start
+	if got := d.counts(); got != [2]int{maxDialers, 0} {
+		t.Fatalf("running, idle = %v with every dialer busy; want %d, 0", got, maxDialers)
+	}
+	close(b.release)
+	for range callers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if most := b.most.Load(); most != maxDialers {
+		t.Fatalf("%d dials ran at once; want at most (and here exactly) %d", most, maxDialers)
+	}
+}
+
+// A caller whose time runs out first gets a dial timeout, and the connection
+// made for it meanwhile is closed, not leaked.
+func TestAbandonedDialIsClosed(t *testing.T) {
+	b := newBlockingDial()
+	d := startDialers(t, b.dial)
+	_, err := d.Dial("worker:1", 20*time.Millisecond)
+	if !errors.Is(err, fasthttp.ErrDialTimeout) {
+		t.Fatalf("got %v; want %v", err, fasthttp.ErrDialTimeout)
+	}
+	close(b.release)
+	waitFor(t, "the late connection to be made and closed", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.made) == 1 && b.made[0].closed.Load()
+	})
+}
+
+// An idle goroutine exits after idleFor; the next dial starts another.
+func TestIdleDialerExits(t *testing.T) {
+	b := newBlockingDial()
+	close(b.release)
+	d := startDialers(t, b.dial)
+	d.idleFor = 10 * time.Millisecond
+	for range 2 {
+		c, err := d.Dial("worker:1", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close()
+		waitFor(t, "the idle dialer to exit", func() bool { return d.counts() == [2]int{0, 0} })
+	}
+}
+
+// Once the server quits, the goroutines exit, a dial waiting on one runs on
+// its caller's goroutine instead, and so do later dials.
+func TestDialersQuit(t *testing.T) {
+	b := newBlockingDial()
+	quit := make(chan struct{})
+	d := newDialers(b.dial, quit)
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		c, err := d.Dial("worker:1", 5*time.Second)
+		got <- result{c, err}
+	}()
+	waitFor(t, "a dial to start", func() bool { return b.now.Load() == 1 })
+	close(quit)
+	waitFor(t, "the caller to dial itself", func() bool { return b.now.Load() == 2 })
+	close(b.release)
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	waitFor(t, "the dialer goroutine to exit", func() bool { return d.counts() == [2]int{0, 0} })
+	waitFor(t, "the dialer's late connection to be closed", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.made) == 2 && b.made[0].closed.Load() != b.made[1].closed.Load()
+	})
+	if r.conn.(*closeRecorder).closed.Load() {
+		t.Fatal("the caller got the connection that was closed")
+	}
+	_ = r.conn.Close()
+	c, err := d.Dial("worker:1", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+	if got := d.counts(); got != [2]int{0, 0} {
+		t.Fatalf("running, idle = %v after quit; want no goroutine", got)
+	}
+}
