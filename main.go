@@ -1,7 +1,8 @@
 // Command pdlb is a load balancer for SGLang prefill/decode disaggregated
 // serving, a drop-in replacement for sglang_router's mini_lb. It also ships
-// the fake SGLang servers (pdlb fake), the load generator (pdlb bench) and
-// a bare TCP relay (pdlb relay) used to test and measure it.
+// the fake SGLang servers (pdlb fake), the load generator (pdlb bench), and
+// the baselines it is measured against: a bare TCP relay (pdlb relay) and a
+// featureless pairing proxy (pdlb pair).
 package main
 
 import (
@@ -24,6 +25,7 @@ type cli struct {
 	Fake    fakeCmd          `cmd:"" help:"Run fake SGLang servers (prefill, decode, aggregated) for tests and demos."`
 	Bench   benchCmd         `cmd:"" help:"Send load to an endpoint and report throughput and latency."`
 	Relay   relayCmd         `cmd:"" help:"Pipe TCP connections to one address with nothing on the way: the floor of any proxy, a baseline for benchmarks."`
+	Pair    pairCmd          `cmd:"" help:"Pair one prefill and one decode with nothing else (no health checks, metrics, retries, streaming): a baseline for benchmarks."`
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }
 

@@ -194,3 +194,16 @@ func TestParseRelay(t *testing.T) {
 		t.Error("relay without --to parsed; want an error")
 	}
 }
+
+func TestParsePair(t *testing.T) {
+	c, _, err := parse(t, "pair", "--listen", "127.0.0.1:1", "--prefill", "127.0.0.1:2", "--decode", "127.0.0.1:3")
+	if err != nil {
+		t.Fatalf("cannot parse the pair line: %s", err)
+	}
+	if got := c.Pair; got.Listen != "127.0.0.1:1" || got.Prefill != "127.0.0.1:2" || got.Decode != "127.0.0.1:3" || got.BootstrapPort != 8998 {
+		t.Errorf("pair got %+v", got)
+	}
+	if _, _, err := parse(t, "pair", "--listen", "127.0.0.1:1", "--prefill", "127.0.0.1:2"); err == nil {
+		t.Error("pair without --decode parsed; want an error")
+	}
+}

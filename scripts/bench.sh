@@ -14,6 +14,13 @@
 #   4. 4,096 concurrent streams of 32 events 20 ms apart: errors (must be 0)
 #      and pdlb's peak RSS
 #
+# Scenarios 1 and 2 have a third target: `pdlb pair`, a featureless pairing
+# proxy (it splices the bootstrap fields and sends both legs, nothing more)
+# in front of the same fake pair, the reference the non-stream targets are
+# stated against. Each target then idles through two rounds of the others,
+# so pdlb may start a round by reconnecting its pooled connections, which
+# costs 128 dials here: nothing next to a round.
+#
 # The streams come from a second fake process (--token-delay 20ms --tokens
 # 32, asked for max_new_tokens 32) behind a pdlb of their own, started
 # afresh for each scenario so its peak RSS (VmHWM) is that scenario's. The
@@ -24,7 +31,8 @@
 # proxy on this machine, one more hop and nothing else, so pdlb/direct can
 # be read against relay/direct. (Not as a third target of one comparison:
 # each target would then idle through two rounds of the others, longer
-# than pdlb keeps pooled connections, and start every round reconnecting.)
+# than pdlb keeps pooled connections, and start every round reconnecting
+# 2,048 of them, which shows at a thousand streams.)
 #
 # BENCH_DURATION (default 10s) is each target's measured time per scenario,
 # cut into rounds of BENCH_ROUND (default 2s); BENCH_WARMUP (default 1s)
@@ -58,13 +66,18 @@ if [[ $fds != unlimited ]] && ((fds < need_fds)); then
 	echo "warning: scenario 4 needs about $need_fds file descriptors per process; raise the hard limit (ulimit -Hn, as root, or limits.conf)" >&2
 fi
 
-# compare NAME DIRECT [TARGET=]ADDR FLAGS...: one comparison of direct and
-# a target (pdlb unless named), printed as a table.
+# compare NAME DIRECT TARGETS FLAGS...: one comparison of direct and the
+# targets, a comma-separated list of [NAME=]ADDR (named pdlb if unnamed),
+# printed as a table.
 compare() {
-	local name=$1 direct=$2 target=$3
+	local name=$1 direct=$2 targets=$3 target
 	shift 3
-	[[ $target == *=* ]] || target=pdlb=$target
-	"$PDLB" bench --compare "direct=http://$direct" --compare "${target%%=*}=http://${target#*=}" --quiet \
+	local args=(--compare "direct=http://$direct")
+	for target in ${targets//,/ }; do
+		[[ $target == *=* ]] || target=pdlb=$target
+		args+=(--compare "${target%%=*}=http://${target#*=}")
+	done
+	"$PDLB" bench "${args[@]}" --quiet \
 		--duration "$duration" --round "$round" --warmup "$warmup" --json "$out/$name.json" "$@" |
 		tee "$out/$name.txt"
 }
@@ -109,6 +122,7 @@ streams() {
 fast_prefill=127.0.0.1:$((base + 1))
 fast_decode=127.0.0.1:$((base + 2))
 fast_direct=127.0.0.1:$((base + 3))
+fast_pair=127.0.0.1:$((base + 4))
 fast_bootstrap=$((base + 998))
 stream_prefill=127.0.0.1:$((base + 5))
 stream_decode=127.0.0.1:$((base + 6))
@@ -122,7 +136,10 @@ start "fake stream workers" "$out/fake-streams.log" "$PDLB" fake --prefill "$str
 	--decode "$stream_decode" --aggregated "$stream_direct" --bootstrap-port "$stream_bootstrap" \
 	--token-delay 20ms --tokens 32 --log-level warn
 start "relay to the direct stream worker" "$out/relay.log" "$PDLB" relay --listen "$stream_relay" --to "$stream_direct"
+start "featureless pairing proxy" "$out/pair.log" "$PDLB" pair --listen "$fast_pair" --prefill "$fast_prefill" \
+	--decode "$fast_decode" --bootstrap-port "$fast_bootstrap"
 wait_http "http://$fast_prefill/health"
+wait_http "http://$fast_pair/health"
 wait_http "http://$stream_prefill/health"
 wait_http "http://$stream_relay/health"
 start_pdlb "$base" "$fast_prefill" "$fast_bootstrap" "$fast_decode" "$out/pdlb.log"
@@ -132,12 +149,12 @@ for s in $scenarios; do
 	1)
 		echo
 		echo "== non-stream /generate, 64 clients"
-		compare generate-64 "$fast_direct" "127.0.0.1:$base" --concurrency 64
+		compare generate-64 "$fast_direct" "127.0.0.1:$base,pair=$fast_pair" --concurrency 64
 		;;
 	2)
 		echo
 		echo "== non-stream /generate, 1 client"
-		compare generate-1 "$fast_direct" "127.0.0.1:$base" --concurrency 1
+		compare generate-1 "$fast_direct" "127.0.0.1:$base,pair=$fast_pair" --concurrency 1
 		;;
 	3)
 		streams 1024

@@ -1,0 +1,119 @@
+// Package pair is a featureless pairing proxy: it splices the bootstrap
+// fields, with a fresh room, into each request's body, sends it to one
+// prefill and one decode at once, and answers with the decode's answer.
+// Nothing else: no health checks, metrics, logging, retries, cancellation,
+// timeouts or streaming. It is the reference the non-stream targets of
+// pdlb's benchmarks are stated against ("a featureless fasthttp pairing
+// proxy"), and `make bench` runs it beside pdlb so that what pdlb's
+// features cost can be told from what pairing itself costs on the machine.
+package pair
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"strconv"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bootstrap"
+)
+
+// Config names the pair, by "host:port".
+type Config struct {
+	Prefill string
+	Decode  string
+	// BootstrapPort is the prefill's bootstrap port.
+	BootstrapPort int
+}
+
+type proxy struct {
+	prefill, decode *fasthttp.HostClient
+	fields          bootstrap.Fields
+	bodies          sync.Pool
+}
+
+// Serve answers on ln until ctx is done, then lets the requests in flight
+// finish.
+func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
+	host, _, err := net.SplitHostPort(cfg.Prefill)
+	if err != nil {
+		return err
+	}
+	p := &proxy{
+		prefill: &fasthttp.HostClient{Addr: cfg.Prefill, MaxConns: 1 << 16},
+		decode:  &fasthttp.HostClient{Addr: cfg.Decode, MaxConns: 1 << 16},
+		fields:  bootstrap.Fields{Host: bootstrap.Host(host), Port: cfg.BootstrapPort},
+	}
+	srv := &fasthttp.Server{Handler: p.handle, NoDefaultContentType: true}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		<-ctx.Done()
+		_ = srv.Shutdown()
+	}()
+	err = srv.Serve(ln)
+	<-stopped
+	return err
+}
+
+func (p *proxy) handle(ctx *fasthttp.RequestCtx) {
+	if string(ctx.Path()) == "/health" {
+		return // 200, for scripts that wait for it to start
+	}
+	buf, _ := p.bodies.Get().(*[]byte)
+	if buf == nil {
+		buf = new([]byte)
+	}
+	defer p.bodies.Put(buf)
+	f := p.fields
+	room := [1]uint64{bootstrap.NewRoom()}
+	f.Rooms = room[:]
+	body, err := bootstrap.Append((*buf)[:0], ctx.PostBody(), f)
+	*buf = body
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+
+	preq, dreq := fasthttp.AcquireRequest(), fasthttp.AcquireRequest()
+	presp, dresp := fasthttp.AcquireResponse(), fasthttp.AcquireResponse()
+	defer func() {
+		fasthttp.ReleaseRequest(preq)
+		fasthttp.ReleaseRequest(dreq)
+		fasthttp.ReleaseResponse(presp)
+		fasthttp.ReleaseResponse(dresp)
+	}()
+	for _, leg := range []struct {
+		req *fasthttp.Request
+		hc  *fasthttp.HostClient
+	}{{preq, p.prefill}, {dreq, p.decode}} {
+		leg.req.Header.SetMethod(fasthttp.MethodPost)
+		leg.req.SetRequestURIBytes(ctx.RequestURI())
+		leg.req.Header.SetHost(leg.hc.Addr)
+		leg.req.Header.SetContentType("application/json")
+		leg.req.SetBodyRaw(body)
+	}
+	prefillDone := make(chan struct{})
+	go func() {
+		defer close(prefillDone)
+		_ = p.prefill.Do(preq, presp)
+	}()
+	err = p.decode.Do(dreq, dresp)
+	<-prefillDone
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadGateway, "decode: "+err.Error())
+		return
+	}
+	ctx.SetStatusCode(dresp.StatusCode())
+	ctx.Response.Header.SetContentTypeBytes(dresp.Header.ContentType())
+	ctx.SetBody(dresp.Body())
+}
+
+func writeError(ctx *fasthttp.RequestCtx, status int, msg string) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	quoted, _ := json.Marshal(msg)
+	ctx.SetBodyString(`{"error": {"message": ` + string(quoted) + `, "code": ` + strconv.Itoa(status) + `}}`)
+}

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/signal"
+	"syscall"
+
+	"pdlb/bench/pair"
+)
+
+// pairCmd serves a featureless pairing proxy: the reference pdlb's
+// non-stream path is measured against in make bench.
+type pairCmd struct {
+	Listen        string `help:"Address to serve on." required:"" placeholder:"HOST:PORT"`
+	Prefill       string `help:"The prefill worker." required:"" placeholder:"HOST:PORT"`
+	Decode        string `help:"The decode worker." required:"" placeholder:"HOST:PORT"`
+	BootstrapPort int    `help:"The prefill's bootstrap port." default:"8998"`
+}
+
+func (c *pairCmd) Run() error {
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("cannot listen: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return pair.Serve(ctx, ln, pair.Config{Prefill: c.Prefill, Decode: c.Decode, BootstrapPort: c.BootstrapPort})
+}
