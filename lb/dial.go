@@ -2,6 +2,7 @@ package lb
 
 import (
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,16 +39,25 @@ const dialerIdle = 10 * time.Second
 // maxDialers at a time. Make one with newDialers.
 type dialers struct {
 	dial fasthttp.DialFuncWithTimeout
-	jobs chan *dialJob
 	// quit closes when the server shuts down: the goroutines exit, and
 	// dials from then on run on their callers' goroutines.
 	quit <-chan struct{}
 	// idleFor is how long a goroutine waits for another dial: dialerIdle.
 	idleFor time.Duration
 
-	// running counts the dialer goroutines, idle those waiting for a job.
-	mu            sync.Mutex
-	running, idle int
+	// Every hand-over is decided under mu, on exact state: a job goes to
+	// an idle goroutine, else to a new one, else to the queue, which the
+	// goroutines empty before they go idle.
+	mu      sync.Mutex
+	running int
+	idle    []*dialer
+	queue   []*dialJob
+}
+
+// dialer is one goroutine of dialers, and the slot an idle one receives its
+// next job in.
+type dialer struct {
+	next chan *dialJob
 }
 
 // dialJob is one dial, handed from the request that needs it to a dialer
@@ -70,7 +80,7 @@ const (
 )
 
 func newDialers(dial fasthttp.DialFuncWithTimeout, quit <-chan struct{}) *dialers {
-	return &dialers{dial: dial, jobs: make(chan *dialJob, maxQueuedDials), quit: quit, idleFor: dialerIdle}
+	return &dialers{dial: dial, quit: quit, idleFor: dialerIdle}
 }
 
 // Dial is a fasthttp.DialFuncWithTimeout: it connects to addr within
@@ -80,25 +90,26 @@ func (d *dialers) Dial(addr string, timeout time.Duration) (net.Conn, error) {
 	if timeout <= 0 {
 		timeout = fasthttp.DefaultDialTimeout
 	}
-	j := &dialJob{addr: addr, deadline: time.Now().Add(timeout), done: make(chan struct{})}
 	select {
 	case <-d.quit:
 		return d.dial(addr, timeout)
 	default:
 	}
-	select {
-	case d.jobs <- j:
-	default:
-		return d.dial(addr, timeout) // a burst beyond the queue
-	}
+	j := &dialJob{addr: addr, deadline: time.Now().Add(timeout), done: make(chan struct{})}
 	d.mu.Lock()
-	// Start a dialer if the queue holds more jobs than idle dialers can
-	// take. One that finds the queue empty exits only after checking it
-	// under this lock, so a job queued is never left without a dialer.
-	if len(d.jobs) > d.idle && d.running < maxDialers {
+	switch {
+	case len(d.idle) > 0:
+		w := d.idle[len(d.idle)-1]
+		d.idle = d.idle[:len(d.idle)-1]
+		w.next <- j // room for one, and an idle dialer holds none
+	case d.running < maxDialers:
 		d.running++
-		d.idle++
-		go d.run()
+		go d.run(j)
+	case len(d.queue) < maxQueuedDials:
+		d.queue = append(d.queue, j)
+	default:
+		d.mu.Unlock()
+		return d.dial(addr, timeout) // a burst beyond the queue
 	}
 	d.mu.Unlock()
 
@@ -121,42 +132,41 @@ func (d *dialers) Dial(addr string, timeout time.Duration) (net.Conn, error) {
 	return j.conn, j.err
 }
 
-// run dials the queued jobs until none has come for d.idleFor.
-func (d *dialers) run() {
+// run dials j, then the queued jobs, then the jobs handed to it while idle,
+// until none has come for d.idleFor or the server quits.
+func (d *dialers) run(j *dialJob) {
+	w := &dialer{next: make(chan *dialJob, 1)}
 	idle := time.NewTimer(d.idleFor)
 	defer idle.Stop()
 	for {
-		select {
-		case j := <-d.jobs:
-			d.setIdle(-1)
-			d.do(j)
-			d.setIdle(+1)
-			idle.Reset(d.idleFor)
-		case <-idle.C:
-			d.mu.Lock()
-			if len(d.jobs) > 0 {
-				d.mu.Unlock()
-				idle.Reset(d.idleFor)
-				continue
-			}
-			d.idle--
-			d.running--
+		d.do(j)
+		d.mu.Lock()
+		if len(d.queue) > 0 {
+			j = d.queue[0]
+			d.queue[0] = nil
+			d.queue = d.queue[1:]
 			d.mu.Unlock()
-			return
+			continue
+		}
+		d.idle = append(d.idle, w)
+		d.mu.Unlock()
+		idle.Reset(d.idleFor)
+		select {
+		case j = <-w.next:
+			continue
+		case <-idle.C:
 		case <-d.quit:
-			d.mu.Lock()
-			d.idle--
+		}
+		d.mu.Lock()
+		if i := slices.Index(d.idle, w); i >= 0 {
+			d.idle = slices.Delete(d.idle, i, i+1)
 			d.running--
 			d.mu.Unlock()
 			return
 		}
+		d.mu.Unlock()
+		j = <-w.next // handed a job as it was leaving: do it first
 	}
-}
-
-func (d *dialers) setIdle(delta int) {
-	d.mu.Lock()
-	d.idle += delta
-	d.mu.Unlock()
 }
 
 // do dials for j, unless its request has given up already.

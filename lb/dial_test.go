@@ -61,10 +61,17 @@ func startDialers(t *testing.T, dial fasthttp.DialFuncWithTimeout) *dialers {
 	return d
 }
 
+// counts returns how many dialer goroutines run, and how many of them idle.
 func (d *dialers) counts() [2]int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return [2]int{d.running, d.idle}
+	return [2]int{d.running, len(d.idle)}
+}
+
+func (d *dialers) queued() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.queue)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -111,7 +118,7 @@ func TestDialersBoundTheirGoroutines(t *testing.T) {
 		}()
 	}
 	waitFor(t, "the burst to fill the dialers and queue the rest", func() bool {
-		return b.now.Load() == maxDialers && len(d.jobs) == callers-maxDialers
+		return b.now.Load() == maxDialers && d.queued() == callers-maxDialers
 	})
 	time.Sleep(50 * time.Millisecond) // let any goroutine too many start
 	if got := d.counts(); got != [2]int{maxDialers, 0} {

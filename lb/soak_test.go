@@ -105,7 +105,9 @@ func TestSoak(t *testing.T) {
 	clients.Wait()
 	close(stop)
 	chaos.Wait()
-	waitIdle(t, srv)
+	// A prefill may outlive its decode by orphanPrefillGrace: one that was
+	// still waiting for a KV claim that never came when its decode ended.
+	waitIdleWithin(t, srv, orphanPrefillGrace+time.Second)
 	t.Logf("soak over %s: %s", duration, tally.String())
 	if tally.lost.Load() != 0 || tally.hung.Load() != 0 || tally.complete.Load() == 0 {
 		t.Fatalf("lost %d, hung %d, complete %d", tally.lost.Load(), tally.hung.Load(), tally.complete.Load())
