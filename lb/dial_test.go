@@ -74,6 +74,17 @@ func (d *dialers) queued() int {
 	return len(d.queue)
 }
 
+// dialAsync dials with d in the background and sends the outcome to errs.
+func dialAsync(d *dialers, errs chan<- error) {
+	go func() {
+		c, err := d.Dial("worker:1", 5*time.Second)
+		if err == nil {
+			_ = c.Close()
+		}
+		errs <- err
+	}()
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
@@ -109,13 +120,7 @@ func TestDialersBoundTheirGoroutines(t *testing.T) {
 	const callers = maxDialers + 20
 	errs := make(chan error, callers)
 	for range callers {
-		go func() {
-			c, err := d.Dial("worker:1", 5*time.Second)
-			if err == nil {
-				_ = c.Close()
-			}
-			errs <- err
-		}()
+		dialAsync(d, errs)
 	}
 	waitFor(t, "the burst to fill the dialers and queue the rest", func() bool {
 		return b.now.Load() == maxDialers && d.queued() == callers-maxDialers
@@ -132,6 +137,28 @@ func TestDialersBoundTheirGoroutines(t *testing.T) {
 	}
 	if most := b.most.Load(); most != maxDialers {
 		t.Fatalf("%d dials ran at once; want at most (and here exactly) %d", most, maxDialers)
+	}
+}
+
+// A dial beyond a full queue runs on its caller's goroutine at once.
+func TestDialBeyondTheQueueRunsOnTheCaller(t *testing.T) {
+	b := newBlockingDial()
+	d := startDialers(t, b.dial)
+	const callers = maxDialers + maxQueuedDials + 1
+	errs := make(chan error, callers)
+	for range callers - 1 {
+		dialAsync(d, errs)
+	}
+	waitFor(t, "the dialers and the queue to fill", func() bool {
+		return b.now.Load() == maxDialers && d.queued() == maxQueuedDials
+	})
+	dialAsync(d, errs)
+	waitFor(t, "the last caller to dial itself", func() bool { return b.now.Load() == maxDialers+1 })
+	close(b.release)
+	for range callers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
