@@ -64,6 +64,7 @@ type serveCmd struct {
 	QueueTimeoutSecs        int     `help:"Longest a request waits for a slot under --max-concurrent-requests." default:"60"`
 	MaxPayloadSize          int     `help:"Largest request body accepted, in bytes; larger ones get a 413." default:"268435456"`
 	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"4"`
+	ConnectTimeoutSecs      float64 `help:"Longest a new connection to a worker may take; a worker that does not accept in time counts as unreachable, and the request goes to another." default:"5"`
 	MaxConnsPerBackend      int     `help:"Most pooled connections to one worker; requests beyond wait for one." default:"4096"`
 	ShutdownGracePeriodSecs int     `help:"On SIGTERM, how long in-flight requests and streams may finish before pdlb exits." default:"180"`
 	AccessLog               bool    `help:"Log one line per request."`
@@ -173,6 +174,7 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		RequestTimeout:     time.Duration(c.RequestTimeoutSecs) * time.Second,
 		MaxRequestBodySize: c.MaxPayloadSize,
 		IdleConnTimeout:    time.Duration(c.PoolIdleTimeoutSecs * float64(time.Second)),
+		ConnectTimeout:     time.Duration(c.ConnectTimeoutSecs * float64(time.Second)),
 		MaxConnsPerBackend: c.MaxConnsPerBackend,
 		AccessLog:          c.AccessLog,
 		PrefillDPPolicy:    c.PrefillDPPolicy,

@@ -107,7 +107,7 @@ func TestParseRouterFlags(t *testing.T) {
 	c, ignored, err := parse(t, "--mini-lb", "--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1",
 		"--policy", "cache_aware", "--health-check-interval-secs", "3600", "--dp-aware",
 		"--worker-urls", "http://a:1", "http://b:1", "--cache-threshold=0.5", "--selector", "app=x", "role=y",
-		"--request-timeout-secs", "60", "--log-level", "warning", "--port", "8000")
+		"--request-timeout-secs", "60", "--connect-timeout-secs", "3", "--log-level", "warning", "--port", "8000")
 	if err != nil {
 		t.Fatalf("router flags must be accepted: %s", err)
 	}
@@ -121,6 +121,9 @@ func TestParseRouterFlags(t *testing.T) {
 	cfg, warnings := c.Serve.config()
 	if cfg.PrefillPolicy != lb.PolicyRandom || len(warnings) != 1 || !strings.Contains(warnings[0], "cache_aware") {
 		t.Fatalf("got policy %q, warnings %q; want random with a warning", cfg.PrefillPolicy, warnings)
+	}
+	if cfg.ConnectTimeout != 3*time.Second {
+		t.Fatalf("got connect timeout %s; want --connect-timeout-secs' 3 s", cfg.ConnectTimeout)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/alecthomas/kong"
@@ -64,7 +65,7 @@ func routerFlags() map[string]arity {
 // values) that the serve command does not define, and the flags it removed.
 // Arguments of the other commands are returned untouched.
 func stripRouterFlags(parser *kong.Kong, args []string) (kept, ignored []string) {
-	if len(args) > 0 && (args[0] == "fake" || args[0] == "bench") {
+	if len(args) > 0 && slices.Contains([]string{"fake", "bench", "relay", "pair"}, args[0]) {
 		return args, nil
 	}
 	known, router := serveFlagNames(parser), routerFlags()

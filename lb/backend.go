@@ -147,7 +147,7 @@ func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.
 		Transport:                     transport{},
 		RetryIfErr:                    retryStaleConn,
 	}
-	b.hc.DialTimeout = newDialers(dialFunc(cfg.Dial), quit).Dial
+	b.hc.DialTimeout = newDialers(dialFunc(cfg.Dial), cfg.ConnectTimeout, quit).Dial
 	labels := fmt.Sprintf(`role=%q,backend=%q`, role, w.addr)
 	b.requests = ms.NewCounter(`pdlb_backend_requests_total{` + labels + `}`)
 	b.errors = ms.NewCounter(`pdlb_backend_errors_total{` + labels + `}`)

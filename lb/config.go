@@ -96,6 +96,13 @@ type Config struct {
 	// never writes to a connection the worker is closing; a second is
 	// margin enough. Zero means 4 s.
 	IdleConnTimeout time.Duration
+	// ConnectTimeout is the longest a new connection to a worker may take,
+	// queueing for a dialer included (dial.go); a worker that does not
+	// accept in time is unreachable for the request, which goes to another.
+	// Without it a worker that drops connection attempts would hold each
+	// new connection for the kernel's SYN retries, about two minutes. Zero
+	// means 5 s.
+	ConnectTimeout time.Duration
 	// MaxRequestBodySize is the largest client body accepted; larger ones
 	// get a 413. Zero means 64 MiB.
 	MaxRequestBodySize int
@@ -208,6 +215,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxConnsPerBackend <= 0 {
 		c.MaxConnsPerBackend = 4096
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = 5 * time.Second
 	}
 	if c.IdleConnTimeout <= 0 {
 		c.IdleConnTimeout = 4 * time.Second

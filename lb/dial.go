@@ -39,6 +39,8 @@ const dialerIdle = 10 * time.Second
 // maxDialers at a time. Make one with newDialers.
 type dialers struct {
 	dial fasthttp.DialFuncWithTimeout
+	// connectTimeout bounds a dial, its wait for a dialer included.
+	connectTimeout time.Duration
 	// quit closes when the server shuts down: the goroutines exit, and
 	// dials from then on run on their callers' goroutines.
 	quit <-chan struct{}
@@ -79,16 +81,16 @@ const (
 	dialAbandoned
 )
 
-func newDialers(dial fasthttp.DialFuncWithTimeout, quit <-chan struct{}) *dialers {
-	return &dialers{dial: dial, quit: quit, idleFor: dialerIdle}
+func newDialers(dial fasthttp.DialFuncWithTimeout, connectTimeout time.Duration, quit <-chan struct{}) *dialers {
+	return &dialers{dial: dial, connectTimeout: connectTimeout, quit: quit, idleFor: dialerIdle}
 }
 
 // Dial is a fasthttp.DialFuncWithTimeout: it connects to addr within
-// timeout (fasthttp's default when none is given), on one of d's
+// timeout (the request's time left) and the connect timeout, on one of d's
 // goroutines.
 func (d *dialers) Dial(addr string, timeout time.Duration) (net.Conn, error) {
-	if timeout <= 0 {
-		timeout = fasthttp.DefaultDialTimeout
+	if timeout <= 0 || timeout > d.connectTimeout {
+		timeout = d.connectTimeout
 	}
 	select {
 	case <-d.quit:

@@ -53,7 +53,7 @@ func (b *blockingDial) dial(string, time.Duration) (net.Conn, error) {
 // when it ends.
 func startDialers(t *testing.T, dial fasthttp.DialFuncWithTimeout) *dialers {
 	quit := make(chan struct{})
-	d := newDialers(dial, quit)
+	d := newDialers(dial, time.Minute, quit)
 	t.Cleanup(func() {
 		close(quit)
 		waitFor(t, "the dialer goroutines to exit", func() bool { return d.counts() == [2]int{0, 0} })
@@ -179,6 +179,18 @@ func TestAbandonedDialIsClosed(t *testing.T) {
 	})
 }
 
+// A dial takes at most the connect timeout, however long its request may
+// still run.
+func TestDialTakesAtMostTheConnectTimeout(t *testing.T) {
+	b := newBlockingDial()
+	d := startDialers(t, b.dial)
+	d.connectTimeout = 20 * time.Millisecond
+	if _, err := d.Dial("worker:1", time.Hour); !errors.Is(err, fasthttp.ErrDialTimeout) {
+		t.Fatalf("got %v; want %v", err, fasthttp.ErrDialTimeout)
+	}
+	close(b.release)
+}
+
 // An idle goroutine exits after idleFor; the next dial starts another.
 func TestIdleDialerExits(t *testing.T) {
 	b := newBlockingDial()
@@ -200,7 +212,7 @@ func TestIdleDialerExits(t *testing.T) {
 func TestDialersQuit(t *testing.T) {
 	b := newBlockingDial()
 	quit := make(chan struct{})
-	d := newDialers(b.dial, quit)
+	d := newDialers(b.dial, time.Minute, quit)
 	type result struct {
 		conn net.Conn
 		err  error

@@ -51,6 +51,36 @@ func TestFailedPrefillIsRetriedElsewhere(t *testing.T) {
 	}
 }
 
+// A worker that never accepts connections, as one behind a firewall that
+// drops them, costs a request only the connect timeout: the request then
+// goes to another worker, though it had 30 s to run.
+func TestUnacceptingWorkerCostsOnlyTheConnectTimeout(t *testing.T) {
+	h := newHarness(t)
+	ln, err := h.nw.Listen("prefill-9:30000") // never accepts
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	h.pair(fake.Config{}, fake.Config{})
+	cfg := defaultConfig()
+	cfg.Prefill = []PrefillSpec{{URL: "http://prefill-9:30000", BootstrapPort: 8998}, cfg.Prefill[0]}
+	cfg.PrefillPolicy = PolicyRoundRobin
+	cfg.RequestTimeout = 30 * time.Second
+	cfg.ConnectTimeout = 50 * time.Millisecond
+	h.start(cfg)
+	start := time.Now()
+	r := h.post("/generate", `{"text": "a"}`)
+	if r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s; want the retry's answer", r.status, r.body)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("took %s: the dial to the worker that never accepts was not cut short", took)
+	}
+	if got := h.metric("pdlb_retries_total"); got != "1" {
+		t.Fatalf("got pdlb_retries_total %q; want 1", got)
+	}
+}
+
 // Retries stop at --max-retries, and the client gets the last failure.
 func TestRetriesAreBounded(t *testing.T) {
 	h := newHarness(t)
