@@ -34,6 +34,9 @@
 # than pdlb keeps pooled connections, and start every round reconnecting
 # 2,048 of them, which shows at a thousand streams.)
 #
+# A summary at the end puts pdlb's figures beside the targets of these
+# scenarios (issue 6 of the project's tracker).
+#
 # BENCH_DURATION (default 10s) is each target's measured time per scenario,
 # cut into rounds of BENCH_ROUND (default 2s); BENCH_WARMUP (default 1s)
 # precedes each target's first round. BENCH_BASE_PORT (default 19000) moves
@@ -87,9 +90,54 @@ errors() {
 	awk '$1 == "errors" { print $2, $3; exit }' "$out/$1.txt"
 }
 
+# row NAME LABEL: the figures of the table row LABEL (e.g. "lag p50 ms")
+# of comparison NAME: each target's value, then its ratio to direct.
+row() {
+	awk -v label="$2" 'index($0, label " ") == 1 { print substr($0, length(label) + 1); exit }' "$out/$1.txt"
+}
+
 # peak_rss PID: the process's peak resident set size (VmHWM).
 peak_rss() {
 	awk '/^VmHWM:/ { printf "%d kB (%.0f MiB)", $2, $2 / 1024 }' "/proc/$1/status"
+}
+
+# summary: pdlb's figures against the targets of the standard scenarios
+# (issue 6), from the tables of this run, one line a scenario.
+summary=()
+summarize() {
+	local name=$1 direct pdlb ratio pair pair_ratio
+	case $name in
+	generate-64)
+		read -r direct pdlb ratio pair pair_ratio < <(row "$name" "req/s")
+		summary+=("1. 64 clients    pdlb/direct $ratio req/s (target >= 0.35); pair/direct $pair_ratio, so pdlb/pair $(awk -v a="$ratio" -v b="$pair_ratio" 'BEGIN { printf "%.2f", a / b }')")
+		;;
+	generate-1)
+		read -r direct pdlb ratio pair pair_ratio < <(row "$name" "latency p50 ms")
+		local added pair_added
+		added=$(awk -v a="$direct" -v b="$pdlb" 'BEGIN { printf "%.0f", (b - a) * 1000 }')
+		pair_added=$(awk -v a="$direct" -v b="$pair" 'BEGIN { printf "%.0f", (b - a) * 1000 }')
+		read -r direct pdlb ratio pair pair_ratio < <(row "$name" "req/s")
+		summary+=("2. 1 client      pdlb adds $added us at p50 (target <= 135), pdlb/direct $ratio req/s (target >= 0.40); pair adds $pair_added us, $pair_ratio")
+		;;
+	streams-1024)
+		local p50 p99
+		read -r direct pdlb ratio < <(row "$name" "events/s")
+		read -r direct p50 _ < <(row "$name" "lag p50 ms")
+		read -r direct p99 _ < <(row "$name" "lag p99 ms")
+		summary+=("3. 1,024 streams pdlb/direct $ratio events/s (target >= 0.95), lag p50 $p50 ms (<= 1), p99 $p99 ms (<= 10), peak RSS $2 (<= 64 MB)")
+		;;
+	streams-1024-relay)
+		local p50 p99
+		read -r direct pdlb ratio < <(row "$name" "events/s")
+		read -r direct p50 _ < <(row "$name" "lag p50 ms")
+		read -r direct p99 _ < <(row "$name" "lag p99 ms")
+		summary+=("   bare relay    relay/direct $ratio events/s, lag p50 $p50 ms, p99 $p99 ms: the floor of any proxy here")
+		;;
+	streams-4096)
+		read -r direct pdlb < <(errors "$name")
+		summary+=("4. 4,096 streams pdlb errors $pdlb (target 0), peak RSS $2 (<= 256 MB)")
+		;;
+	esac
 }
 
 # start_pdlb PORT PREFILL BOOTSTRAP_PORT DECODE LOG: pdlb in front of a pair.
@@ -101,7 +149,7 @@ start_pdlb() {
 
 # streams N: scenario 3 or 4, N concurrent streams through a fresh pdlb.
 streams() {
-	local n=$1 port name=streams-$1 pid d p
+	local n=$1 port name=streams-$1 pid d p rss
 	port=$((base + 10 + n / 1024))
 	start_pdlb "$port" "$stream_prefill" "$stream_bootstrap" "$stream_decode" "$out/pdlb-$name.log"
 	pid=${PIDS[-1]}
@@ -109,7 +157,10 @@ streams() {
 	echo "== $n concurrent streams of 32 events 20 ms apart, /generate"
 	compare "$name" "$stream_direct" "127.0.0.1:$port" --stream --concurrency "$n" --max-new-tokens 32
 	read -r d p < <(errors "$name")
-	echo "pdlb peak RSS (VmHWM): $(peak_rss "$pid")"
+	rss=$(peak_rss "$pid")
+	echo "pdlb peak RSS (VmHWM): $rss"
+	rss=${rss#* kB (}
+	summarize "$name" "${rss%)}"
 	echo "errors: direct $d, pdlb $p (must be 0)"
 	if ((d + p > 0)); then
 		echo "FAIL: $name had errors; see $out" >&2
@@ -150,17 +201,20 @@ for s in $scenarios; do
 		echo
 		echo "== non-stream /generate, 64 clients"
 		compare generate-64 "$fast_direct" "127.0.0.1:$base,pair=$fast_pair" --concurrency 64
+		summarize generate-64
 		;;
 	2)
 		echo
 		echo "== non-stream /generate, 1 client"
 		compare generate-1 "$fast_direct" "127.0.0.1:$base,pair=$fast_pair" --concurrency 1
+		summarize generate-1
 		;;
 	3)
 		streams 1024
 		echo
 		echo "== the same through a bare TCP relay (pdlb relay), the floor of any proxy here"
 		compare streams-1024-relay "$stream_direct" "relay=$stream_relay" --stream --concurrency 1024 --max-new-tokens 32
+		summarize streams-1024-relay
 		;;
 	4) streams 4096 ;;
 	*)
@@ -169,6 +223,9 @@ for s in $scenarios; do
 		;;
 	esac
 done
+echo
+echo "== summary: pdlb against the targets of the standard scenarios (ratios from this run)"
+printf '%s\n' "${summary[@]}"
 echo
 echo "reports: $out"
 exit "$failed"
