@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"os/signal"
-	"syscall"
 
 	"pdlb/bench/pair"
 )
@@ -20,11 +17,8 @@ type pairCmd struct {
 }
 
 func (c *pairCmd) Run() error {
-	ln, err := net.Listen("tcp", c.Listen)
-	if err != nil {
-		return fmt.Errorf("cannot listen: %w", err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	return pair.Serve(ctx, ln, pair.Config{Prefill: c.Prefill, Decode: c.Decode, BootstrapPort: c.BootstrapPort})
+	cfg := pair.Config{Prefill: c.Prefill, Decode: c.Decode, BootstrapPort: c.BootstrapPort}
+	return runUntilSignal(c.Listen, func(ctx context.Context, ln net.Listener) error {
+		return pair.Serve(ctx, ln, cfg)
+	})
 }

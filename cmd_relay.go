@@ -18,15 +18,23 @@ type relayCmd struct {
 }
 
 func (c *relayCmd) Run() error {
-	ln, err := net.Listen("tcp", c.Listen)
+	return runUntilSignal(c.Listen, func(ctx context.Context, ln net.Listener) error {
+		go func() {
+			<-ctx.Done()
+			ln.Close()
+		}()
+		return relay.Serve(ln, c.To)
+	})
+}
+
+// runUntilSignal runs serve on a listener on addr, with a context that is
+// done on SIGINT or SIGTERM: the baselines' way of running.
+func runUntilSignal(addr string, serve func(context.Context, net.Listener) error) error {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("cannot listen: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		ln.Close()
-	}()
-	return relay.Serve(ln, c.To)
+	return serve(ctx, ln)
 }
