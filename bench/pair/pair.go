@@ -14,6 +14,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -42,8 +43,8 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 		return err
 	}
 	p := &proxy{
-		prefill: &fasthttp.HostClient{Addr: cfg.Prefill, MaxConns: 1 << 16},
-		decode:  &fasthttp.HostClient{Addr: cfg.Decode, MaxConns: 1 << 16},
+		prefill: newClient(cfg.Prefill),
+		decode:  newClient(cfg.Decode),
 		fields:  bootstrap.Fields{Host: bootstrap.Host(host), Port: cfg.BootstrapPort},
 	}
 	srv := &fasthttp.Server{Handler: p.handle, NoDefaultContentType: true}
@@ -56,6 +57,15 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 	err = srv.Serve(ln)
 	<-stopped
 	return err
+}
+
+// newClient is a pool of connections to addr. Its one setting drops idle
+// connections before the workers' 5 s keep-alive does: a request sent on a
+// connection the worker has closed fails, and a prefill leg that fails
+// leaves its decode waiting for a KV cache that never comes. (pdlb also
+// resends such a request once; this proxy has no such feature.)
+func newClient(addr string) *fasthttp.HostClient {
+	return &fasthttp.HostClient{Addr: addr, MaxConns: 1 << 16, MaxIdleConnDuration: 4 * time.Second}
 }
 
 func (p *proxy) handle(ctx *fasthttp.RequestCtx) {
