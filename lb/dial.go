@@ -48,18 +48,13 @@ type dialers struct {
 	idleFor time.Duration
 
 	// Every hand-over is decided under mu, on exact state: a job goes to
-	// an idle goroutine, else to a new one, else to the queue, which the
-	// goroutines empty before they go idle.
+	// an idle goroutine (into the slot it waits on, with room for one),
+	// else to a new one, else to the queue, which the goroutines empty
+	// before they go idle.
 	mu      sync.Mutex
 	running int
-	idle    []*dialer
+	idle    []chan *dialJob
 	queue   []*dialJob
-}
-
-// dialer is one goroutine of dialers, and the slot an idle one receives its
-// next job in.
-type dialer struct {
-	next chan *dialJob
 }
 
 // dialJob is one dial, handed from the request that needs it to a dialer
@@ -101,9 +96,9 @@ func (d *dialers) Dial(addr string, timeout time.Duration) (net.Conn, error) {
 	d.mu.Lock()
 	switch {
 	case len(d.idle) > 0:
-		w := d.idle[len(d.idle)-1]
+		next := d.idle[len(d.idle)-1]
 		d.idle = d.idle[:len(d.idle)-1]
-		w.next <- j // room for one, and an idle dialer holds none
+		next <- j // room for one, and an idle goroutine's slot is empty
 	case d.running < maxDialers:
 		d.running++
 		go d.run(j)
@@ -137,7 +132,7 @@ func (d *dialers) Dial(addr string, timeout time.Duration) (net.Conn, error) {
 // run dials j, then the queued jobs, then the jobs handed to it while idle,
 // until none has come for d.idleFor or the server quits.
 func (d *dialers) run(j *dialJob) {
-	w := &dialer{next: make(chan *dialJob, 1)}
+	next := make(chan *dialJob, 1)
 	idle := time.NewTimer(d.idleFor)
 	defer idle.Stop()
 	for {
@@ -150,24 +145,24 @@ func (d *dialers) run(j *dialJob) {
 			d.mu.Unlock()
 			continue
 		}
-		d.idle = append(d.idle, w)
+		d.idle = append(d.idle, next)
 		d.mu.Unlock()
 		idle.Reset(d.idleFor)
 		select {
-		case j = <-w.next:
+		case j = <-next:
 			continue
 		case <-idle.C:
 		case <-d.quit:
 		}
 		d.mu.Lock()
-		if i := slices.Index(d.idle, w); i >= 0 {
+		if i := slices.Index(d.idle, next); i >= 0 {
 			d.idle = slices.Delete(d.idle, i, i+1)
 			d.running--
 			d.mu.Unlock()
 			return
 		}
 		d.mu.Unlock()
-		j = <-w.next // handed a job as it was leaving: do it first
+		j = <-next // handed a job as it was leaving: do it first
 	}
 }
 

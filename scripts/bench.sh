@@ -101,6 +101,16 @@ peak_rss() {
 	awk '/^VmHWM:/ { printf "%d kB (%.0f MiB)", $2, $2 / 1024 }' "/proc/$1/status"
 }
 
+# stream_figures NAME: the second target's events/s ratio to direct and its
+# event lag at p50 and p99, in stream comparison NAME.
+stream_figures() {
+	local ratio p50 p99
+	read -r _ _ ratio < <(row "$1" "events/s")
+	read -r _ p50 _ < <(row "$1" "lag p50 ms")
+	read -r _ p99 _ < <(row "$1" "lag p99 ms")
+	echo "$ratio $p50 $p99"
+}
+
 # summary: pdlb's figures against the targets of the standard scenarios
 # (issue 6), from the tables of this run, one line a scenario.
 summary=()
@@ -121,16 +131,12 @@ summarize() {
 		;;
 	streams-1024)
 		local p50 p99
-		read -r direct pdlb ratio < <(row "$name" "events/s")
-		read -r direct p50 _ < <(row "$name" "lag p50 ms")
-		read -r direct p99 _ < <(row "$name" "lag p99 ms")
+		read -r ratio p50 p99 < <(stream_figures "$name")
 		summary+=("3. 1,024 streams pdlb/direct $ratio events/s (target >= 0.95), lag p50 $p50 ms (<= 1), p99 $p99 ms (<= 10), peak RSS $2 (<= 64 MB)")
 		;;
 	streams-1024-relay)
 		local p50 p99
-		read -r direct pdlb ratio < <(row "$name" "events/s")
-		read -r direct p50 _ < <(row "$name" "lag p50 ms")
-		read -r direct p99 _ < <(row "$name" "lag p99 ms")
+		read -r ratio p50 p99 < <(stream_figures "$name")
 		summary+=("   bare relay    relay/direct $ratio events/s, lag p50 $p50 ms, p99 $p99 ms: the floor of any proxy here")
 		;;
 	streams-4096)
