@@ -1,8 +1,11 @@
 package lb
 
 import (
+	"io"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -24,31 +27,126 @@ func (l watchListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clientConn{Conn: c}, nil
+	cc := &clientConn{Conn: c}
+	if sc, ok := c.(syscall.Conn); ok {
+		cc.raw, _ = sc.SyscallConn()
+	}
+	return cc, nil
 }
 
 // clientConn is a client connection that can be watched for the client
-// going away while fasthttp is not reading from it (during a handler).
+// going away while fasthttp is not reading from it (during a handler), and
+// that reads each request at once although fasthttp asks for its first
+// byte alone.
 type clientConn struct {
 	net.Conn
+	// raw reads the socket without the net package's buffering rules; nil
+	// for connections without a descriptor (in-memory ones in tests).
+	raw syscall.RawConn
 
 	mu      sync.Mutex
 	stash   byte
 	stashed bool
+	// ahead holds bytes read before fasthttp asked for them, in a buffer of
+	// aheadPool; nil when there are none.
+	ahead    []byte
+	aheadBuf *[]byte
 	// done is closed when the running watch ends; nil when none runs.
 	done chan struct{}
 }
 
-// Read returns the byte a watch read ahead first.
+// With ReduceMemoryUsage, which keeps idle connections from holding a read
+// buffer, fasthttp waits for each keep-alive request by reading one byte,
+// then takes a buffer and reads the rest: two reads where one would do, a
+// system call per request, which showed in the non-stream profile. So a
+// read that small reads the whole request into a pooled buffer instead,
+// taken only once the socket has data: a connection waiting for its next
+// request still holds no buffer.
+const (
+	aheadSize    = 4 << 10
+	maxAheadRead = 16 // a read this short reads ahead
+)
+
+var aheadPool = sync.Pool{New: func() any {
+	b := make([]byte, aheadSize)
+	return &b
+}}
+
+// Read returns the bytes read ahead first.
 func (c *clientConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	c.mu.Lock()
-	if c.stashed && len(p) > 0 {
+	if len(c.ahead) > 0 {
+		n := copy(p, c.ahead)
+		c.ahead = c.ahead[n:]
+		if len(c.ahead) == 0 {
+			aheadPool.Put(c.aheadBuf)
+			c.ahead, c.aheadBuf = nil, nil
+		}
+		c.mu.Unlock()
+		return n, nil
+	}
+	if c.stashed {
 		p[0], c.stashed = c.stash, false
 		c.mu.Unlock()
 		return 1, nil
 	}
 	c.mu.Unlock()
-	return c.Conn.Read(p)
+	if len(p) > maxAheadRead || c.raw == nil {
+		return c.Conn.Read(p)
+	}
+	return c.readAhead(p)
+}
+
+// readAhead waits for the client's bytes, reads all that came into a
+// pooled buffer, and returns what fits in p; Read returns the rest.
+func (c *clientConn) readAhead(p []byte) (int, error) {
+	var (
+		buf  *[]byte
+		n    int
+		rerr error
+	)
+	err := c.raw.Read(func(fd uintptr) bool {
+		buf = aheadPool.Get().(*[]byte)
+		for {
+			n, rerr = syscall.Read(int(fd), *buf)
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
+		if rerr == syscall.EAGAIN {
+			aheadPool.Put(buf)
+			buf = nil
+			return false // not yet: wait for the poller, holding nothing
+		}
+		return true
+	})
+	if err == nil && rerr != nil {
+		err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+	}
+	if err != nil {
+		// A poller's error (a deadline, a closed connection) comes wrapped
+		// as a net.OpError already.
+		if buf != nil {
+			aheadPool.Put(buf)
+		}
+		return 0, err
+	}
+	if n <= 0 {
+		aheadPool.Put(buf)
+		return 0, io.EOF
+	}
+	got := copy(p, (*buf)[:n])
+	if got == n {
+		aheadPool.Put(buf)
+		return got, nil
+	}
+	c.mu.Lock()
+	c.ahead, c.aheadBuf = (*buf)[got:n], buf
+	c.mu.Unlock()
+	return got, nil
 }
 
 // watch starts watching the client; gone is called, from the watch's
@@ -57,7 +155,7 @@ func (c *clientConn) Read(p []byte) (int, error) {
 func (c *clientConn) watch(gone func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.stashed || c.done != nil {
+	if c.stashed || len(c.ahead) > 0 || c.done != nil {
 		return // the client already sent more: it is not going away
 	}
 	done := make(chan struct{})

@@ -1,0 +1,133 @@
+package lb
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// acceptedPair returns both ends of a loopback TCP connection, the server's
+// wrapped as pdlb's listener wraps it.
+func acceptedPair(t *testing.T) (client net.Conn, server *clientConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := watchListener{ln}.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); c.Close() })
+	server = c.(*clientConn)
+	if server.raw == nil {
+		t.Fatal("a TCP connection was accepted without its raw connection: reads would not read ahead")
+	}
+	return client, server
+}
+
+func TestShortReadReadsTheWholeRequestAhead(t *testing.T) {
+	client, c := acceptedPair(t)
+	const request = "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+	if _, err := client.Write([]byte(request)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	first := make([]byte, 1)
+	if n, err := c.Read(first); n != 1 || err != nil || first[0] != 'P' {
+		t.Fatalf("first read: %d %q %v, want the request's first byte", n, first[:n], err)
+	}
+	if len(c.ahead) != len(request)-1 {
+		t.Fatalf("after a one-byte read %d bytes are held ahead, want the other %d of the request", len(c.ahead), len(request)-1)
+	}
+	// The rest comes from the buffer, however it is asked for.
+	got := string(first)
+	for len(got) < len(request) {
+		p := make([]byte, 7)
+		n, err := c.Read(p)
+		if err != nil {
+			t.Fatalf("after %q: %v", got, err)
+		}
+		got += string(p[:n])
+	}
+	if got != request {
+		t.Fatalf("read %q, want %q", got, request)
+	}
+	if c.ahead != nil || c.aheadBuf != nil {
+		t.Fatal("the buffer is still held once everything read ahead was returned")
+	}
+}
+
+func TestLongReadsGoStraightToTheSocket(t *testing.T) {
+	client, c := acceptedPair(t)
+	if _, err := client.Write([]byte("0123456789abcdefghij")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	p := make([]byte, 64)
+	n, err := c.Read(p)
+	if err != nil || string(p[:n]) == "" {
+		t.Fatalf("read %q, %v", p[:n], err)
+	}
+	if c.aheadBuf != nil {
+		t.Fatal("a read with room for the request took a read-ahead buffer")
+	}
+}
+
+func TestReadAheadReportsEndAndDeadline(t *testing.T) {
+	t.Run("client closes", func(t *testing.T) {
+		client, c := acceptedPair(t)
+		client.Close()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+			t.Fatalf("read on a closed connection: %d, %v; want 0, EOF", n, err)
+		}
+	})
+	t.Run("deadline passes", func(t *testing.T) {
+		_, c := acceptedPair(t)
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("read past its deadline: %v, want a timeout", err)
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read past its deadline: %v, want it to wrap os.ErrDeadlineExceeded as a plain read's does", err)
+		}
+	})
+	t.Run("data after a wait", func(t *testing.T) {
+		client, c := acceptedPair(t)
+		go func() {
+			time.Sleep(20 * time.Millisecond)
+			_, _ = client.Write([]byte("late"))
+		}()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		p := make([]byte, 1)
+		if n, err := c.Read(p); n != 1 || err != nil || p[0] != 'l' {
+			t.Fatalf("read after a wait: %d %q %v", n, p[:n], err)
+		}
+	})
+}
+
+func TestWatchDoesNotStartWhileBytesAreReadAhead(t *testing.T) {
+	client, c := acceptedPair(t)
+	if _, err := client.Write([]byte("GET / HTTP/1.1\r\n\r\nGET /next")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	c.watch(func() { t.Error("the client was taken for gone") })
+	if c.done != nil {
+		t.Fatal("a watch started though the client's next bytes are already read")
+	}
+}
