@@ -183,10 +183,20 @@ func (d *dialers) do(j *dialJob) {
 }
 
 // dialFunc is the dial a worker's dialers make: dial when given (tests
-// pass in-memory listeners), else fasthttp's TCP dial.
+// pass in-memory listeners), else fasthttp's TCP dial. Its connections
+// remember their deadlines (workerConn).
 func dialFunc(dial fasthttp.DialFunc) fasthttp.DialFuncWithTimeout {
-	if dial == nil {
-		return fasthttp.DialTimeout
+	return func(addr string, timeout time.Duration) (net.Conn, error) {
+		var conn net.Conn
+		var err error
+		if dial == nil {
+			conn, err = fasthttp.DialTimeout(addr, timeout)
+		} else {
+			conn, err = dial(addr)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &workerConn{Conn: conn}, nil
 	}
-	return func(addr string, _ time.Duration) (net.Conn, error) { return dial(addr) }
 }

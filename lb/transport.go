@@ -30,6 +30,64 @@ func isUnreachable(err error) bool {
 	return errors.As(err, &u)
 }
 
+// Moving a connection's deadline costs two clock reads and a runtime timer
+// update, and each request set a read and a write deadline on each of its
+// two connections: with clock reads, 2 % of pdlb's CPU in the non-stream
+// profile. A pooled connection serves request after request, each with a
+// deadline of its own a few milliseconds after the last. So the deadline a
+// connection is given is the request's rounded up to deadlineStep, the same
+// for all the requests of one step, and workerConn skips setting the
+// deadline a connection has already: with 64 clients, three in four. A
+// request may then run up to deadlineStep past its timeout.
+const deadlineStep = 100 * time.Millisecond
+
+// wireDeadline is t rounded up to a multiple of deadlineStep (keeping its
+// monotonic reading, so comparisons stay immune to clock changes).
+func wireDeadline(t time.Time) time.Time {
+	if rem := t.UnixNano() % int64(deadlineStep); rem > 0 {
+		return t.Add(deadlineStep - time.Duration(rem))
+	}
+	return t
+}
+
+// workerConn is a connection to a worker that remembers the deadlines it
+// was given, so that giving one it has again costs nothing. Its deadlines
+// are set by one call at a time, under that call's canceller lock once it
+// is attached.
+type workerConn struct {
+	net.Conn
+	readBy, writeBy time.Time
+}
+
+func (c *workerConn) SetReadDeadline(t time.Time) error {
+	if t.Equal(c.readBy) {
+		return nil
+	}
+	if err := c.Conn.SetReadDeadline(t); err != nil {
+		return err
+	}
+	c.readBy = t
+	return nil
+}
+
+func (c *workerConn) SetWriteDeadline(t time.Time) error {
+	if t.Equal(c.writeBy) {
+		return nil
+	}
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	c.writeBy = t
+	return nil
+}
+
+func (c *workerConn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
+}
+
 // callKey is the Request user-value key under which a *call reaches transport.
 type callKey struct{}
 
@@ -65,11 +123,12 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		return false, &unreachableError{err}
 	}
 	conn := cc.Conn()
-	if err := conn.SetWriteDeadline(c.deadline); err != nil {
+	deadline := wireDeadline(c.deadline)
+	if err := conn.SetWriteDeadline(deadline); err != nil {
 		hc.CloseConn(cc)
 		return false, err
 	}
-	readBy := c.deadline
+	readBy := deadline
 	if !c.firstByteBy.IsZero() {
 		// The relay extends it for each event once the stream flows.
 		readBy = c.firstByteBy
