@@ -1,12 +1,20 @@
 package lb
 
 import (
+	"bufio"
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidwall/gjson"
+
+	"pdlb/bench/fake"
 )
 
 // acceptedPair returns both ends of a loopback TCP connection, the server's
@@ -130,4 +138,74 @@ func TestWatchDoesNotStartWhileBytesAreReadAhead(t *testing.T) {
 	if c.done != nil {
 		t.Fatal("a watch started though the client's next bytes are already read")
 	}
+}
+
+// The harness's in-memory connections have no descriptor, so they never
+// read ahead; this runs requests through pdlb on loopback TCP, cut and
+// joined every way the read-ahead must handle.
+func TestServerReadsRequestsOverTCP(t *testing.T) {
+	served := make(chan struct{})
+	t.Cleanup(func() { <-served }) // after the harness has shut pdlb down
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	srv := h.start(defaultConfig())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		close(served)
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln)
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	replies := bufio.NewReader(conn)
+
+	request := func(prompt string) string {
+		body := `{"text": "` + prompt + `", "sampling_params": {"max_new_tokens": 3}}`
+		return "POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Type: application/json\r\n" +
+			"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	}
+	expectAnswers := func(what string, n int) {
+		t.Helper()
+		for i := range n {
+			resp, err := http.ReadResponse(replies, nil)
+			if err != nil {
+				t.Fatalf("%s, answer %d: %v", what, i+1, err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK || gjson.GetBytes(body, "text").String() == "" {
+				t.Fatalf("%s, answer %d: %d %s %v", what, i+1, resp.StatusCode, body, err)
+			}
+		}
+	}
+	send := func(pieces ...string) {
+		t.Helper()
+		for i, p := range pieces {
+			if i > 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if _, err := conn.Write([]byte(p)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	send(request("one"))
+	expectAnswers("a request", 1)
+	send(request("two") + request("three"))
+	expectAnswers("two requests in one write", 2)
+	r := request("four")
+	send(r[:1], r[1:30], r[30:])
+	expectAnswers("a request in three writes", 1)
+	send(request(strings.Repeat("long ", 4*aheadSize/5)))
+	expectAnswers("a request larger than the read-ahead buffer", 1)
+	send(request("five"))
+	expectAnswers("a request after them", 1)
 }
