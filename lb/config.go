@@ -60,7 +60,8 @@ type Config struct {
 	DecodeLocalPrefill bool
 
 	// RequestTimeout bounds a whole generation, streams included, as
-	// mini_lb's --request-timeout-secs does. Zero means 1800 s.
+	// mini_lb's --request-timeout-secs does, give or take deadlineStep (on
+	// worker connections it is rounded up to one). Zero means 1800 s.
 	RequestTimeout time.Duration
 	// FirstByteTimeout bounds the wait for a stream's first byte from the
 	// decode (a non-stream answer has none before it is whole, so only
