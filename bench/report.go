@@ -60,7 +60,13 @@ type Report struct {
 	// OutputTokensPerSec is OutputTokens per second of Elapsed.
 	OutputTokensPerSec float64 `json:"output_tokens_per_s"`
 	// Events is the number of events, [DONE] not included, of successful
-	// streams; EventsPerSec is that per second of Elapsed.
+	// streams. EventsPerSec is the rate at which events of successful
+	// streams arrived within the measured windows (Duration, warm-up
+	// excluded), whichever request they belong to; a run bounded by
+	// Requests alone has no window and divides Events by Elapsed. Long
+	// streams make a rate over whole requests unsteady: those of a round's
+	// last turn run past its end with ever fewer left, and where a turn
+	// falls against the end moves the figure by several per cent.
 	Events       int64   `json:"events"`
 	EventsPerSec float64 `json:"events_per_s"`
 

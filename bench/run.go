@@ -46,6 +46,7 @@ type runner struct {
 	measureStart time.Time // end of the round's warm-up
 	measureEnd   time.Time // zero when only Requests bounds the run
 	elapsed      time.Duration
+	window       time.Duration // the measured windows' total length
 	dropped      int // measured arrivals the open loop could not send
 
 	issued      atomic.Int64  // measured requests started
@@ -95,6 +96,15 @@ func (r *runner) round(warmup, d time.Duration) {
 	close(stop)
 	bg.Wait()
 	r.elapsed += r.roundElapsed()
+	if d > 0 {
+		// All of it, unless the run was interrupted within it.
+		r.window += min(d, max(time.Since(r.measureStart), 0))
+	}
+}
+
+// inWindow reports whether t falls in the current round's measured window.
+func (r *runner) inWindow(t time.Time) bool {
+	return !r.measureEnd.IsZero() && !t.Before(r.measureStart) && t.Before(r.measureEnd)
 }
 
 // closedLoop runs Concurrency workers, each sending its next request when
@@ -223,11 +233,13 @@ func (r *runner) report() *Report {
 		rep.Requests, rep.Errors[KindDropped] = r.dropped, r.dropped
 	}
 	var latency, ttft, itl, lag []time.Duration
+	var windowEvents int64
 	for _, w := range r.pool.all {
 		rep.Requests += w.requests
 		rep.OK += w.ok
 		rep.OutputTokens += w.tokens
 		rep.Events += w.events
+		windowEvents += w.windowEvents
 		for k, n := range w.errs {
 			rep.Errors[k] += n
 		}
@@ -240,6 +252,9 @@ func (r *runner) report() *Report {
 		rep.RequestsPerSec = float64(rep.OK) / s
 		rep.OutputTokensPerSec = float64(rep.OutputTokens) / s
 		rep.EventsPerSec = float64(rep.Events) / s
+	}
+	if r.window > 0 {
+		rep.EventsPerSec = float64(windowEvents) / r.window.Seconds()
 	}
 	rep.Latency = summarize(latency)
 	rep.TTFT = summarize(ttft)

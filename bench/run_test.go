@@ -317,3 +317,53 @@ func TestRunProgress(t *testing.T) {
 		t.Fatalf("got last progress write %q; want blanks over %q", last, lines[1])
 	}
 }
+
+// TestRunEventRateIsWithinTheWindow streams one event at once and one after
+// the measured window has closed: events/s counts the first alone, over
+// the window, where a rate over whole requests would count both over the
+// time until the stream ended.
+func TestRunEventRateIsWithinTheWindow(t *testing.T) {
+	const (
+		window = 200 * time.Millisecond
+		late   = 350 * time.Millisecond // the second event, well past the window
+	)
+	events := []string{`{"text":" a"}`, `{"text":" a b"}`, `[DONE]`}
+	cfg := serve(t, streamHandler(&recorder{}, events, func(i int) {
+		if i == 1 {
+			pause(late)
+		}
+	}))
+	cfg.Stream = true
+	cfg.Duration = window
+	rep := run(t, cfg)
+
+	checkCounts(t, rep, 1, 1)
+	if rep.Events != 2 {
+		t.Fatalf("got %d events; want the stream's 2", rep.Events)
+	}
+	if want := 1 / window.Seconds(); rep.EventsPerSec != want {
+		t.Fatalf("got %.2f events/s; want %.2f, the one event that arrived in the %v window", rep.EventsPerSec, want, window)
+	}
+}
+
+func TestInWindow(t *testing.T) {
+	start := time.Now()
+	r := &runner{measureStart: start, measureEnd: start.Add(time.Second)}
+	for _, tc := range []struct {
+		at   time.Time
+		want bool
+	}{
+		{start.Add(-time.Nanosecond), false},
+		{start, true},
+		{start.Add(999 * time.Millisecond), true},
+		{start.Add(time.Second), false},
+	} {
+		if got := r.inWindow(tc.at); got != tc.want {
+			t.Errorf("inWindow(start%+v) = %v; want %v", tc.at.Sub(start), got, tc.want)
+		}
+	}
+	// A run bounded by Requests alone has no window.
+	if (&runner{measureStart: start}).inWindow(start) {
+		t.Error("a runner without a window counted an event in it")
+	}
+}

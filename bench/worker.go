@@ -55,6 +55,7 @@ type worker struct {
 	errs         map[string]int
 	tokens       int64
 	events       int64
+	windowEvents int64 // of successful streams, arrived in a measured window
 	latency      []time.Duration
 	ttft         []time.Duration
 	itl          []time.Duration
@@ -68,6 +69,8 @@ type outcome struct {
 	first  time.Time // arrival of the first token event; zero if none
 	tokens int
 	events int // stream events before [DONE]
+	// inWindow is how many of them arrived in the round's measured window.
+	inWindow int
 }
 
 func newWorker(r *runner) *worker {
@@ -97,10 +100,14 @@ func (w *worker) one(measured bool) {
 	switch {
 	case w.r.ctx.Err() != nil:
 		// Cut short, or racing the cut: not a figure.
+		return
 	case !measured:
 		w.r.warm.Add(1)
 	default:
 		w.record(o, start, end)
+	}
+	if o.kind == "" {
+		w.windowEvents += int64(o.inWindow)
 	}
 }
 
@@ -199,6 +206,9 @@ func (w *worker) readEvents() outcome {
 			return outcome{kind: KindStreamError}
 		}
 		o.events++
+		if w.r.inWindow(at) {
+			o.inWindow++
+		}
 		if sent := w.r.wl.sentAt(v); sent > 0 {
 			w.lags = append(w.lags, at.Sub(time.Unix(0, sent)))
 		}
