@@ -47,7 +47,7 @@ type runner struct {
 	measureEnd   time.Time // zero when only Requests bounds the run
 	elapsed      time.Duration
 	window       time.Duration // the measured windows' total length
-	dropped      int // measured arrivals the open loop could not send
+	dropped      int           // measured arrivals the open loop could not send
 
 	issued      atomic.Int64  // measured requests started
 	seq         atomic.Uint64 // request numbers, for prompts
