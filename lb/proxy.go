@@ -3,6 +3,7 @@ package lb
 import (
 	"bytes"
 	"errors"
+	"io"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -86,6 +87,10 @@ type call struct {
 	stream bool
 	broke  bool
 	err    error
+	// respBody is a streamed answer's body, once its headers are in: the
+	// chunked one decoded by chunked (its usual form), else fasthttp's.
+	respBody io.Reader
+	chunked  chunkedBody
 
 	// releaseBody, set while a streamed body is being consumed, gives the
 	// call's connection back (see endStream). done gets a value when the
@@ -120,7 +125,8 @@ func (x *exchange) unref() {
 	}
 	for _, c := range []*call{&x.prefill, &x.decode} {
 		c.releaseRequest()
-		c.body = nil
+		c.body, c.respBody = nil, nil
+		c.chunked = chunkedBody{}
 		c.resp.Reset()
 		c.cancel.reset()
 		c.err = nil

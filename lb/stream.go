@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -16,6 +17,12 @@ const (
 	// events up to maxEventSize, past which bytes are passed on as they come.
 	relayBufSize = 2 << 10
 	maxEventSize = 4 << 20
+	// The relay frames each chunk it writes in its own buffer: the size
+	// line goes in the chunkHeadroom bytes kept before the events (room
+	// for any size a buffer can hold), the "\r\n" after them in the
+	// chunkTailroom bytes kept after the last one read.
+	chunkHeadroom = 16
+	chunkTailroom = 2
 )
 
 // serveStream answers a "stream": true request. The client's status is held
@@ -29,6 +36,10 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 	d.stream = true
 	d.firstByteBy = earliest(d.deadline, x.s.cfg.Now().Add(x.s.cfg.FirstByteTimeout))
 	x.relay.client = ctx.Conn()
+	if cc, ok := x.relay.client.(*clientConn); ok {
+		// Its wrapping is for reads; the relay only writes.
+		x.relay.client = cc.Conn
+	}
 	if !x.single {
 		go x.prefill.run()
 	}
@@ -49,7 +60,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 	if d.resp.StatusCode() != fasthttp.StatusOK || !isEventStream(d.resp.Header.ContentType()) {
 		return x.respondBufferedStream(ctx)
 	}
-	if err := x.relay.prime(d.resp.BodyStream()); err != nil {
+	if err := x.relay.prime(d.respBody); err != nil {
 		d.endStream(false)
 		<-d.done
 		if out := x.retryOnFailure(); out.retry != answered {
@@ -149,7 +160,7 @@ func (x *exchange) retryFirstEvent(first []byte) outcome {
 func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 	d := &x.decode
 	var err error
-	x.scratch, err = appendAll(x.scratch[:0], d.resp.BodyStream(), x.s.cfg.MaxResponseBodySize)
+	x.scratch, err = appendAll(x.scratch[:0], d.respBody, x.s.cfg.MaxResponseBodySize)
 	d.endStream(err == nil)
 	<-d.done
 	if err == nil {
@@ -216,11 +227,15 @@ type relay struct {
 	// are the deadlines last set on it and on the decode's connection.
 	client          net.Conn
 	writeBy, readBy time.Time
-	// buf[start:end] holds bytes read but not yet written.
+	// buf[start:end] holds bytes read but not yet written, between
+	// chunkHeadroom bytes before and chunkTailroom after.
 	buf        []byte
 	start, end int
 	readErr    error
 	sawDone    bool
+	// framing is set once fasthttp has written the headers with the first
+	// chunk: the relay then frames the chunks and writes them itself.
+	framing bool
 
 	// mergeLogprobs asks for the prefill's input_token_logprobs to be
 	// prepended in every event (mini_lb does it when return_logprob is
@@ -237,7 +252,7 @@ func (r *relay) reset() {
 	r.body, r.readErr, r.client = nil, nil, nil
 	r.writeBy, r.readBy = time.Time{}, time.Time{}
 	r.start, r.end = 0, 0
-	r.sawDone, r.mergeLogprobs, r.closed = false, false, false
+	r.sawDone, r.mergeLogprobs, r.closed, r.framing = false, false, false, false
 	r.prefillLogprobs = r.prefillLogprobs[:0]
 	r.status = 0
 	if cap(r.buf) > 4*relayBufSize {
@@ -257,9 +272,10 @@ func (r *relay) prime(body io.Reader) error {
 		r.buf = make([]byte, relayBufSize)
 	}
 	r.buf = r.buf[:cap(r.buf)]
-	for r.end == 0 {
-		n, err := body.Read(r.buf)
-		r.end = n
+	r.start, r.end = chunkHeadroom, chunkHeadroom
+	for r.end == r.start {
+		n, err := body.Read(r.buf[r.end : len(r.buf)-chunkTailroom])
+		r.end += n
 		if err != nil {
 			r.readErr = err
 			if n == 0 {
@@ -289,16 +305,27 @@ func (r *relay) Read([]byte) (int, error) {
 	return 0, errors.New("BUG: relay must be consumed through WriteTo")
 }
 
-// WriteTo writes each complete event as one Write, then, when the decode's
-// stream ends without its [DONE] (it broke, or was cancelled), an SSE error
-// event and [DONE] of its own, so the client always sees a proper end.
+// WriteTo writes the complete events buffered as one chunk, then, when the
+// decode's stream ends without its [DONE] (it broke, or was cancelled), an
+// SSE error event and [DONE] of its own, so the client always sees a proper
+// end. w frames each Write as a chunk and flushes it.
 func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	r.status = fasthttp.StatusOK
 	var written int64
 	for {
+		from := r.start
 		if batch := r.nextBatch(); len(batch) > 0 {
 			r.pushWriteDeadline()
-			n, err := w.Write(batch)
+			var (
+				n   int
+				err error
+			)
+			if r.framing && len(r.prefillLogprobs) == 0 {
+				n, err = r.writeChunk(from, r.start)
+			} else {
+				n, err = w.Write(batch)
+				r.framing = r.client != nil
+			}
 			written += int64(n)
 			if err != nil {
 				r.clientGone()
@@ -341,7 +368,7 @@ func (r *relay) nextEvent() []byte {
 		r.start += i
 		return pending[:i]
 	}
-	if r.start == 0 && r.end == len(r.buf) && len(r.buf) >= maxEventSize {
+	if r.start == chunkHeadroom && r.end == len(r.buf)-chunkTailroom && len(r.buf) >= maxEventSize {
 		r.start = r.end
 		return pending
 	}
@@ -394,20 +421,37 @@ func (r *relay) fill() {
 		r.readBy = earliest(d.deadline, now.Add(idle))
 		d.cancel.readBy(r.readBy)
 	}
-	if r.start > 0 {
-		r.end = copy(r.buf, r.buf[r.start:r.end])
-		r.start = 0
+	if r.start > chunkHeadroom {
+		r.end = chunkHeadroom + copy(r.buf[chunkHeadroom:], r.buf[r.start:r.end])
+		r.start = chunkHeadroom
 	}
-	if r.end == len(r.buf) {
+	if r.end == len(r.buf)-chunkTailroom {
 		grown := make([]byte, 2*len(r.buf))
 		copy(grown, r.buf[:r.end])
 		r.buf = grown
 	}
-	n, err := r.body.Read(r.buf[r.end:])
+	n, err := r.body.Read(r.buf[r.end : len(r.buf)-chunkTailroom])
 	r.end += n
 	if err != nil {
 		r.readErr = err
 	}
+}
+
+// writeChunk writes buf[from:to] to the client as one chunk, framed in
+// place: its size line goes in the bytes before it (written already, or
+// the headroom), its "\r\n" over the two after it, which are put back.
+// fasthttp's own writer would copy the events into the connection's
+// buffer first. It returns how many of the events' bytes were written.
+func (r *relay) writeChunk(from, to int) (int, error) {
+	var line [chunkHeadroom]byte
+	size := append(strconv.AppendInt(line[:0], int64(to-from), 16), '\r', '\n')
+	head := from - len(size)
+	copy(r.buf[head:], size)
+	after := [chunkTailroom]byte(r.buf[to:])
+	r.buf[to], r.buf[to+1] = '\r', '\n'
+	n, err := r.client.Write(r.buf[head : to+chunkTailroom])
+	copy(r.buf[to:], after[:])
+	return min(max(n-len(size), 0), to-from), err
 }
 
 // nextBatch returns every complete event buffered, as the client must see

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -176,6 +178,128 @@ func TestStreamBytesArePassedAsTheyAre(t *testing.T) {
 	got := append([]string{s.next()}, s.rest()...)
 	if strings.Join(got, "") != strings.Join(events, "") {
 		t.Fatalf("got %q; want %q", got, events)
+	}
+}
+
+// The relay frames each chunk it writes in its own buffer, over the bytes
+// around the events it sends: events that arrive cut anywhere, with part of
+// the next one behind them, must still reach the client as they were sent.
+func TestStreamEventsCutAcrossReads(t *testing.T) {
+	h := newHarness(t)
+	pieces := []string{
+		"data: {\"a\":1}\n\ndata: {\"b\"",
+		":2}\n\ndata: {\"c\":3}\n\nda",
+		"ta: [DO",
+		"NE]\n\n",
+	}
+	next := make(chan struct{})
+	h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			for i, p := range pieces {
+				if i > 0 {
+					<-next
+				}
+				_, _ = w.WriteString(p)
+				_ = w.Flush()
+			}
+		})
+	})
+	h.start(defaultConfig())
+	s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+	// The events each piece completes.
+	wants := [][]string{
+		{"data: {\"a\":1}\n\n"},
+		{"data: {\"b\":2}\n\n", "data: {\"c\":3}\n\n"},
+		nil,
+		{"data: [DONE]\n\n"},
+	}
+	for i, want := range wants {
+		for _, ev := range want {
+			if got := s.next(); got != ev {
+				t.Fatalf("got %q; want %q", got, ev)
+			}
+		}
+		if i < len(wants)-1 {
+			s.none()
+			next <- struct{}{}
+		}
+	}
+	if rest := s.rest(); len(rest) != 0 {
+		t.Fatalf("got %q after [DONE]", rest)
+	}
+}
+
+// A stream read to its end leaves its decode connection to the next
+// request; one whose decode sent bytes past the body's end does not.
+func TestStreamConnectionIsReused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		extra string // sent right after the body's end
+		reuse bool
+	}{
+		{name: "clean", reuse: true},
+		{name: "bytes after the end", extra: "HTTP/1.1 200 OK\r\n", reuse: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
+			// The decode frames its answers by hand, and numbers each
+			// request with its connection.
+			ln, err := h.nw.Listen("decode-0:30010")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var (
+				wg   sync.WaitGroup
+				mu   sync.Mutex
+				open []net.Conn
+			)
+			t.Cleanup(func() {
+				_ = ln.Close()
+				mu.Lock()
+				for _, c := range open {
+					_ = c.Close()
+				}
+				mu.Unlock()
+				wg.Wait()
+			})
+			conns := make(chan int, 2)
+			wg.Go(func() {
+				for id := 0; ; id++ {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					mu.Lock()
+					open = append(open, c)
+					mu.Unlock()
+					wg.Go(func() {
+						br := bufio.NewReader(c)
+						var req fasthttp.Request
+						for req.Read(br) == nil {
+							conns <- id
+							_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"+
+								"Transfer-Encoding: chunked\r\n\r\n"+
+								"14\r\ndata: {\"text\":\"a\"}\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"+tc.extra)
+						}
+					})
+				}
+			})
+			srv := h.start(defaultConfig())
+			for range 2 {
+				s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+				if got := append([]string{s.next()}, s.rest()...); len(got) != 2 || got[1] != "data: [DONE]\n\n" {
+					t.Fatalf("got %q", got)
+				}
+				waitIdle(t, srv)
+			}
+			first, second := <-conns, <-conns
+			if (first == second) != tc.reuse {
+				t.Fatalf("decode connections %d and %d; want reused %v", first, second, tc.reuse)
+			}
+		})
 	}
 }
 

@@ -164,12 +164,26 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 	}
 	reusable := !resp.ConnectionClose()
 	if c.stream && resp.BodyStream() != nil {
-		// The consumer reads the body from br through resp.BodyStream(),
-		// then gives the connection back, clean when it read to the end.
-		c.releaseBody = func(clean bool) {
+		// The consumer reads the body through c.respBody, then gives the
+		// connection back, clean when it read to the end. A chunked body
+		// (an event stream's) is decoded by c.chunked, straight from the
+		// connection once br is drained; any other by fasthttp, from br.
+		if resp.Header.ContentLength() == -1 {
 			_ = resp.CloseBodyStream()
+			c.chunked.start(conn, br, hc)
+			c.respBody = &c.chunked
+		} else {
+			c.respBody = resp.BodyStream()
+		}
+		c.releaseBody = func(clean bool) {
+			if c.respBody == &c.chunked {
+				clean = clean && c.chunked.done()
+				c.chunked.releaseReader()
+			} else {
+				_ = resp.CloseBodyStream()
+				hc.ReleaseReader(br)
+			}
 			c.cancel.detach()
-			hc.ReleaseReader(br)
 			if clean && reusable {
 				hc.ReleaseConn(cc)
 			} else {
