@@ -34,10 +34,12 @@ bench: build
 soak:
 	PDLB_SOAK=1 $(GO) test -race -count=1 -run '^TestSoak$$' -v ./lb/
 
-# A longer fuzzing session of the body injector than the tests run.
+# Longer fuzzing sessions than the tests run: the body injector, and the
+# relay's chunked-body decoder against fasthttp's.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAppend -fuzztime 60s ./bootstrap/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./bootstrap/
+	$(GO) test -run '^$$' -fuzz FuzzChunkedBody -fuzztime 60s ./lb/
 
 clean:
 	rm -rf bin

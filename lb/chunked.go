@@ -32,7 +32,8 @@ type chunkState uint8
 
 const (
 	chunkSize      chunkState = iota // the size's hex digits
-	chunkExtension                   // after the size, up to its '\r'
+	chunkSizeWS                      // blanks after them
+	chunkExtension                   // after a ';', up to the '\r'
 	chunkSizeLF                      // the '\n' ending the size line
 	chunkData                        // the chunk's bytes
 	chunkDataCR                      // the "\r\n" after them
@@ -177,10 +178,15 @@ func (b *chunkedBody) frameByte(c byte) error {
 		if !b.digits {
 			return errBrokenChunk
 		}
+		fallthrough
+	case chunkSizeWS:
+		// RFC 9112: chunk-size [ BWS ";" chunk-ext ] CRLF.
 		switch c {
 		case '\r':
 			b.state = chunkSizeLF
-		case ';', ' ', '\t':
+		case ' ', '\t':
+			b.state = chunkSizeWS
+		case ';':
 			b.state = chunkExtension
 		default:
 			return errBrokenChunk
