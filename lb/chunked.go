@@ -63,10 +63,9 @@ type chunkedBody struct {
 	// left is the size being parsed (chunkSize) or the data bytes the
 	// current chunk still has (chunkData).
 	left int64
-	// line counts the bytes of the current size or trailer line.
+	// line counts the bytes of the current size or trailer line: in
+	// chunkSize, the size's digits so far.
 	line int
-	// digits reports whether the size line has any.
-	digits bool
 	// overread is set when bytes came after the body's end: the
 	// connection is then in an unknown state and must not be reused.
 	overread bool
@@ -172,11 +171,10 @@ func (b *chunkedBody) frameByte(c byte) error {
 			if b.left = b.left<<4 | int64(d); b.left > maxChunkSize {
 				return errBrokenChunk
 			}
-			b.digits = true
 			return b.countLine()
 		}
-		if !b.digits {
-			return errBrokenChunk
+		if b.line == 0 {
+			return errBrokenChunk // no digits
 		}
 		fallthrough
 	case chunkSizeWS:
@@ -206,7 +204,7 @@ func (b *chunkedBody) frameByte(c byte) error {
 		if c != '\n' {
 			return errBrokenChunk
 		}
-		b.line, b.digits = 0, false
+		b.line = 0
 		if b.left == 0 {
 			b.state = trailerLine
 		} else {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -210,7 +209,7 @@ func FuzzChunkedBody(f *testing.F) {
 			t.Fatalf("unexpected error %v", err)
 		}
 		if err == io.EOF && !b.done() && !b.overread {
-			t.Fatal(fmt.Sprint("EOF without the body's end: state ", b.state))
+			t.Fatalf("EOF without the body's end: state %d", b.state)
 		}
 	})
 }
