@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"os"
@@ -53,6 +54,12 @@ type clientConn struct {
 	aheadBuf *[]byte
 	// done is closed when the running watch ends; nil when none runs.
 	done chan struct{}
+
+	// endSent is set when a stream's relay has written the body's end
+	// itself: the end fasthttp then writes is dropped. Only the
+	// connection's own goroutine, on which fasthttp writes and the relay
+	// runs, touches it.
+	endSent bool
 }
 
 // With ReduceMemoryUsage, which keeps idle connections from holding a read
@@ -147,6 +154,26 @@ func (c *clientConn) readAhead(p []byte) (int, error) {
 	c.ahead, c.aheadBuf = (*buf)[got:n], buf
 	c.mu.Unlock()
 	return got, nil
+}
+
+// lastChunkSent tells c that the chunked body being written has ended
+// already on the wire: fasthttp writes its end once the body stream's
+// WriteTo returns, and the next write begins with it.
+func (c *clientConn) lastChunkSent() { c.endSent = true }
+
+// Write writes p, less the end of a body the relay has sent already.
+func (c *clientConn) Write(p []byte) (int, error) {
+	if c.endSent {
+		c.endSent = false
+		if rest, ok := bytes.CutPrefix(p, []byte(lastChunk)); ok {
+			if len(rest) == 0 {
+				return len(p), nil
+			}
+			n, err := c.Conn.Write(rest)
+			return len(lastChunk) + n, err
+		}
+	}
+	return c.Conn.Write(p)
 }
 
 // watch starts watching the client; gone is called, from the watch's

@@ -35,6 +35,8 @@ type harness struct {
 	// noRoomRefusals is how many requests without a room the decodes may
 	// refuse: none, unless a test provokes it (PROTOCOL.md §4).
 	noRoomRefusals uint64
+	// wrapListener, when set, wraps pdlb's listener.
+	wrapListener func(net.Listener) net.Listener
 }
 
 func newHarness(t testing.TB) *harness {
@@ -137,6 +139,9 @@ func (h *harness) startLogged(cfg Config, log zerolog.Logger) *Server {
 	ln, err := h.nw.Listen("pdlb:8000")
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	if h.wrapListener != nil {
+		ln = h.wrapListener(ln)
 	}
 	served := make(chan struct{})
 	go func() {

@@ -19,10 +19,18 @@ const (
 	maxEventSize = 4 << 20
 	// The relay frames each chunk it writes in its own buffer: the size
 	// line goes in the chunkHeadroom bytes kept before the events (room
-	// for any size a buffer can hold), the "\r\n" after them in the
-	// chunkTailroom bytes kept after the last one read.
+	// for any size a buffer can hold), what follows them in the
+	// chunkTailroom bytes kept after the last one read: the chunk's
+	// "\r\n", and after the last chunk the body's end.
 	chunkHeadroom = 16
-	chunkTailroom = 2
+	chunkTailroom = len(chunkEnd) + len(lastChunk)
+)
+
+// chunkEnd ends a chunk's data; lastChunk ends a chunked body that has no
+// trailers.
+const (
+	chunkEnd  = "\r\n"
+	lastChunk = "0\r\n\r\n"
 )
 
 // serveStream answers a "stream": true request. The client's status is held
@@ -38,7 +46,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 	x.relay.client = ctx.Conn()
 	if cc, ok := x.relay.client.(*clientConn); ok {
 		// Its wrapping is for reads; the relay only writes.
-		x.relay.client = cc.Conn
+		x.relay.client, x.relay.cc = cc.Conn, cc
 	}
 	if !x.single {
 		go x.prefill.run()
@@ -227,6 +235,10 @@ type relay struct {
 	// are the deadlines last set on it and on the decode's connection.
 	client          net.Conn
 	writeBy, readBy time.Time
+	// cc is the client's connection as fasthttp writes to it, nil if pdlb
+	// did not accept it (watchListener): the relay may then not send the
+	// body's end itself.
+	cc *clientConn
 	// buf[start:end] holds bytes read but not yet written, between
 	// chunkHeadroom bytes before and chunkTailroom after.
 	buf        []byte
@@ -249,7 +261,7 @@ type relay struct {
 }
 
 func (r *relay) reset() {
-	r.body, r.readErr, r.client = nil, nil, nil
+	r.body, r.readErr, r.client, r.cc = nil, nil, nil, nil
 	r.writeBy, r.readBy = time.Time{}, time.Time{}
 	r.start, r.end = 0, 0
 	r.sawDone, r.mergeLogprobs, r.closed, r.framing = false, false, false, false
@@ -321,7 +333,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 				err error
 			)
 			if r.framing && len(r.prefillLogprobs) == 0 {
-				n, err = r.writeChunk(from, r.start)
+				n, err = r.writeChunk(from, r.start, r.ended())
 			} else {
 				n, err = w.Write(batch)
 				r.framing = r.client != nil
@@ -439,19 +451,35 @@ func (r *relay) fill() {
 
 // writeChunk writes buf[from:to] to the client as one chunk, framed in
 // place: its size line goes in the bytes before it (written already, or
-// the headroom), its "\r\n" over the two after it, which are put back.
+// the headroom), its "\r\n" over the bytes after it, which are put back.
 // fasthttp's own writer would copy the events into the connection's
-// buffer first. It returns how many of the events' bytes were written.
-func (r *relay) writeChunk(from, to int) (int, error) {
+// buffer first. With last, the chunk is the body's last, and the body's
+// end goes with it: one write, where fasthttp would make it a second, and
+// the client a second read. It returns how many of the events' bytes
+// were written.
+func (r *relay) writeChunk(from, to int, last bool) (int, error) {
 	var line [chunkHeadroom]byte
-	size := append(strconv.AppendInt(line[:0], int64(to-from), 16), '\r', '\n')
+	size := append(strconv.AppendInt(line[:0], int64(to-from), 16), chunkEnd...)
 	head := from - len(size)
 	copy(r.buf[head:], size)
 	after := [chunkTailroom]byte(r.buf[to:])
-	r.buf[to], r.buf[to+1] = '\r', '\n'
-	n, err := r.client.Write(r.buf[head : to+chunkTailroom])
+	tail := copy(r.buf[to:], chunkEnd)
+	if last {
+		tail += copy(r.buf[to+tail:], lastChunk)
+	}
+	n, err := r.client.Write(r.buf[head : to+tail])
 	copy(r.buf[to:], after[:])
+	if last && err == nil {
+		r.cc.lastChunkSent()
+	}
 	return min(max(n-len(size), 0), to-from), err
+}
+
+// ended reports whether the events just taken are the decode's last: it
+// sent its [DONE] and the body's end with them, and nothing else is left.
+// The relay may then send the body's end itself, with them.
+func (r *relay) ended() bool {
+	return r.readErr == io.EOF && r.sawDone && r.start == r.end && r.cc != nil
 }
 
 // nextBatch returns every complete event buffered, as the client must see

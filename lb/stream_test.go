@@ -35,6 +35,13 @@ func (h *harness) openStream(path, body string) *stream {
 		h.t.Fatal(err)
 	}
 	h.t.Cleanup(func() { _ = conn.Close() })
+	sendRequest(h.t, conn, path, body)
+	return readStream(h.t, conn, bufio.NewReader(conn))
+}
+
+// sendRequest writes a POST of body to path on conn.
+func sendRequest(t testing.TB, conn net.Conn, path, body string) {
+	t.Helper()
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(fasthttp.MethodPost)
@@ -42,14 +49,21 @@ func (h *harness) openStream(path, body string) *stream {
 	req.SetBodyString(body)
 	w := bufio.NewWriter(conn)
 	if err := req.Write(w); err != nil || w.Flush() != nil {
-		h.t.Fatalf("cannot send the request: %v", err)
+		t.Fatalf("cannot send the request: %v", err)
 	}
-	s := &stream{t: h.t, events: make(chan string, 64), conn: conn}
+}
+
+// readStream reads the next response on conn through br, returning once its
+// headers are in; its events then arrive on s.events. The next response on
+// br may be read once s.events has closed.
+func readStream(t testing.TB, conn net.Conn, br *bufio.Reader) *stream {
+	t.Helper()
+	s := &stream{t: t, events: make(chan string, 64), conn: conn}
 	resp := &fasthttp.Response{StreamBody: true}
 	headers := make(chan error, 1)
 	go func() {
 		defer close(s.events)
-		err := resp.Read(bufio.NewReader(conn))
+		err := resp.Read(br)
 		headers <- err
 		if err != nil {
 			return
@@ -59,10 +73,10 @@ func (h *harness) openStream(path, body string) *stream {
 	select {
 	case err := <-headers:
 		if err != nil {
-			h.t.Fatalf("cannot read the response: %s", err)
+			t.Fatalf("cannot read the response: %s", err)
 		}
 	case <-time.After(10 * time.Second):
-		h.t.Fatalf("no response headers")
+		t.Fatalf("no response headers")
 	}
 	s.status = resp.StatusCode()
 	return s
@@ -231,6 +245,52 @@ func TestStreamEventsCutAcrossReads(t *testing.T) {
 	}
 }
 
+// sseHeaders begins the answer of a decode that frames its event stream by
+// hand.
+const sseHeaders = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+// rawBackend serves addr by hand: answer writes the raw response to each
+// request, and is told the number of the connection it came on.
+func (h *harness) rawBackend(addr string, answer func(conn int, c net.Conn)) {
+	h.t.Helper()
+	ln, err := h.nw.Listen(addr)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		open []net.Conn
+	)
+	h.t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for id := 0; ; id++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			open = append(open, c)
+			mu.Unlock()
+			wg.Go(func() {
+				br := bufio.NewReader(c)
+				var req fasthttp.Request
+				for req.Read(br) == nil {
+					answer(id, c)
+				}
+			})
+		}
+	})
+}
+
 // A stream read to its end leaves its decode connection to the next
 // request; one whose decode sent bytes past the body's end does not.
 func TestStreamConnectionIsReused(t *testing.T) {
@@ -245,47 +305,11 @@ func TestStreamConnectionIsReused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
 			h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
-			// The decode frames its answers by hand, and numbers each
-			// request with its connection.
-			ln, err := h.nw.Listen("decode-0:30010")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var (
-				wg   sync.WaitGroup
-				mu   sync.Mutex
-				open []net.Conn
-			)
-			t.Cleanup(func() {
-				_ = ln.Close()
-				mu.Lock()
-				for _, c := range open {
-					_ = c.Close()
-				}
-				mu.Unlock()
-				wg.Wait()
-			})
+			// The decode numbers each request with its connection.
 			conns := make(chan int, 2)
-			wg.Go(func() {
-				for id := 0; ; id++ {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					mu.Lock()
-					open = append(open, c)
-					mu.Unlock()
-					wg.Go(func() {
-						br := bufio.NewReader(c)
-						var req fasthttp.Request
-						for req.Read(br) == nil {
-							conns <- id
-							_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"+
-								"Transfer-Encoding: chunked\r\n\r\n"+
-								"14\r\ndata: {\"text\":\"a\"}\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"+tc.extra)
-						}
-					})
-				}
+			h.rawBackend("decode-0:30010", func(conn int, c net.Conn) {
+				conns <- conn
+				_, _ = io.WriteString(c, sseHeaders+"14\r\ndata: {\"text\":\"a\"}\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"+tc.extra)
 			})
 			srv := h.start(defaultConfig())
 			for range 2 {
@@ -298,6 +322,144 @@ func TestStreamConnectionIsReused(t *testing.T) {
 			first, second := <-conns, <-conns
 			if (first == second) != tc.reuse {
 				t.Fatalf("decode connections %d and %d; want reused %v", first, second, tc.reuse)
+			}
+		})
+	}
+}
+
+// writeLog records every write made to the connections its listener
+// accepts.
+type writeLog struct {
+	mu     sync.Mutex
+	writes []string
+}
+
+func (l *writeLog) listener(ln net.Listener) net.Listener { return loggingListener{ln, l} }
+
+func (l *writeLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.writes...)
+}
+
+type loggingListener struct {
+	net.Listener
+	log *writeLog
+}
+
+func (ln loggingListener) Accept() (net.Conn, error) {
+	c, err := ln.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return loggingConn{c, ln.log}, nil
+}
+
+type loggingConn struct {
+	net.Conn
+	log *writeLog
+}
+
+func (c loggingConn) Write(p []byte) (int, error) {
+	c.log.mu.Lock()
+	c.log.writes = append(c.log.writes, string(p))
+	c.log.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+// gate waits for next, or for over to close.
+func gate(next, over <-chan struct{}) {
+	select {
+	case <-next:
+	case <-over:
+	}
+}
+
+func chunk(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
+
+// When the decode sends its last events and its body's end together, the
+// relay sends them on together, in one write, and fasthttp's own end of
+// the body is dropped: a client sees one end, and its connection then
+// carries the next response as it should, even pipelined behind the
+// stream (fasthttp then writes the end together with that response).
+func TestStreamEndGoesWithTheLastEvents(t *testing.T) {
+	const (
+		first = "data: {\"text\":\"a\"}\n\n"
+		last  = "data: {\"text\":\"ab\"}\n\n"
+		done  = "data: [DONE]\n\n"
+	)
+	for _, tc := range []struct {
+		name string
+		// apart: the decode sends its body's end on its own, after the
+		// last events; the relay has passed them on by then.
+		apart bool
+	}{
+		{name: "together"},
+		{name: "apart", apart: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			log := &writeLog{}
+			h.wrapListener = log.listener
+			h.backend("prefill-0:30000", sseBackend("data: {}\n\n", done))
+			next, over := make(chan struct{}), make(chan struct{})
+			h.rawBackend("decode-0:30010", func(_ int, c net.Conn) {
+				_, _ = io.WriteString(c, sseHeaders+chunk(first))
+				gate(next, over)
+				if tc.apart {
+					_, _ = io.WriteString(c, chunk(last)+chunk(done))
+					gate(next, over)
+					_, _ = io.WriteString(c, lastChunk)
+				} else {
+					_, _ = io.WriteString(c, chunk(last)+chunk(done)+lastChunk)
+				}
+			})
+			h.start(defaultConfig())
+			t.Cleanup(func() { close(over) }) // before the decode's, which waits for its answers
+			conn, err := h.nw.Dial("pdlb:8000")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = conn.Close() })
+			const body = `{"text": "a", "stream": true}`
+			sendRequest(t, conn, "/generate", body)
+			sendRequest(t, conn, "/generate", body)
+			// proceed lets the decode go on, unless it is stuck.
+			proceed := func(next chan<- struct{}) {
+				select {
+				case next <- struct{}{}:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the decode is not waiting to go on")
+				}
+			}
+			br := bufio.NewReader(conn)
+			for i := range 2 {
+				s := readStream(t, conn, br)
+				if got := s.next(); got != first {
+					t.Fatalf("stream %d: got %q first; want %q", i, got, first)
+				}
+				proceed(next)
+				if tc.apart {
+					for _, want := range []string{last, done} {
+						if got := s.next(); got != want {
+							t.Fatalf("stream %d: got %q; want %q", i, got, want)
+						}
+					}
+					proceed(next)
+				}
+				if got := s.rest(); !tc.apart && (len(got) != 2 || got[0] != last || got[1] != done) || tc.apart && len(got) != 0 {
+					t.Fatalf("stream %d: got %q after the first event", i, got)
+				}
+			}
+			writes := log.all()
+			together := 0
+			for _, w := range writes {
+				if strings.HasSuffix(w, chunk(last+done)+lastChunk) {
+					together++
+				}
+			}
+			if want := map[bool]int{false: 2, true: 0}[tc.apart]; together != want {
+				t.Fatalf("%d writes carry the last events and the body's end; want %d. Writes: %q", together, want, writes)
 			}
 		})
 	}
