@@ -7,8 +7,8 @@ import (
 	"pdlb/bench/pair"
 )
 
-// pairCmd serves a featureless pairing proxy: the reference pdlb's
-// non-stream path is measured against in make bench.
+// pairCmd serves a featureless pairing proxy: the reference pdlb is
+// measured against in make bench.
 type pairCmd struct {
 	Listen        string `help:"Address to serve on." required:"" placeholder:"HOST:PORT"`
 	Prefill       string `help:"The prefill worker." required:"" placeholder:"HOST:PORT"`

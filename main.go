@@ -25,7 +25,7 @@ type cli struct {
 	Fake    fakeCmd          `cmd:"" help:"Run fake SGLang servers (prefill, decode, aggregated) for tests and demos."`
 	Bench   benchCmd         `cmd:"" help:"Send load to an endpoint and report throughput and latency."`
 	Relay   relayCmd         `cmd:"" help:"Pipe TCP connections to one address with nothing on the way: the floor of any proxy, a baseline for benchmarks."`
-	Pair    pairCmd          `cmd:"" help:"Pair one prefill and one decode with nothing else (no health checks, metrics, retries, streaming): a baseline for benchmarks."`
+	Pair    pairCmd          `cmd:"" help:"Pair one prefill and one decode with nothing else (no health checks, metrics, retries; streams passed on as read): a baseline for benchmarks."`
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }
 

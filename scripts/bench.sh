@@ -26,13 +26,16 @@
 # afresh for each scenario so its peak RSS (VmHWM) is that scenario's. The
 # event lag of the stream tables is how late each event reaches the bench
 # after the fake stamped it: what pdlb's relay adds shows as pdlb's lag.
-# Scenario 3 is then run once more with relay in pdlb's place: `pdlb
-# relay`, a bare TCP relay to the direct worker. It is the floor of any
-# proxy on this machine, one more hop and nothing else, so pdlb/direct can
-# be read against relay/direct. (Not as a third target of one comparison:
-# each target would then idle through two rounds of the others, longer
-# than pdlb keeps pooled connections, and start every round reconnecting
-# 2,048 of them, which shows at a thousand streams.)
+# Scenario 3 is then run twice more, so that pdlb/direct can be read
+# against what any proxy gets on this machine: with `pdlb relay`, a bare TCP
+# relay to the direct worker (one more hop and nothing else), in pdlb's
+# place; and with `pdlb pair` in front of the stream workers' fake pair
+# (the pairing proxy of scenarios 1 and 2, which passes a stream on as
+# fasthttp reads it: the floor of a PD proxy, the prefill's answer and the
+# second leg included) in direct's, against pdlb. (Not as more targets of
+# one comparison: each target would then idle through two rounds of the
+# others, longer than pdlb keeps pooled connections, and start every round
+# reconnecting 2,048 of them, which shows at a thousand streams.)
 #
 # A summary at the end puts pdlb's figures beside the targets of these
 # scenarios (issue 6 of the project's tracker).
@@ -69,13 +72,14 @@ if [[ $fds != unlimited ]] && ((fds < need_fds)); then
 	echo "warning: scenario 4 needs about $need_fds file descriptors per process; raise the hard limit (ulimit -Hn, as root, or limits.conf)" >&2
 fi
 
-# compare NAME DIRECT TARGETS FLAGS...: one comparison of direct and the
-# targets, a comma-separated list of [NAME=]ADDR (named pdlb if unnamed),
-# printed as a table.
+# compare NAME DIRECT TARGETS FLAGS...: one comparison of direct ([NAME=]ADDR,
+# named direct if unnamed) and the targets, a comma-separated list of
+# [NAME=]ADDR (named pdlb if unnamed), printed as a table.
 compare() {
 	local name=$1 direct=$2 targets=$3 target
 	shift 3
-	local args=(--compare "direct=http://$direct")
+	[[ $direct == *=* ]] || direct=direct=$direct
+	local args=(--compare "${direct%%=*}=http://${direct#*=}")
 	for target in ${targets//,/ }; do
 		[[ $target == *=* ]] || target=pdlb=$target
 		args+=(--compare "${target%%=*}=http://${target#*=}")
@@ -139,6 +143,13 @@ summarize() {
 		read -r ratio p50 p99 < <(stream_figures "$name")
 		summary+=("   bare relay    relay/direct $ratio events/s, lag p50 $p50 ms, p99 $p99 ms: the floor of any proxy here")
 		;;
+	streams-1024-pair)
+		local p50 p99 pair_p50 pair_p99
+		read -r ratio p50 p99 < <(stream_figures "$name")
+		read -r pair_p50 _ < <(row "$name" "lag p50 ms")
+		read -r pair_p99 _ < <(row "$name" "lag p99 ms")
+		summary+=("   PD pair       pdlb/pair $ratio events/s, lag p50 $pair_p50 -> $p50 ms, p99 $pair_p99 -> $p99 ms: pdlb against the floor of a PD proxy here")
+		;;
 	streams-4096)
 		read -r direct pdlb < <(errors "$name")
 		summary+=("4. 4,096 streams pdlb errors $pdlb (target 0), peak RSS $2 (<= 256 MB)")
@@ -172,6 +183,12 @@ streams() {
 		echo "FAIL: $name had errors; see $out" >&2
 		failed=1
 	fi
+	if ((n == 1024)); then
+		echo
+		echo "== the same, pdlb against the featureless pairing proxy (pdlb pair), the floor of a PD proxy here"
+		compare "$name-pair" "pair=$stream_pair" "127.0.0.1:$port" --stream --concurrency "$n" --max-new-tokens 32
+		summarize "$name-pair"
+	fi
 	kill "$pid"
 	wait "$pid" 2>/dev/null || true
 }
@@ -185,6 +202,7 @@ stream_prefill=127.0.0.1:$((base + 5))
 stream_decode=127.0.0.1:$((base + 6))
 stream_direct=127.0.0.1:$((base + 7))
 stream_bootstrap=$((base + 997))
+stream_pair=127.0.0.1:$((base + 8))
 stream_relay=127.0.0.1:$((base + 9))
 
 start "fake workers" "$out/fake.log" "$PDLB" fake --prefill "$fast_prefill" --decode "$fast_decode" \
@@ -195,8 +213,11 @@ start "fake stream workers" "$out/fake-streams.log" "$PDLB" fake --prefill "$str
 start "relay to the direct stream worker" "$out/relay.log" "$PDLB" relay --listen "$stream_relay" --to "$stream_direct"
 start "featureless pairing proxy" "$out/pair.log" "$PDLB" pair --listen "$fast_pair" --prefill "$fast_prefill" \
 	--decode "$fast_decode" --bootstrap-port "$fast_bootstrap"
+start "featureless pairing proxy for streams" "$out/pair-streams.log" "$PDLB" pair --listen "$stream_pair" \
+	--prefill "$stream_prefill" --decode "$stream_decode" --bootstrap-port "$stream_bootstrap"
 wait_http "http://$fast_prefill/health"
 wait_http "http://$fast_pair/health"
+wait_http "http://$stream_pair/health"
 wait_http "http://$stream_prefill/health"
 wait_http "http://$stream_relay/health"
 start_pdlb "$base" "$fast_prefill" "$fast_bootstrap" "$fast_decode" "$out/pdlb.log"

@@ -1,14 +1,16 @@
 // Package pair is a featureless pairing proxy: it splices the bootstrap
 // fields, with a fresh room, into each request's body, sends it to one
 // prefill and one decode at once, and answers with the decode's answer.
-// Nothing else: no health checks, metrics, logging, retries, cancellation,
-// timeouts or streaming. It is the reference the non-stream targets of
+// A stream's answer is passed on as fasthttp reads it. Nothing else: no
+// health checks, metrics, logging, retries, cancellation, timeouts, no
+// look inside the events. It is the reference the non-stream targets of
 // pdlb's benchmarks are stated against ("a featureless fasthttp pairing
 // proxy"), and `make bench` runs it beside pdlb so that what pdlb's
 // features cost can be told from what pairing itself costs on the machine.
 package pair
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -93,7 +95,9 @@ func (p *proxy) handle(ctx *fasthttp.RequestCtx) {
 		fasthttp.ReleaseRequest(preq)
 		fasthttp.ReleaseRequest(dreq)
 		fasthttp.ReleaseResponse(presp)
-		fasthttp.ReleaseResponse(dresp)
+		if dresp != nil {
+			fasthttp.ReleaseResponse(dresp)
+		}
 	}()
 	for _, leg := range []struct {
 		req *fasthttp.Request
@@ -110,6 +114,7 @@ func (p *proxy) handle(ctx *fasthttp.RequestCtx) {
 		defer close(prefillDone)
 		_ = p.prefill.Do(preq, presp)
 	}()
+	dresp.StreamBody = wantsStream(body)
 	err = p.decode.Do(dreq, dresp)
 	<-prefillDone
 	if err != nil {
@@ -118,7 +123,38 @@ func (p *proxy) handle(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.SetStatusCode(dresp.StatusCode())
 	ctx.Response.Header.SetContentTypeBytes(dresp.Header.ContentType())
+	if dresp.BodyStream() != nil {
+		// fasthttp writes each read as a chunk, flushed, and closes the
+		// stream when done, which gives the response back.
+		ctx.SetBodyStream(&streamedBody{resp: dresp}, -1)
+		dresp = nil
+		return
+	}
 	ctx.SetBody(dresp.Body())
+}
+
+// wantsStream reports whether body asks for a stream ("stream": true at
+// any depth). A scan, not a parse: a reference must cost next to nothing.
+func wantsStream(body []byte) bool {
+	const key = `"stream"`
+	i := bytes.Index(body, []byte(key))
+	if i < 0 {
+		return false
+	}
+	rest, ok := bytes.CutPrefix(bytes.TrimLeft(body[i+len(key):], " \t\r\n"), []byte(":"))
+	return ok && bytes.HasPrefix(bytes.TrimLeft(rest, " \t\r\n"), []byte("true"))
+}
+
+// streamedBody passes on a response's body stream, and releases the
+// response once fasthttp is done with it.
+type streamedBody struct{ resp *fasthttp.Response }
+
+func (b *streamedBody) Read(p []byte) (int, error) { return b.resp.BodyStream().Read(p) }
+
+func (b *streamedBody) Close() error {
+	err := b.resp.CloseBodyStream()
+	fasthttp.ReleaseResponse(b.resp)
+	return err
 }
 
 func writeError(ctx *fasthttp.RequestCtx, status int, msg string) {

@@ -1,7 +1,11 @@
 package pair
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"testing"
@@ -121,5 +125,69 @@ func TestPairErrors(t *testing.T) {
 	}
 	if status, _ := post(t, addr, "/health", ""); status != fasthttp.StatusOK {
 		t.Fatalf("/health: got %d; want 200", status)
+	}
+}
+
+// A stream's events reach the client as the decode sends them, not once
+// its answer is over.
+func TestPairPassesStreamsOn(t *testing.T) {
+	prefill := listen(t, func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString(`{}`) })
+	next, over := make(chan struct{}), make(chan struct{})
+	decode := listen(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			_, _ = w.WriteString("data: {\"text\":\"a\"}\n\n")
+			_ = w.Flush()
+			select {
+			case <-next:
+			case <-over:
+			}
+			_, _ = w.WriteString("data: [DONE]\n\n")
+		})
+	})
+	addr := startPair(t, prefill, decode)
+	t.Cleanup(func() { close(over) }) // first: the servers wait for their handlers
+
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	body := `{"text": "hi", "stream" : true}`
+	if _, err := fmt.Fprintf(conn, "POST /generate HTTP/1.1\r\nHost: pair\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+		t.Fatal(err)
+	}
+	resp := &fasthttp.Response{StreamBody: true}
+	if err := resp.Read(bufio.NewReader(conn)); err != nil {
+		t.Fatalf("no answer while the decode streams: %v", err)
+	}
+	first := make([]byte, len("data: {\"text\":\"a\"}\n\n"))
+	if _, err := io.ReadFull(resp.BodyStream(), first); err != nil {
+		t.Fatalf("no first event while the decode streams: %v", err)
+	}
+	close(next)
+	rest, err := io.ReadAll(resp.BodyStream())
+	if err != nil || string(first)+string(rest) != "data: {\"text\":\"a\"}\n\ndata: [DONE]\n\n" {
+		t.Fatalf("got %q, %q, %v", first, rest, err)
+	}
+	if !bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")) {
+		t.Fatalf("got content type %q", resp.Header.ContentType())
+	}
+}
+
+func TestWantsStream(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"stream":true}`:                           true,
+		`{"text": "hi", "stream" : true}`:           true,
+		`{"stream": false}`:                         false,
+		`{"stream_options": {"a": true}}`:           false,
+		`{"text": "hi"}`:                            false,
+		`{"text": "hi", "stream": "true"}`:          false,
+		`{"text": "hi", "stream":` + "\n" + `true}`: true,
+	} {
+		if got := wantsStream([]byte(body)); got != want {
+			t.Errorf("wantsStream(%s) = %v; want %v", body, got, want)
+		}
 	}
 }
