@@ -320,7 +320,8 @@ func (r *relay) Read([]byte) (int, error) {
 // WriteTo writes the complete events buffered as one chunk, then, when the
 // decode's stream ends without its [DONE] (it broke, or was cancelled), an
 // SSE error event and [DONE] of its own, so the client always sees a proper
-// end. w frames each Write as a chunk and flushes it.
+// end. w frames each Write as a chunk and flushes it; fasthttp writes the
+// body's end once WriteTo returns, unless the relay has sent it already.
 func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	r.status = fasthttp.StatusOK
 	var written int64
