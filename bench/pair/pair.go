@@ -5,8 +5,9 @@
 // health checks, metrics, logging, retries, cancellation, timeouts, no
 // look inside the events. It is the reference the non-stream targets of
 // pdlb's benchmarks are stated against ("a featureless fasthttp pairing
-// proxy"), and `make bench` runs it beside pdlb so that what pdlb's
-// features cost can be told from what pairing itself costs on the machine.
+// proxy"), and `make bench` runs it beside pdlb, streams included, so that
+// what pdlb's features cost can be told from what pairing itself costs on
+// the machine.
 package pair
 
 import (
