@@ -31,6 +31,7 @@ func (l watchListener) Accept() (net.Conn, error) {
 	cc := &clientConn{Conn: c}
 	if sc, ok := c.(syscall.Conn); ok {
 		cc.raw, _ = sc.SyscallConn()
+		cc.readSocket = cc.readOnce
 	}
 	return cc, nil
 }
@@ -44,6 +45,11 @@ type clientConn struct {
 	// raw reads the socket without the net package's buffering rules; nil
 	// for connections without a descriptor (in-memory ones in tests).
 	raw syscall.RawConn
+	// readSocket is readOnce, bound once: raw.Read takes a func, and a
+	// closure over readAhead's locals would cost three allocations a
+	// request. got is what its last call read.
+	readSocket func(fd uintptr) bool
+	got        socketRead
 
 	mu      sync.Mutex
 	stash   byte
@@ -110,50 +116,63 @@ func (c *clientConn) Read(p []byte) (int, error) {
 // readAhead waits for the client's bytes, reads all that came into a
 // pooled buffer, and returns what fits in p; Read returns the rest.
 func (c *clientConn) readAhead(p []byte) (int, error) {
-	var (
-		buf  *[]byte
-		n    int
-		rerr error
-	)
-	err := c.raw.Read(func(fd uintptr) bool {
-		buf = aheadPool.Get().(*[]byte)
-		for {
-			n, rerr = syscall.Read(int(fd), *buf)
-			if rerr != syscall.EINTR {
-				break
-			}
-		}
-		if rerr == syscall.EAGAIN {
-			aheadPool.Put(buf)
-			buf = nil
-			return false // not yet: wait for the poller, holding nothing
-		}
-		return true
-	})
-	if err == nil && rerr != nil {
-		err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+	err := c.raw.Read(c.readSocket)
+	got := c.got
+	c.got = socketRead{}
+	if err == nil && got.err != nil {
+		err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", got.err)}
 	}
 	if err != nil {
 		// A poller's error (a deadline, a closed connection) comes wrapped
 		// as a net.OpError already.
-		if buf != nil {
-			aheadPool.Put(buf)
+		if got.buf != nil {
+			aheadPool.Put(got.buf)
 		}
 		return 0, err
 	}
-	if n <= 0 {
-		aheadPool.Put(buf)
+	if got.n <= 0 {
+		aheadPool.Put(got.buf)
 		return 0, io.EOF
 	}
-	got := copy(p, (*buf)[:n])
-	if got == n {
-		aheadPool.Put(buf)
-		return got, nil
+	n := copy(p, (*got.buf)[:got.n])
+	if n == got.n {
+		aheadPool.Put(got.buf)
+		return n, nil
 	}
 	c.mu.Lock()
-	c.ahead, c.aheadBuf = (*buf)[got:n], buf
+	c.ahead, c.aheadBuf = (*got.buf)[n:got.n], got.buf
 	c.mu.Unlock()
-	return got, nil
+	return n, nil
+}
+
+// socketRead is the outcome of one readOnce.
+type socketRead struct {
+	buf *[]byte
+	n   int
+	err error
+}
+
+// readOnce is raw.Read's callback: it reads what the socket holds into a
+// pooled buffer, or reports that nothing came yet, holding no buffer while
+// the poller waits.
+func (c *clientConn) readOnce(fd uintptr) bool {
+	buf := aheadPool.Get().(*[]byte)
+	var (
+		n   int
+		err error
+	)
+	for {
+		n, err = syscall.Read(int(fd), *buf)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err == syscall.EAGAIN {
+		aheadPool.Put(buf)
+		return false // not yet: wait for the poller
+	}
+	c.got = socketRead{buf: buf, n: n, err: err}
+	return true
 }
 
 // lastChunkSent tells c that the chunked body being written has ended

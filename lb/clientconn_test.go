@@ -90,6 +90,35 @@ func TestLongReadsGoStraightToTheSocket(t *testing.T) {
 	}
 }
 
+// A keep-alive request read through the read-ahead path allocates
+// nothing: the buffer is pooled and the poller's callback is bound once.
+func TestReadAheadAllocatesNothing(t *testing.T) {
+	client, c := acceptedPair(t)
+	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+	const request = "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+	req, p := []byte(request), make([]byte, len(request))
+	readOne := func() {
+		if _, err := client.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		// fasthttp's way: the first byte alone, then the rest.
+		if n, err := c.Read(p[:1]); n != 1 || err != nil {
+			t.Fatalf("first byte: %d, %v", n, err)
+		}
+		for got := 1; got < len(request); {
+			n, err := c.Read(p[got:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+	}
+	readOne() // fills the pool
+	if allocs := testing.AllocsPerRun(100, readOne); allocs != 0 {
+		t.Fatalf("a request read ahead costs %v allocations, want 0", allocs)
+	}
+}
+
 func TestReadAheadReportsEndAndDeadline(t *testing.T) {
 	t.Run("client closes", func(t *testing.T) {
 		client, c := acceptedPair(t)

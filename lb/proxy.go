@@ -57,7 +57,10 @@ type exchange struct {
 
 	prefill call
 	decode  call
-	relay   relay
+	// runPrefill is prefill.run, bound once: "go x.prefill.run()" would
+	// allocate a closure for each request.
+	runPrefill func()
+	relay      relay
 	// watcher watches the client of a non-stream request that waits long.
 	watcher watcher
 	// scratch holds a merged or buffered answer.
@@ -106,6 +109,7 @@ func newExchange(s *Server) *exchange {
 	for _, c := range []*call{&x.prefill, &x.decode} {
 		c.done = make(chan struct{}, 1)
 	}
+	x.runPrefill = x.prefill.run
 	x.relay.x = x
 	x.watcher.init(x.clientLeft)
 	return x
@@ -349,7 +353,7 @@ func (c *call) abort(reason error) {
 // has written nothing and says why the request should be tried again.
 func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	if !x.single {
-		go x.prefill.run()
+		go x.runPrefill()
 	}
 	x.watcher.arm(ctx.Conn())
 	x.decode.run()

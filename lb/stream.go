@@ -49,7 +49,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 		x.relay.client, x.relay.cc = cc.Conn, cc
 	}
 	if !x.single {
-		go x.prefill.run()
+		go x.runPrefill()
 	}
 	// Until the headers are in; a prefill that fails meanwhile closes the
 	// decode's connection, which ends the wait at once.

@@ -212,7 +212,7 @@ func (w *warmer) generate(pr *pair, st *bootstrap.State, decodeRank int, routed 
 	uri := []byte("/generate")
 	x.prefill.target(pr.p, uri, x.prefillBody, deadline, x.requestID)
 	x.decode.target(pr.d, uri, x.body, deadline, x.requestID)
-	go x.prefill.run()
+	go x.runPrefill()
 	x.decode.run()
 	<-x.decode.done
 	d := &x.decode
