@@ -37,8 +37,10 @@
 # others, longer than pdlb keeps pooled connections, and start every round
 # reconnecting 2,048 of them, which shows at a thousand streams.)
 #
-# A summary at the end puts pdlb's figures beside the targets of these
-# scenarios (issue 6 of the project's tracker).
+# Scenario 1 also reports pdlb's heap allocations per proxied request, from
+# the Go runtime's counters on its /metrics (health checks and the two
+# scrapes included). A summary at the end puts pdlb's figures beside the
+# targets of these scenarios (issue 6 of the project's tracker).
 #
 # BENCH_DURATION (default 10s) is each target's measured time per scenario,
 # cut into rounds of BENCH_ROUND (default 2s); BENCH_WARMUP (default 1s)
@@ -113,6 +115,27 @@ stream_figures() {
 	read -r _ p50 _ < <(row "$1" "lag p50 ms")
 	read -r _ p99 _ < <(row "$1" "lag p99 ms")
 	echo "$ratio $p50 $p99"
+}
+
+# pdlb_counters PORT: what pdlb's /metrics says it has allocated so far
+# (heap objects, bytes) and how many generate requests it has answered.
+pdlb_counters() {
+	curl -sf "http://127.0.0.1:$1/metrics" | awk '
+		$1 == "go_memstats_mallocs_total" { m = $2 + 0 }
+		$1 == "go_memstats_alloc_bytes_total" { b = $2 + 0 }
+		index($1, "pdlb_requests_total{route=\"/generate\"") == 1 { r += $2 }
+		END { printf "%.0f %.0f %.0f\n", m, b, r }'
+}
+
+# allocations BEFORE AFTER: allocations and bytes per request between two
+# pdlb_counters readings.
+allocations() {
+	awk -v before="$1" -v after="$2" 'BEGIN {
+		split(before, x); split(after, y)
+		n = y[3] - x[3]
+		if (n <= 0) { print "no requests"; exit }
+		printf "%.1f allocations (%.0f bytes) per request over %d requests\n", (y[1] - x[1]) / n, (y[2] - x[2]) / n, n
+	}'
 }
 
 # summary: pdlb's figures against the targets of the standard scenarios
@@ -227,8 +250,12 @@ for s in $scenarios; do
 	1)
 		echo
 		echo "== non-stream /generate, 64 clients"
+		before=$(pdlb_counters "$base")
 		compare generate-64 "$fast_direct" "127.0.0.1:$base,pair=$fast_pair" --concurrency 64
+		allocs=$(allocations "$before" "$(pdlb_counters "$base")")
+		echo "pdlb heap allocations (its /metrics): $allocs"
 		summarize generate-64
+		summary+=("5. allocations   pdlb makes $allocs in scenario 1 (its /metrics); the body rewrite's allocs/op are in the go test -bench lines above")
 		;;
 	2)
 		echo
