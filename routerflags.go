@@ -1,7 +1,6 @@
 package main
 
 import (
-	"slices"
 	"strings"
 
 	"github.com/alecthomas/kong"
@@ -65,7 +64,7 @@ func routerFlags() map[string]arity {
 // values) that the serve command does not define, and the flags it removed.
 // Arguments of the other commands are returned untouched.
 func stripRouterFlags(parser *kong.Kong, args []string) (kept, ignored []string) {
-	if len(args) > 0 && slices.Contains([]string{"fake", "bench", "relay", "pair"}, args[0]) {
+	if len(args) > 0 && isOtherCommand(parser, args[0]) {
 		return args, nil
 	}
 	known, router := serveFlagNames(parser), routerFlags()
@@ -93,6 +92,17 @@ func stripRouterFlags(parser *kong.Kong, args []string) (kept, ignored []string)
 		}
 	}
 	return kept, ignored
+}
+
+// isOtherCommand reports whether name is a command of the parser other than
+// serve, whose arguments are its own.
+func isOtherCommand(parser *kong.Kong, name string) bool {
+	for _, child := range parser.Model.Children {
+		if child.Name == name {
+			return name != "serve"
+		}
+	}
+	return false
 }
 
 // serveFlagNames returns the long names of the flags the serve command
