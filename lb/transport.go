@@ -37,18 +37,27 @@ func isUnreachable(err error) bool {
 // deadline of its own a few milliseconds after the last. So the deadline a
 // connection is given is the request's rounded up to deadlineStep, the same
 // for all the requests of one step, and workerConn skips setting the
-// deadline a connection has already: with 64 clients, three in four. A
+// deadline a connection has already: with 64 clients, 92 % of them. A
 // request may then run up to deadlineStep past its timeout.
 const deadlineStep = 100 * time.Millisecond
 
-// wireDeadline is t rounded up to a multiple of deadlineStep (keeping its
-// monotonic reading, so comparisons stay immune to clock changes).
+// wireDeadline is t rounded up to the next of the steps counted from
+// deadlineEpoch. It is measured on the monotonic clock, as deadlines are:
+// rounded on the wall clock, deadlines of one step were often apart by the
+// nanoseconds between the two clock reads of a time.Now, so not equal. No
+// deadline (the zero time) stays none.
 func wireDeadline(t time.Time) time.Time {
-	if rem := t.UnixNano() % int64(deadlineStep); rem > 0 {
-		return t.Add(deadlineStep - time.Duration(rem))
+	if t.IsZero() {
+		return t
 	}
-	return t
+	d := t.Sub(deadlineEpoch)
+	if rem := d % deadlineStep; rem > 0 {
+		d += deadlineStep - rem
+	}
+	return deadlineEpoch.Add(d)
 }
+
+var deadlineEpoch = time.Now()
 
 // workerConn is a connection to a worker that remembers the deadlines it
 // was given, so that giving one it has again costs nothing. Its deadlines
