@@ -314,7 +314,7 @@ func (c *call) end() {
 		// The prefill answers once its KV cache is sent, before the decode
 		// ends; one still silent well after is stuck (waiting for a decode
 		// that never claimed the cache): give it a short last deadline.
-		c.peer.cancel.capRead(time.Now().Add(orphanPrefillGrace))
+		c.peer.cancel.capRead(orphanPrefillGrace)
 	}
 	own := c.cancel.err() == nil && !errors.Is(c.err, errGaveUp)
 	switch status := c.resp.StatusCode(); {

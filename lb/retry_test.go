@@ -339,3 +339,24 @@ func TestClientGoneCancelsBothLegs(t *testing.T) {
 		t.Fatalf("got %q client_gone; want 1", got)
 	}
 }
+
+// A prefill that has sent its KV cache but keeps its answer once its decode
+// has answered is given up after orphanPrefillGrace, without counting
+// against the prefill: the client has its answer, and nothing stays in
+// flight.
+func TestPrefillSilentAfterItsDecodeIsGivenUp(t *testing.T) {
+	h := newHarness(t)
+	p, _ := h.pair(fake.Config{}, fake.Config{})
+	if err := p.SetFault(fake.Fault{Kind: fake.FaultStall}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.SetFault(fake.Fault{}) })
+	srv := h.start(defaultConfig())
+	if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s; want the decode's answer", r.status, r.body)
+	}
+	waitIdleWithin(t, srv, orphanPrefillGrace+2*time.Second)
+	if got := h.metric(`pdlb_backend_errors_total{role="prefill",backend="prefill-0:30000"}`); got != "0" {
+		t.Fatalf("got %q prefill errors; want 0: pdlb gave up, the prefill did not fail", got)
+	}
+}

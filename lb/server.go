@@ -124,6 +124,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		ReduceMemoryUsage:    true,
 		NoDefaultContentType: true,
 		CloseOnShutdown:      true,
+		// pdlb times requests with its own clock; fasthttp's reading of it
+		// for each request would go unused.
+		LazyRequestTime: true,
 	}
 	return s, nil
 }

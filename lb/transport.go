@@ -323,12 +323,16 @@ func (cl *canceller) readBy(t time.Time) {
 	cl.mu.Unlock()
 }
 
-// capRead gives the call a last read deadline, now or once it connects.
-func (cl *canceller) capRead(t time.Time) {
+// capRead gives the call, unless it is over, a last read deadline d from
+// now, at once or once it connects. (The clock is read only when needed:
+// the call is usually over.)
+func (cl *canceller) capRead(d time.Duration) {
 	cl.mu.Lock()
-	cl.limit = t
-	if cl.conn != nil {
-		_ = cl.conn.SetReadDeadline(t)
+	if !cl.over {
+		cl.limit = time.Now().Add(d)
+		if cl.conn != nil {
+			_ = cl.conn.SetReadDeadline(cl.limit)
+		}
 	}
 	cl.mu.Unlock()
 }
