@@ -154,6 +154,117 @@ func TestReadAheadReportsEndAndDeadline(t *testing.T) {
 	})
 }
 
+// deadlineCounter counts the read deadlines given to its connection.
+type deadlineCounter struct {
+	net.Conn
+	moves int
+}
+
+func (d *deadlineCounter) SetReadDeadline(t time.Time) error {
+	d.moves++
+	return d.Conn.SetReadDeadline(t)
+}
+
+// fasthttp's deadlines reach the socket only when a read goes to it, and
+// a deadline in the step the socket has already moves nothing.
+func TestClientReadDeadlineMovesOncePerStep(t *testing.T) {
+	client, c := acceptedPair(t)
+	socket := &deadlineCounter{Conn: c.Conn}
+	c.Conn = socket
+	readOne := func(what string, wantMoves int) {
+		t.Helper()
+		if _, err := client.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := c.Read(make([]byte, 1)); n != 1 || err != nil {
+			t.Fatalf("%s: read %d, %v", what, n, err)
+		}
+		if socket.moves != wantMoves {
+			t.Fatalf("%s: the socket's deadline moved %d times in all, want %d", what, socket.moves, wantMoves)
+		}
+	}
+	// Early in a step, so that 10 ms later is still in it.
+	first := wireDeadline(time.Now().Add(time.Minute)).Add(-deadlineStep + time.Millisecond)
+	_ = c.SetReadDeadline(first)
+	_ = c.SetReadDeadline(first.Add(time.Millisecond))
+	if socket.moves != 0 {
+		t.Fatal("SetReadDeadline moved the socket's deadline before any read")
+	}
+	readOne("first deadline", 1)
+	if want := wireDeadline(first); !c.armed.Equal(want) {
+		t.Fatalf("the socket has %v, want %v (the deadline rounded up)", c.armed, want)
+	}
+	_ = c.SetReadDeadline(first.Add(10 * time.Millisecond))
+	readOne("a deadline in the same step", 1)
+	_ = c.SetReadDeadline(first.Add(deadlineStep))
+	readOne("a deadline in the next step", 2)
+	_ = c.SetReadDeadline(time.Time{})
+	readOne("no deadline", 3)
+	if !c.armed.IsZero() {
+		t.Fatalf("the socket keeps the deadline %v after it was cleared", c.armed)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(-time.Second))
+	if _, err := c.Read(make([]byte, 1)); !isTimeout(err) {
+		t.Fatalf("a read past its deadline: %v, want a timeout", err)
+	}
+}
+
+// A watch interrupts its read with a deadline of its own; the connection's
+// deadline holds again once the watch is over.
+func TestUnwatchRestoresTheReadDeadline(t *testing.T) {
+	_, c := acceptedPair(t)
+	_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if err := c.armRead(); err != nil {
+		t.Fatal(err)
+	}
+	c.watch(func() { t.Error("the client was taken for gone") })
+	if c.done == nil {
+		t.Fatal("the watch did not start")
+	}
+	c.unwatch()
+	read := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		read <- err
+	}()
+	select {
+	case err := <-read:
+		if !isTimeout(err) {
+			t.Fatalf("read after the watch: %v, want a timeout", err)
+		}
+	case <-time.After(2 * time.Second):
+		c.Close() // ends the read
+		t.Fatalf("a read after the watch outlived its deadline (at most %s away) by seconds", 50*time.Millisecond+deadlineStep)
+	}
+}
+
+// The watcher's timer keeps running from one request to the next: a
+// request armed while it runs for an earlier one is watched only once it
+// has itself waited watchAfter, and then its client's leaving is seen.
+func TestWatcherWaitsForTheRequestArmedLast(t *testing.T) {
+	client, c := acceptedPair(t)
+	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+	gone := make(chan time.Time, 1)
+	var w watcher
+	w.init(func() { gone <- time.Now() }, time.Now)
+
+	w.arm(c, time.Now()) // a short request: its timer keeps running
+	w.disarm()
+	time.Sleep(watchAfter / 2)
+	second := time.Now()
+	w.arm(c, second)
+	client.Close()
+	select {
+	case at := <-gone:
+		if waited := at.Sub(second); waited < watchAfter {
+			t.Fatalf("the watch started %s after the request, before watchAfter (%s)", waited, watchAfter)
+		}
+	case <-time.After(watchAfter + 3*time.Second):
+		t.Fatal("the client's leaving was never seen")
+	}
+	w.disarm()
+}
+
 func TestWatchDoesNotStartWhileBytesAreReadAhead(t *testing.T) {
 	client, c := acceptedPair(t)
 	if _, err := client.Write([]byte("GET / HTTP/1.1\r\n\r\nGET /next")); err != nil {

@@ -111,7 +111,7 @@ func newExchange(s *Server) *exchange {
 	}
 	x.runPrefill = x.prefill.run
 	x.relay.x = x
-	x.watcher.init(x.clientLeft)
+	x.watcher.init(x.clientLeft, s.cfg.Now)
 	return x
 }
 
@@ -355,7 +355,7 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	if !x.single {
 		go x.runPrefill()
 	}
-	x.watcher.arm(ctx.Conn())
+	x.watcher.arm(ctx.Conn(), x.start)
 	x.decode.run()
 	x.watcher.disarm()
 	<-x.decode.done
