@@ -95,15 +95,7 @@ func (c *clientConn) SetDeadline(t time.Time) error {
 // armRead gives the socket the read deadline last asked for, unless it has
 // it already.
 func (c *clientConn) armRead() error {
-	want := wireDeadline(c.readBy)
-	if want.Equal(c.armed) {
-		return nil
-	}
-	if err := c.Conn.SetReadDeadline(want); err != nil {
-		return err
-	}
-	c.armed = want
-	return nil
+	return moveReadDeadline(c.Conn, &c.armed, wireDeadline(c.readBy))
 }
 
 // With ReduceMemoryUsage, which keeps idle connections from holding a read

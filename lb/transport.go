@@ -69,13 +69,19 @@ type workerConn struct {
 }
 
 func (c *workerConn) SetReadDeadline(t time.Time) error {
-	if t.Equal(c.readBy) {
+	return moveReadDeadline(c.Conn, &c.readBy, t)
+}
+
+// moveReadDeadline gives conn the read deadline t, unless *has, the one it
+// was last given, is t already; *has then becomes t.
+func moveReadDeadline(conn net.Conn, has *time.Time, t time.Time) error {
+	if t.Equal(*has) {
 		return nil
 	}
-	if err := c.Conn.SetReadDeadline(t); err != nil {
+	if err := conn.SetReadDeadline(t); err != nil {
 		return err
 	}
-	c.readBy = t
+	*has = t
 	return nil
 }
 
