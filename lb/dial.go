@@ -197,6 +197,6 @@ func dialFunc(dial fasthttp.DialFunc) fasthttp.DialFuncWithTimeout {
 		if err != nil {
 			return nil, err
 		}
-		return &workerConn{Conn: conn}, nil
+		return newWorkerConn(conn), nil
 	}
 }

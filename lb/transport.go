@@ -59,50 +59,6 @@ func wireDeadline(t time.Time) time.Time {
 
 var deadlineEpoch = time.Now()
 
-// workerConn is a connection to a worker that remembers the deadlines it
-// was given, so that giving one it has again costs nothing. Its deadlines
-// are set by one call at a time, under that call's canceller lock once it
-// is attached.
-type workerConn struct {
-	net.Conn
-	readBy, writeBy time.Time
-}
-
-func (c *workerConn) SetReadDeadline(t time.Time) error {
-	return moveReadDeadline(c.Conn, &c.readBy, t)
-}
-
-// moveReadDeadline gives conn the read deadline t, unless *has, the one it
-// was last given, is t already; *has then becomes t.
-func moveReadDeadline(conn net.Conn, has *time.Time, t time.Time) error {
-	if t.Equal(*has) {
-		return nil
-	}
-	if err := conn.SetReadDeadline(t); err != nil {
-		return err
-	}
-	*has = t
-	return nil
-}
-
-func (c *workerConn) SetWriteDeadline(t time.Time) error {
-	if t.Equal(c.writeBy) {
-		return nil
-	}
-	if err := c.Conn.SetWriteDeadline(t); err != nil {
-		return err
-	}
-	c.writeBy = t
-	return nil
-}
-
-func (c *workerConn) SetDeadline(t time.Time) error {
-	if err := c.SetReadDeadline(t); err != nil {
-		return err
-	}
-	return c.SetWriteDeadline(t)
-}
-
 // callKey is the Request user-value key under which a *call reaches transport.
 type callKey struct{}
 
@@ -154,12 +110,19 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 	}
 	reused := !cc.LastUseTime().IsZero()
 
+	wc, _ := conn.(*workerConn)
+	if wc != nil {
+		wc.stageRequest(true)
+	}
 	bw := hc.AcquireWriter(conn)
 	err = req.Write(bw)
 	if err == nil {
 		err = bw.Flush()
 	}
 	hc.ReleaseWriter(bw)
+	if wc != nil {
+		wc.stageRequest(false)
+	}
 	if err != nil {
 		c.cancel.detach()
 		hc.CloseConn(cc)
