@@ -30,9 +30,11 @@ bench: build
 	scripts/bench.sh
 
 # A minute of mixed traffic while workers are killed and restarted at random:
-# nothing may be lost or hang. PDLB_SOAK_DURATION changes the minute.
+# nothing may be lost or hang. PDLB_SOAK_DURATION changes the minute. Then
+# the same with pdlb reaching the workers over loopback TCP.
 soak:
 	PDLB_SOAK=1 $(GO) test -race -count=1 -run '^TestSoak$$' -v ./lb/
+	PDLB_SOAK=1 PDLB_SOAK_TCP=1 $(GO) test -race -count=1 -run '^TestSoak$$' -v ./lb/
 
 # Longer fuzzing sessions than the tests run: the body injector, and the
 # relay's chunked-body decoder against fasthttp's.

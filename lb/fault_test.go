@@ -27,14 +27,19 @@ func TestFaultMatrix(t *testing.T) {
 	for _, f := range faults {
 		for _, leg := range []string{rolePrefill, roleDecode} {
 			for _, stream := range []bool{false, true} {
-				name := f.Kind.String() + "/" + leg + map[bool]string{false: "/buffered", true: "/stream"}[stream]
-				if f.Kind == fake.FaultError {
-					name += "/" + statusWord(f.Status)
+				for _, tcp := range []bool{false, true} {
+					name := f.Kind.String() + "/" + leg + map[bool]string{false: "/buffered", true: "/stream"}[stream]
+					if f.Kind == fake.FaultError {
+						name += "/" + statusWord(f.Status)
+					}
+					if tcp {
+						name += "/tcp"
+					}
+					t.Run(name, func(t *testing.T) {
+						t.Parallel()
+						runFault(t, f, leg, stream, tcp)
+					})
 				}
-				t.Run(name, func(t *testing.T) {
-					t.Parallel()
-					runFault(t, f, leg, stream)
-				})
 			}
 		}
 	}
@@ -46,8 +51,9 @@ func statusWord(status int) string { return strings.Fields(fasthttp.StatusMessag
 // the retries of a request each wait for a KV timeout at most.
 const faultBound = 6 * time.Second
 
-func runFault(t *testing.T, f fake.Fault, leg string, stream bool) {
+func runFault(t *testing.T, f fake.Fault, leg string, stream, tcp bool) {
 	h := newHarness(t)
+	h.tcpWorkers = tcp
 	kv := fake.Config{KVTimeout: 500 * time.Millisecond, Tokens: 4, TokenDelay: time.Millisecond}
 	p, d := h.pair(kv, kv)
 	victim := map[string]*fake.Server{rolePrefill: p, roleDecode: d}[leg]

@@ -2,7 +2,9 @@ package lb
 
 import (
 	"context"
+	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,6 +39,14 @@ type harness struct {
 	noRoomRefusals uint64
 	// wrapListener, when set, wraps pdlb's listener.
 	wrapListener func(net.Listener) net.Listener
+	// tcpWorkers, set before start, has pdlb reach the workers over
+	// loopback TCP (bridgeDial), so that its worker connections are
+	// sockets, as in production. bridged holds the bridges' connections,
+	// pumps their goroutines.
+	tcpWorkers bool
+	bridgeMu   sync.Mutex
+	bridged    []net.Conn
+	pumps      sync.WaitGroup
 }
 
 func newHarness(t testing.TB) *harness {
@@ -132,6 +142,10 @@ func (h *harness) start(cfg Config) *Server {
 func (h *harness) startLogged(cfg Config, log zerolog.Logger) *Server {
 	h.t.Helper()
 	cfg.Dial = h.nw.Dial
+	if h.tcpWorkers {
+		cfg.Dial = h.bridgeDial
+		h.t.Cleanup(h.closeBridges) // once pdlb has shut down
+	}
 	srv, err := New(cfg, log)
 	if err != nil {
 		h.t.Fatalf("cannot build the server: %s", err)
@@ -160,6 +174,57 @@ func (h *harness) startLogged(cfg Config, log zerolog.Logger) *Server {
 		<-served
 	})
 	return srv
+}
+
+// bridgeDial dials the in-memory worker at addr and returns a loopback TCP
+// connection whose far end is pumped to it both ways; either end closing
+// closes both.
+func (h *harness) bridgeDial(addr string) (net.Conn, error) {
+	worker, err := h.nw.Dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		worker.Close()
+		return nil, err
+	}
+	defer ln.Close()
+	near, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		worker.Close()
+		return nil, err
+	}
+	far, err := ln.Accept()
+	if err != nil {
+		worker.Close()
+		near.Close()
+		return nil, err
+	}
+	pump := func(dst, src net.Conn) {
+		defer h.pumps.Done()
+		_, _ = io.Copy(dst, src)
+		dst.Close()
+		src.Close()
+	}
+	h.bridgeMu.Lock()
+	h.bridged = append(h.bridged, worker, far)
+	h.bridgeMu.Unlock()
+	h.pumps.Add(2)
+	go pump(worker, far)
+	go pump(far, worker)
+	return near, nil
+}
+
+// closeBridges closes what is left of the bridges (pooled connections idle
+// in the workers' keep-alive) and waits for their pumps.
+func (h *harness) closeBridges() {
+	h.bridgeMu.Lock()
+	for _, c := range h.bridged {
+		c.Close()
+	}
+	h.bridgeMu.Unlock()
+	h.pumps.Wait()
 }
 
 // waitBootstrap waits until the registry knows the first prefill.

@@ -279,26 +279,33 @@ func TestCancelledLegIsAbortedByRID(t *testing.T) {
 }
 
 // A worker drops an idle keep-alive connection (uvicorn after 5 s) that
-// pdlb still holds: the next request on it must not fail (sglang#9926).
+// pdlb still holds: the next request on it must not fail (sglang#9926). In
+// memory and over TCP, where the request goes out inside the answer's
+// first read (workerConn), so the drop shows there.
 func TestStaleConnectionsAreResent(t *testing.T) {
-	h := newHarness(t)
-	p, d := h.pair(fake.Config{}, fake.Config{})
-	cfg := defaultConfig()
-	cfg.DisableRetries = true // the resend is not a retry
-	h.start(cfg)
-	for i := range 3 {
-		for _, stream := range []string{"false", "true"} {
-			if r := h.post("/generate", `{"text": "a", "stream": `+stream+`}`); r.status != fasthttp.StatusOK {
-				t.Fatalf("round %d: got %d %s", i, r.status, r.body)
+	for _, tcp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "memory", true: "tcp"}[tcp], func(t *testing.T) {
+			h := newHarness(t)
+			h.tcpWorkers = tcp
+			p, d := h.pair(fake.Config{}, fake.Config{})
+			cfg := defaultConfig()
+			cfg.DisableRetries = true // the resend is not a retry
+			h.start(cfg)
+			for i := range 3 {
+				for _, stream := range []string{"false", "true"} {
+					if r := h.post("/generate", `{"text": "a", "stream": `+stream+`}`); r.status != fasthttp.StatusOK {
+						t.Fatalf("round %d: got %d %s", i, r.status, r.body)
+					}
+					// Both workers drop every idle connection pdlb pooled.
+					if p.CloseIdleConnections()+d.CloseIdleConnections() == 0 && i > 0 {
+						t.Fatalf("no idle connection to drop: the test would prove nothing")
+					}
+				}
 			}
-			// Both workers drop every idle connection pdlb pooled.
-			if p.CloseIdleConnections()+d.CloseIdleConnections() == 0 && i > 0 {
-				t.Fatalf("no idle connection to drop: the test would prove nothing")
+			if got := h.metric("pdlb_backend_errors_total{role=\"decode\",backend=\"decode-0:30010\"}"); got != "0" {
+				t.Fatalf("got %q decode errors", got)
 			}
-		}
-	}
-	if got := h.metric("pdlb_backend_errors_total{role=\"decode\",backend=\"decode-0:30010\"}"); got != "0" {
-		t.Fatalf("got %q decode errors", got)
+		})
 	}
 }
 

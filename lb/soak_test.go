@@ -20,7 +20,8 @@ import (
 // TestSoak runs mixed traffic through pdlb while workers are killed and
 // restarted at random, and checks that every request got a complete answer
 // or a clear error in time: none lost, none hung. It runs under `make soak`
-// (PDLB_SOAK=1; PDLB_SOAK_DURATION, default 1m), not in `make test`.
+// (PDLB_SOAK=1; PDLB_SOAK_DURATION, default 1m), not in `make test`; with
+// PDLB_SOAK_TCP=1, pdlb reaches the workers over loopback TCP.
 func TestSoak(t *testing.T) {
 	if os.Getenv("PDLB_SOAK") == "" {
 		t.Skip("set PDLB_SOAK=1 (make soak) to run the soak test")
@@ -30,6 +31,7 @@ func TestSoak(t *testing.T) {
 		duration = d
 	}
 	h := newHarness(t)
+	h.tcpWorkers = os.Getenv("PDLB_SOAK_TCP") != ""
 	workers := []struct {
 		addr string
 		cfg  fake.Config
