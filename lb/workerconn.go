@@ -59,7 +59,7 @@ func newWorkerConn(conn net.Conn) *workerConn {
 // only on finding nothing waits for the poller to report more. Right after
 // a request is sent, that first read always finds nothing, since the
 // worker has not had time to answer: one system call per leg for nothing,
-// about 3 % of pdlb's CPU per request. The poller cannot simply be waited
+// about 4 % of pdlb's CPU per request. The poller cannot simply be waited
 // for without it: its notice of data that came before the wait began would
 // be lost. So the request is sent inside the wait instead: the round trip
 // stages it (stageRequest), workerConn holds it back, and the first read of
