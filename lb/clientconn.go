@@ -239,6 +239,10 @@ func (c *clientConn) watch(gone func()) {
 	}
 	done := make(chan struct{})
 	c.done = done
+	// The client's timeouts bound its sending, not its waiting for pdlb's
+	// answer, which may take minutes: the watch lasts until unwatch, which
+	// gives the connection its deadline back.
+	_ = c.Conn.SetReadDeadline(time.Time{})
 	go func() {
 		defer close(done)
 		var b [1]byte

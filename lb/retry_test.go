@@ -367,3 +367,39 @@ func TestPrefillSilentAfterItsDecodeIsGivenUp(t *testing.T) {
 		t.Fatalf("got %q prefill errors; want 0: pdlb gave up, the prefill did not fail", got)
 	}
 }
+
+// A client that waits longer than the client timeouts for a non-stream
+// answer (generations take minutes) is still watched: its leaving cancels
+// both legs, however late it comes.
+func TestClientGoneAfterTheClientTimeouts(t *testing.T) {
+	h := newHarness(t)
+	decodeHasIt := make(chan struct{}, 1)
+	p, _ := h.pair(fake.Config{KVTimeout: 20 * time.Second}, fake.Config{KVTimeout: 20 * time.Second,
+		OnRequest: func(path string, _ []byte) {
+			if path == "/generate" {
+				decodeHasIt <- struct{}{}
+			}
+		}})
+	if err := p.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.SetFault(fake.Fault{}) })
+	cfg := defaultConfig()
+	cfg.ClientReadTimeout = 200 * time.Millisecond
+	cfg.ClientIdleTimeout = 300 * time.Millisecond
+	srv := h.start(cfg)
+	conn, err := h.nw.Dial("pdlb:8000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: 13\r\n\r\n{\"text\": \"a\"}")); err != nil {
+		t.Fatal(err)
+	}
+	<-decodeHasIt
+	time.Sleep(watchAfter + time.Second) // past both timeouts, and the watch's start
+	_ = conn.Close()
+	waitIdleWithin(t, srv, 2*time.Second)
+	if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "1" {
+		t.Fatalf("got %q client_gone; want 1", got)
+	}
+}
