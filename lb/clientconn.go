@@ -68,9 +68,10 @@ type clientConn struct {
 	endSent bool
 
 	// readBy is the read deadline fasthttp last asked for, armed the one
-	// the socket has (see armRead). Only the connection's own goroutine,
-	// on which fasthttp reads and the handler runs, touches them.
-	readBy, armed time.Time
+	// the socket has (see armRead); writeBy is the socket's write deadline.
+	// Only the connection's own goroutine, on which fasthttp reads and
+	// writes, the handler runs and the relay writes, touches them.
+	readBy, armed, writeBy time.Time
 }
 
 // fasthttp moves a keep-alive connection's read deadline twice a request:
@@ -87,15 +88,23 @@ func (c *clientConn) SetReadDeadline(t time.Time) error {
 	return nil
 }
 
+// SetWriteDeadline moves the write deadline, rounded up to a step as a
+// worker connection's is, unless the socket has it already: fasthttp gives
+// each answer ClientWriteTimeout, and the relay moves it on as a stream's
+// events go out.
+func (c *clientConn) SetWriteDeadline(t time.Time) error {
+	return moveDeadline(c.Conn, writeDeadline, &c.writeBy, wireDeadline(t))
+}
+
 func (c *clientConn) SetDeadline(t time.Time) error {
 	c.readBy = t
-	return c.Conn.SetWriteDeadline(t)
+	return c.SetWriteDeadline(t)
 }
 
 // armRead gives the socket the read deadline last asked for, unless it has
 // it already.
 func (c *clientConn) armRead() error {
-	return moveReadDeadline(c.Conn, &c.armed, wireDeadline(c.readBy))
+	return moveDeadline(c.Conn, readDeadline, &c.armed, wireDeadline(c.readBy))
 }
 
 // With ReduceMemoryUsage, which keeps idle connections from holding a read

@@ -9,10 +9,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
 
 	"pdlb/bench/fake"
 )
@@ -348,4 +350,67 @@ func TestServerReadsRequestsOverTCP(t *testing.T) {
 	expectAnswers("a request larger than the read-ahead buffer", 1)
 	send(request("five"))
 	expectAnswers("a request after them", 1)
+}
+
+// A client that stops reading a non-stream answer is let go after
+// ClientWriteTimeout, as one that stops reading a stream is: pdlb's
+// writes fill the sockets, then the write deadline ends the connection.
+func TestClientNotReadingAnAnswerIsLetGo(t *testing.T) {
+	served := make(chan struct{})
+	t.Cleanup(func() { <-served }) // after the harness has shut pdlb down
+	h := newHarness(t)
+	// Larger than what the sockets between pdlb and the client can hold
+	// (4 MiB of send buffer at most here, a few KiB of receive buffer).
+	answer := `{"text": "` + strings.Repeat("x", 16<<20) + `"}`
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"text": ""}`)
+	})
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(answer)
+	})
+	cfg := defaultConfig()
+	cfg.ClientWriteTimeout = 200 * time.Millisecond
+	srv := h.start(cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		close(served)
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln)
+	}()
+	// A small receive buffer, set before connecting so that the window is
+	// small from the start (set later, the sender waits for the window it
+	// first saw to open again, and stalls).
+	dialer := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var err error
+		if cerr := rc.Control(func(fd uintptr) {
+			err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10)
+		}); cerr != nil {
+			return cerr
+		}
+		return err
+	}}
+	conn, err := dialer.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"text": "a"}`
+	if _, err := conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)); err != nil {
+		t.Fatal(err)
+	}
+	// The client reads nothing for a while: pdlb's writes fill the
+	// sockets and wait, and its write deadline passes.
+	time.Sleep(time.Second)
+	// Then what it reads is cut short: pdlb let it go. (Still writing,
+	// pdlb would send the rest as the client reads.)
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.Copy(io.Discard, conn)
+	if got >= int64(len(answer)) || isTimeout(err) {
+		t.Fatalf("the client read %d bytes of the %d-byte answer (%v): pdlb did not give up", got, len(answer), err)
+	}
 }

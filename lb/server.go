@@ -113,6 +113,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		Logger:             &s.log,
 		ReadTimeout:        cfg.ClientReadTimeout,
 		IdleTimeout:        cfg.ClientIdleTimeout,
+		WriteTimeout:       cfg.ClientWriteTimeout,
 		MaxRequestBodySize: cfg.MaxRequestBodySize,
 		// The read buffer bounds the request header. ReduceMemoryUsage
 		// hands it back once the request is read, so a connection holds only

@@ -421,7 +421,11 @@ func (r *relay) pushWriteDeadline() {
 	timeout := r.x.s.cfg.ClientWriteTimeout
 	if now := r.x.s.cfg.Now(); r.writeBy.Sub(now) < timeout/2 {
 		r.writeBy = now.Add(timeout)
-		_ = r.client.SetWriteDeadline(r.writeBy)
+		if r.cc != nil {
+			_ = r.cc.SetWriteDeadline(r.writeBy) // which remembers it
+		} else {
+			_ = r.client.SetWriteDeadline(r.writeBy)
+		}
 	}
 }
 

@@ -178,30 +178,33 @@ func (c *workerConn) sendAndRead(fd uintptr) bool {
 }
 
 func (c *workerConn) SetReadDeadline(t time.Time) error {
-	return moveReadDeadline(c.Conn, &c.readBy, t)
-}
-
-// moveReadDeadline gives conn the read deadline t, unless *has, the one it
-// was last given, is t already; *has then becomes t.
-func moveReadDeadline(conn net.Conn, has *time.Time, t time.Time) error {
-	if t.Equal(*has) {
-		return nil
-	}
-	if err := conn.SetReadDeadline(t); err != nil {
-		return err
-	}
-	*has = t
-	return nil
+	return moveDeadline(c.Conn, readDeadline, &c.readBy, t)
 }
 
 func (c *workerConn) SetWriteDeadline(t time.Time) error {
-	if t.Equal(c.writeBy) {
+	return moveDeadline(c.Conn, writeDeadline, &c.writeBy, t)
+}
+
+// Which deadline moveDeadline moves.
+const (
+	readDeadline  = false
+	writeDeadline = true
+)
+
+// moveDeadline gives conn the read or write deadline t, unless *has, the
+// one it was last given, is t already; *has then becomes t.
+func moveDeadline(conn net.Conn, write bool, has *time.Time, t time.Time) error {
+	if t.Equal(*has) {
 		return nil
 	}
-	if err := c.Conn.SetWriteDeadline(t); err != nil {
+	set := conn.SetReadDeadline
+	if write {
+		set = conn.SetWriteDeadline
+	}
+	if err := set(t); err != nil {
 		return err
 	}
-	c.writeBy = t
+	*has = t
 	return nil
 }
 
