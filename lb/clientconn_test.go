@@ -286,21 +286,10 @@ func TestWatchDoesNotStartWhileBytesAreReadAhead(t *testing.T) {
 // read ahead; this runs requests through pdlb on loopback TCP, cut and
 // joined every way the read-ahead must handle.
 func TestServerReadsRequestsOverTCP(t *testing.T) {
-	served := make(chan struct{})
-	t.Cleanup(func() { <-served }) // after the harness has shut pdlb down
 	h := newHarness(t)
 	h.pair(fake.Config{}, fake.Config{})
-	srv := h.start(defaultConfig())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		close(served)
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(served)
-		_ = srv.Serve(ln)
-	}()
-	conn, err := net.Dial("tcp", ln.Addr().String())
+	addr := h.serveTCP(h.start(defaultConfig()))
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,8 +345,6 @@ func TestServerReadsRequestsOverTCP(t *testing.T) {
 // ClientWriteTimeout, as one that stops reading a stream is: pdlb's
 // writes fill the sockets, then the write deadline ends the connection.
 func TestClientNotReadingAnAnswerIsLetGo(t *testing.T) {
-	served := make(chan struct{})
-	t.Cleanup(func() { <-served }) // after the harness has shut pdlb down
 	h := newHarness(t)
 	// Larger than what the sockets between pdlb and the client can hold
 	// (4 MiB of send buffer at most here, a few KiB of receive buffer).
@@ -372,16 +359,7 @@ func TestClientNotReadingAnAnswerIsLetGo(t *testing.T) {
 	})
 	cfg := defaultConfig()
 	cfg.ClientWriteTimeout = 200 * time.Millisecond
-	srv := h.start(cfg)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		close(served)
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(served)
-		_ = srv.Serve(ln)
-	}()
+	addr := h.serveTCP(h.start(cfg))
 	// A small receive buffer, set before connecting so that the window is
 	// small from the start (set later, the sender waits for the window it
 	// first saw to open again, and stalls).
@@ -394,7 +372,7 @@ func TestClientNotReadingAnAnswerIsLetGo(t *testing.T) {
 		}
 		return err
 	}}
-	conn, err := dialer.Dial("tcp", ln.Addr().String())
+	conn, err := dialer.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,9 +44,11 @@ type harness struct {
 	// sockets, as in production. bridged holds the bridges' connections,
 	// pumps their goroutines.
 	tcpWorkers bool
-	bridgeMu   sync.Mutex
-	bridged    []net.Conn
-	pumps      sync.WaitGroup
+	// served is closed when each Serve of serveTCP has returned.
+	served   []chan struct{}
+	bridgeMu sync.Mutex
+	bridged  []net.Conn
+	pumps    sync.WaitGroup
 }
 
 func newHarness(t testing.TB) *harness {
@@ -172,6 +174,9 @@ func (h *harness) startLogged(cfg Config, log zerolog.Logger) *Server {
 			h.t.Errorf("shutdown: %s", err)
 		}
 		<-served
+		for _, ch := range h.served {
+			<-ch
+		}
 	})
 	return srv
 }
@@ -225,6 +230,23 @@ func (h *harness) closeBridges() {
 	}
 	h.bridgeMu.Unlock()
 	h.pumps.Wait()
+}
+
+// serveTCP has srv serve on a loopback TCP listener too, and returns its
+// address.
+func (h *harness) serveTCP(srv *Server) string {
+	h.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln)
+	}()
+	h.served = append(h.served, served) // ends with pdlb's shutdown
+	return ln.Addr().String()
 }
 
 // waitBootstrap waits until the registry knows the first prefill.

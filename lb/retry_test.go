@@ -310,40 +310,50 @@ func TestStaleConnectionsAreResent(t *testing.T) {
 }
 
 // A client that goes away while waiting for a non-stream answer gets both
-// legs cancelled, once pdlb starts watching it.
+// legs cancelled, once pdlb starts watching it: soon after its request, or
+// long after, past the client timeouts (generations take minutes).
 func TestClientGoneCancelsBothLegs(t *testing.T) {
-	h := newHarness(t)
-	decodeHasIt := make(chan struct{}, 1)
-	p, _ := h.pair(fake.Config{KVTimeout: 20 * time.Second}, fake.Config{KVTimeout: 20 * time.Second,
-		OnRequest: func(path string, _ []byte) {
-			if path == "/generate" {
-				decodeHasIt <- struct{}{}
+	for _, tc := range []struct {
+		name                     string
+		readTimeout, idleTimeout time.Duration
+		leaveAfter               time.Duration
+	}{
+		{name: "soon"},
+		{name: "after the client timeouts", readTimeout: 200 * time.Millisecond, idleTimeout: 300 * time.Millisecond,
+			leaveAfter: watchAfter + time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			decodeHasIt := make(chan struct{}, 1)
+			p, _ := h.pair(fake.Config{KVTimeout: 20 * time.Second}, fake.Config{KVTimeout: 20 * time.Second,
+				OnRequest: func(path string, _ []byte) {
+					if path == "/generate" {
+						decodeHasIt <- struct{}{}
+					}
+				}})
+			// The prefill holds the request: the decode waits for the KV cache.
+			if err := p.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
+				t.Fatal(err)
 			}
-		}})
-	// The prefill holds the request: the decode waits for the KV cache.
-	if err := p.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.SetFault(fake.Fault{}) })
-	srv := h.start(defaultConfig())
-	conn, err := h.nw.Dial("pdlb:8000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI("http://pdlb:8000/generate")
-	req.SetBodyString(`{"text": "a"}`)
-	w := bufio.NewWriter(conn)
-	if err := req.Write(w); err != nil || w.Flush() != nil {
-		t.Fatal(err)
-	}
-	<-decodeHasIt
-	_ = conn.Close()
-	waitIdleWithin(t, srv, watchAfter+2*time.Second)
-	if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "1" {
-		t.Fatalf("got %q client_gone; want 1", got)
+			t.Cleanup(func() { _ = p.SetFault(fake.Fault{}) })
+			cfg := defaultConfig()
+			cfg.ClientReadTimeout, cfg.ClientIdleTimeout = tc.readTimeout, tc.idleTimeout
+			srv := h.start(cfg)
+			conn, err := h.nw.Dial("pdlb:8000")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: 13\r\n\r\n{\"text\": \"a\"}")); err != nil {
+				t.Fatal(err)
+			}
+			<-decodeHasIt
+			time.Sleep(tc.leaveAfter)
+			_ = conn.Close()
+			waitIdleWithin(t, srv, watchAfter+2*time.Second)
+			if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "1" {
+				t.Fatalf("got %q client_gone; want 1", got)
+			}
+		})
 	}
 }
 
@@ -365,41 +375,5 @@ func TestPrefillSilentAfterItsDecodeIsGivenUp(t *testing.T) {
 	waitIdleWithin(t, srv, orphanPrefillGrace+2*time.Second)
 	if got := h.metric(`pdlb_backend_errors_total{role="prefill",backend="prefill-0:30000"}`); got != "0" {
 		t.Fatalf("got %q prefill errors; want 0: pdlb gave up, the prefill did not fail", got)
-	}
-}
-
-// A client that waits longer than the client timeouts for a non-stream
-// answer (generations take minutes) is still watched: its leaving cancels
-// both legs, however late it comes.
-func TestClientGoneAfterTheClientTimeouts(t *testing.T) {
-	h := newHarness(t)
-	decodeHasIt := make(chan struct{}, 1)
-	p, _ := h.pair(fake.Config{KVTimeout: 20 * time.Second}, fake.Config{KVTimeout: 20 * time.Second,
-		OnRequest: func(path string, _ []byte) {
-			if path == "/generate" {
-				decodeHasIt <- struct{}{}
-			}
-		}})
-	if err := p.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.SetFault(fake.Fault{}) })
-	cfg := defaultConfig()
-	cfg.ClientReadTimeout = 200 * time.Millisecond
-	cfg.ClientIdleTimeout = 300 * time.Millisecond
-	srv := h.start(cfg)
-	conn, err := h.nw.Dial("pdlb:8000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: 13\r\n\r\n{\"text\": \"a\"}")); err != nil {
-		t.Fatal(err)
-	}
-	<-decodeHasIt
-	time.Sleep(watchAfter + time.Second) // past both timeouts, and the watch's start
-	_ = conn.Close()
-	waitIdleWithin(t, srv, 2*time.Second)
-	if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "1" {
-		t.Fatalf("got %q client_gone; want 1", got)
 	}
 }
