@@ -348,6 +348,12 @@ func (c *call) abort(reason error) {
 	}
 }
 
+// clientGone reports whether the exchange's calls were cancelled because
+// its client went away.
+func (x *exchange) clientGone() bool {
+	return errors.Is(x.decode.cancel.err(), errClientGone)
+}
+
 // serveBuffered answers a non-stream request: the decode call runs on the
 // handler's goroutine, the prefill call beside it. Unless it answered, it
 // has written nothing and says why the request should be tried again.
@@ -360,7 +366,7 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	x.watcher.disarm()
 	<-x.decode.done
 	d := &x.decode
-	if errors.Is(d.err, errClientGone) {
+	if x.clientGone() {
 		// Nobody is left to answer; 499 is nginx's word for it.
 		x.finish(statusClientGone)
 		x.unref()

@@ -2,6 +2,7 @@ package lb
 
 import (
 	"bufio"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -309,18 +310,21 @@ func TestStaleConnectionsAreResent(t *testing.T) {
 	}
 }
 
-// A client that goes away while waiting for a non-stream answer gets both
-// legs cancelled, once pdlb starts watching it: soon after its request, or
-// long after, past the client timeouts (generations take minutes).
+// A client that goes away while waiting for its answer gets both legs
+// cancelled, once pdlb starts watching it: soon after its request, or long
+// after, past the client timeouts (generations take minutes); and a stream's
+// client before its first event (under load, that can take a while).
 func TestClientGoneCancelsBothLegs(t *testing.T) {
 	for _, tc := range []struct {
 		name                     string
+		stream                   bool
 		readTimeout, idleTimeout time.Duration
 		leaveAfter               time.Duration
 	}{
 		{name: "soon"},
 		{name: "after the client timeouts", readTimeout: 200 * time.Millisecond, idleTimeout: 300 * time.Millisecond,
 			leaveAfter: watchAfter + time.Second},
+		{name: "stream before its first event", stream: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
@@ -343,7 +347,8 @@ func TestClientGoneCancelsBothLegs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: 13\r\n\r\n{\"text\": \"a\"}")); err != nil {
+			body := `{"text": "a", "stream": ` + strconv.FormatBool(tc.stream) + `}`
+			if _, err := conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)); err != nil {
 				t.Fatal(err)
 			}
 			<-decodeHasIt

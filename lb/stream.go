@@ -51,11 +51,22 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 	if !x.single {
 		go x.runPrefill()
 	}
+	// The first event may be long in coming (a busy worker queues the
+	// request), and a client that leaves meanwhile must not leave both
+	// workers generating: it is watched until then, as a non-stream
+	// request's client is. Once events flow, a failed write tells.
+	x.watcher.arm(ctx.Conn(), x.start)
 	// Until the headers are in; a prefill that fails meanwhile closes the
 	// decode's connection, which ends the wait at once.
 	d.run()
 	if d.releaseBody == nil {
+		x.watcher.disarm()
 		<-d.done
+		if x.clientGone() {
+			x.finish(statusClientGone)
+			x.unref()
+			return outcome{}
+		}
 		if out := x.retryOnFailure(); out.retry != answered {
 			x.unref()
 			return out
@@ -66,11 +77,19 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 		return outcome{}
 	}
 	if d.resp.StatusCode() != fasthttp.StatusOK || !isEventStream(d.resp.Header.ContentType()) {
+		x.watcher.disarm()
 		return x.respondBufferedStream(ctx)
 	}
-	if err := x.relay.prime(d.respBody); err != nil {
+	err := x.relay.prime(d.respBody)
+	x.watcher.disarm()
+	if err != nil {
 		d.endStream(false)
 		<-d.done
+		if x.clientGone() {
+			x.finish(statusClientGone)
+			x.unref()
+			return outcome{}
+		}
 		if out := x.retryOnFailure(); out.retry != answered {
 			x.unref()
 			return out
