@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -162,7 +161,7 @@ func (c *clientConn) readAhead(p []byte) (int, error) {
 	got := c.got
 	c.got = socketRead{}
 	if err == nil && got.err != nil {
-		err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", got.err)}
+		err = socketError(c, "read", got.err)
 	}
 	if err != nil {
 		// A poller's error (a deadline, a closed connection) comes wrapped
@@ -199,17 +198,8 @@ type socketRead struct {
 // the poller waits.
 func (c *clientConn) readOnce(fd uintptr) bool {
 	buf := aheadPool.Get().(*[]byte)
-	var (
-		n   int
-		err error
-	)
-	for {
-		n, err = syscall.Read(int(fd), *buf)
-		if err != syscall.EINTR {
-			break
-		}
-	}
-	if err == syscall.EAGAIN {
+	n, ready, err := readNow(fd, *buf)
+	if !ready {
 		aheadPool.Put(buf)
 		return false // not yet: wait for the poller
 	}

@@ -3,7 +3,6 @@ package lb
 import (
 	"io"
 	"net"
-	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -130,7 +129,7 @@ func (c *workerConn) Read(p []byte) (int, error) {
 		return c.Conn.Read(p)
 	}
 	if got.err != nil {
-		return 0, &net.OpError{Op: got.op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(got.op, got.err)}
+		return 0, socketError(c, got.op, got.err)
 	}
 	if got.n == 0 {
 		return 0, io.EOF
@@ -161,20 +160,15 @@ func (c *workerConn) sendAndRead(fd uintptr) bool {
 		c.dropStaged()
 		return false
 	}
-	for {
-		n, err := syscall.Read(int(fd), c.into)
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			return false
-		case err != nil:
-			c.got.err, c.got.op = err, "read"
-		default:
-			c.got.n = n
-		}
-		return true
+	n, ready, err := readNow(fd, c.into)
+	if !ready {
+		return false
 	}
+	c.got.n, c.got.err = n, err
+	if err != nil {
+		c.got.op = "read"
+	}
+	return true
 }
 
 func (c *workerConn) SetReadDeadline(t time.Time) error {
