@@ -36,11 +36,12 @@ soak:
 	PDLB_SOAK=1 $(GO) test -race -count=1 -run '^TestSoak$$' -v ./lb/
 	PDLB_SOAK=1 PDLB_SOAK_TCP=1 $(GO) test -race -count=1 -run '^TestSoak$$' -v ./lb/
 
-# Longer fuzzing sessions than the tests run: the body injector, and the
-# relay's chunked-body decoder against fasthttp's.
+# Longer fuzzing sessions than the tests run: the body parser, validator and
+# injector, and the relay's chunked-body decoder against fasthttp's.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAppend -fuzztime 60s ./bootstrap/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./bootstrap/
+	$(GO) test -run '^$$' -fuzz FuzzValidate -fuzztime 60s ./bootstrap/
 	$(GO) test -run '^$$' -fuzz FuzzChunkedBody -fuzztime 60s ./lb/
 
 clean:

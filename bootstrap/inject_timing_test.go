@@ -1,6 +1,17 @@
 package bootstrap
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
+
+// longChatBody is a chat request with a long prompt (about 16 KiB, some
+// 4,000 tokens), whose text has escaped newlines and quotes and non-ASCII
+// letters, as pasted documents do. Long prompts are where a per-byte cost
+// of the scan shows.
+var longChatBody = `{"model":"Qwen/Qwen3-8B","messages":[{"role":"user","content":"` +
+	strings.Repeat(`Summarise this: the caf\u00e9 \"Le Zinc\" opened in 1902, and its owner wrote that «the stove never went out».\n`, 150) +
+	`"}],"max_tokens":256,"stream":true}`
 
 func BenchmarkParse(b *testing.B) {
 	f := func(name, body string) {
@@ -18,6 +29,7 @@ func BenchmarkParse(b *testing.B) {
 	f("chat", chatBody)
 	f("generate", generateBody)
 	f("batch", batchBody)
+	f("long", longChatBody)
 }
 
 func BenchmarkAppend(b *testing.B) {

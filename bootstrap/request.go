@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-
-	"github.com/tidwall/gjson"
-	"github.com/valyala/fastjson"
 )
 
 // ErrNotJSON is wrapped by the error Parse returns for a body that is empty
@@ -123,20 +120,6 @@ func promptTokens(text, inputIDs, prompt, messages []byte) (int, error) {
 		return (len(v) + bytesPerToken - 1) / bytesPerToken, nil
 	}
 	return 0, nil
-}
-
-// validate checks that body, whose nesting has been bounded, is valid JSON.
-// gjson gives the verdict, fastjson the explanation: fastjson 1.6.10 misses
-// raw control characters in a string that also holds an escape ("\x01\n"),
-// which Python's json.loads refuses.
-func validate(body []byte) error {
-	if gjson.ValidBytes(body) {
-		return nil
-	}
-	if err := fastjson.ValidateBytes(body); err != nil {
-		return err
-	}
-	return errors.New("a string holds a raw control character")
 }
 
 // notObject returns the error for a body whose first non-space byte, at

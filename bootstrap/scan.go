@@ -9,9 +9,8 @@ import (
 
 // maxDepth bounds how deeply containers may nest, counting the body's own
 // object. It sits near where Python's json gives up with RecursionError, so
-// no body a worker would accept is refused. The bound matters: the validator
-// Parse relies on recurses once per level, and a few MiB of '[' would
-// otherwise overflow the goroutine stack, which kills the whole process.
+// no body a worker would accept is refused, and the walkers here keep their
+// place in a fixed bit stack of this many levels.
 const maxDepth = 1024
 
 var (
@@ -139,7 +138,7 @@ func skipValue(b []byte, i, depth int) (int, error) {
 		j++
 	}
 	if j == i {
-		return 0, fmt.Errorf("unexpected %q at offset %d", b[i], i)
+		return 0, unexpected(b, i)
 	}
 	return j, nil
 }
@@ -185,6 +184,16 @@ func skipContainer(b []byte, i, depth int) (int, error) {
 		}
 	}
 	return 0, errUnexpectedEnd
+}
+
+// unexpected is the error for a byte that cannot be where it is, b[i].
+// A byte of a multi-byte character is shown as the byte it is ('\xef').
+func unexpected(b []byte, i int) error {
+	c := b[i]
+	if c >= 0x80 {
+		return fmt.Errorf("unexpected '\\x%02x' at offset %d", c, i)
+	}
+	return fmt.Errorf("unexpected %q at offset %d", c, i)
 }
 
 // kindOf names the JSON type of a value by its first byte, for errors.

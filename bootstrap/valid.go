@@ -1,0 +1,235 @@
+package bootstrap
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+)
+
+// validate checks that b holds one JSON value, optionally surrounded by
+// whitespace, with containers nested at most maxDepth levels deep. It
+// accepts what encoding/json's Valid accepts, as FuzzValidate checks:
+// RFC 8259's grammar, which refuses a raw control character in a string as
+// the workers' json.loads does. Neither checks UTF-8.
+//
+// It walks iteratively, as skipContainer does, and reads strings eight
+// bytes at a time (validString).
+func validate(b []byte) error {
+	var isObject [maxDepth / 64]uint64
+	d := 0
+	i := skipSpace(b, 0)
+	var err error
+value:
+	for {
+		// A value starts at b[i].
+		if i == len(b) {
+			return errUnexpectedEnd
+		}
+		switch c := b[i]; c {
+		case '{', '[':
+			if d == maxDepth {
+				return errTooDeep
+			}
+			bit := uint64(1) << (d % 64)
+			if c == '{' {
+				isObject[d/64] |= bit
+			} else {
+				isObject[d/64] &^= bit
+			}
+			d++
+			i = skipSpace(b, i+1)
+			if i == len(b) || b[i] != c+2 { // '{'+2 is '}', '['+2 is ']'
+				if c == '{' {
+					if i, err = validKey(b, i); err != nil {
+						return err
+					}
+				}
+				continue value
+			}
+			d-- // an empty container, a whole value
+			i++
+		case '"':
+			i, err = validString(b, i)
+		case 't':
+			i, err = validLiteral(b, i, "true")
+		case 'f':
+			i, err = validLiteral(b, i, "false")
+		case 'n':
+			i, err = validLiteral(b, i, "null")
+		default:
+			if c != '-' && (c < '0' || c > '9') {
+				return unexpected(b, i)
+			}
+			i, err = validNumber(b, i)
+		}
+		if err != nil {
+			return err
+		}
+
+		// A value ends just before b[i]: a comma, a closing bracket or,
+		// outside every container, the end follows.
+		for {
+			i = skipSpace(b, i)
+			if d == 0 {
+				if i != len(b) {
+					return fmt.Errorf("unexpected data after the value at offset %d", i)
+				}
+				return nil
+			}
+			object := isObject[(d-1)/64]&(uint64(1)<<((d-1)%64)) != 0
+			closing := byte(']')
+			if object {
+				closing = '}'
+			}
+			switch {
+			case i == len(b):
+				return errUnexpectedEnd
+			case b[i] == closing:
+				d--
+				i++
+				continue
+			case b[i] != ',':
+				return fmt.Errorf("expected ',' or %q at offset %d", closing, i)
+			}
+			i = skipSpace(b, i+1)
+			if object {
+				if i, err = validKey(b, i); err != nil {
+					return err
+				}
+			}
+			continue value
+		}
+	}
+}
+
+// validKey checks an object member's key and colon, the key's quote at
+// b[i], and returns the offset of the member's value.
+func validKey(b []byte, i int) (int, error) {
+	if i == len(b) || b[i] != '"' {
+		return 0, fmt.Errorf("expected a key at offset %d", i)
+	}
+	i, err := validString(b, i)
+	if err != nil {
+		return 0, err
+	}
+	i = skipSpace(b, i)
+	if i == len(b) || b[i] != ':' {
+		return 0, fmt.Errorf("expected ':' at offset %d", i)
+	}
+	return skipSpace(b, i+1), nil
+}
+
+// validString returns the offset just past the string whose opening quote
+// is at b[i], checking that it holds only valid escapes and no raw control
+// character. It skips eight bytes at a time until one of them needs a look
+// (see special): long prompts are most of a large body's bytes.
+func validString(b []byte, i int) (int, error) {
+	j := i + 1
+	for {
+		for j+8 <= len(b) {
+			if m := special(binary.LittleEndian.Uint64(b[j:])); m != 0 {
+				j += bits.TrailingZeros64(m) / 8
+				break
+			}
+			j += 8
+		}
+		if j == len(b) {
+			return 0, fmt.Errorf("unterminated string at offset %d", i)
+		}
+		switch c := b[j]; {
+		case c == '"':
+			return j + 1, nil
+		case c == '\\':
+			n, err := escapeLen(b, j)
+			if err != nil {
+				return 0, err
+			}
+			j += n
+		case c < 0x20:
+			return 0, fmt.Errorf("a string holds a raw control character at offset %d", j)
+		default:
+			j++
+		}
+	}
+}
+
+// special marks, in the top bit of each of the eight bytes of x, the bytes
+// a string scan must look at: a quote, a backslash or a control character.
+// The lowest mark is exact; marks above it may not be (a borrow moves up).
+// For a byte v, v-0x01 &^ v has its top bit set when v is 0, and v-0x20 &^ v
+// when v is below 0x20; a quote or a backslash is the 0 of x^'"' or x^'\\'.
+func special(x uint64) uint64 {
+	const ones, spaces, top = 0x0101010101010101, 0x2020202020202020, 0x8080808080808080
+	q := x ^ ('"' * ones)
+	s := x ^ ('\\' * ones)
+	return ((x-spaces)&^x | (q-ones)&^q | (s-ones)&^s) & top
+}
+
+// escapeLen returns the length of the escape whose backslash is at b[e].
+func escapeLen(b []byte, e int) (int, error) {
+	if e+1 < len(b) {
+		switch b[e+1] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			return 2, nil
+		case 'u':
+			if e+6 <= len(b) {
+				if _, ok := hex4(b[e+2 : e+6]); ok {
+					return 6, nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("invalid escape at offset %d", e)
+}
+
+// validNumber returns the offset just past the number starting at b[i],
+// which is '-' or a digit.
+func validNumber(b []byte, i int) (int, error) {
+	start := i
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i = skipDigits(b, i)
+	default:
+		return 0, fmt.Errorf("invalid number at offset %d", start)
+	}
+	if i < len(b) && b[i] == '.' {
+		j := skipDigits(b, i+1)
+		if j == i+1 {
+			return 0, fmt.Errorf("invalid number at offset %d", start)
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := skipDigits(b, i)
+		if j == i {
+			return 0, fmt.Errorf("invalid number at offset %d", start)
+		}
+		i = j
+	}
+	return i, nil
+}
+
+func skipDigits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// validLiteral returns the offset just past lit (true, false or null),
+// which must start at b[i].
+func validLiteral(b []byte, i int, lit string) (int, error) {
+	if end := i + len(lit); end <= len(b) && string(b[i:end]) == lit {
+		return end, nil
+	}
+	return 0, fmt.Errorf("expected %s at offset %d", lit, i)
+}
