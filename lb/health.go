@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bootstrap"
@@ -13,8 +14,9 @@ import (
 
 // buildChecker sets up the active health checks of every worker; their
 // results reach each Backend through its health state. Prefills' bootstrap
-// servers are followed by the registry, whose readiness counts too.
-func (s *Server) buildChecker() {
+// servers are followed by the registry, whose readiness counts too. log is
+// the root logger, from which the checker derives its own.
+func (s *Server) buildChecker(log zerolog.Logger) {
 	hc := s.cfg.HealthCheck
 	if hc.Disable {
 		return
@@ -36,7 +38,7 @@ func (s *Server) buildChecker() {
 		Rise:     hc.Rise,
 		Fall:     hc.Fall,
 		Dial:     s.cfg.Dial,
-		Log:      s.log,
+		Log:      log,
 	}, targets)
 }
 

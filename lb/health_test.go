@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
@@ -51,6 +52,34 @@ func (w *sickWorker) handle(ctx *fasthttp.RequestCtx) {
 	}
 	w.generations.Add(1)
 	ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+}
+
+// A health transition is logged once, by the health component: each log
+// line names its component in one key.
+func TestHealthTransitionsAreLoggedByTheirComponent(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	sick := &sickWorker{}
+	sick.healthStatus.Store(fasthttp.StatusServiceUnavailable)
+	h.backend("decode-1:30010", sick.handle)
+	cfg := checkedConfig()
+	cfg.Decode = append(cfg.Decode, "http://decode-1:30010")
+	var logs syncBuffer
+	srv := h.startLogged(cfg, zerolog.New(&logs))
+	waitFirstRound(t, srv)
+	srv.checkOnce(5 * time.Second)
+	var down []string
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "backend is down") {
+			down = append(down, line)
+		}
+	}
+	if len(down) != 1 {
+		t.Fatalf("got %d lines saying the sick decode is down; want 1:\n%s", len(down), logs.String())
+	}
+	if n := strings.Count(down[0], `"component"`); n != 1 || gjson.Get(down[0], "component").String() != "health" {
+		t.Fatalf("the line names its component %d times; want once, as health:\n%s", n, down[0])
+	}
 }
 
 // Active checks take a worker out of selection and put it back once it

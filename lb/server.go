@@ -102,7 +102,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	}
 	s.buildRoutes()
 	s.buildRegistry(log)
-	s.buildChecker()
+	s.buildChecker(log)
 	if !cfg.NoPrewarm {
 		s.warm = newWarmer(s)
 	}
