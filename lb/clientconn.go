@@ -71,6 +71,14 @@ type clientConn struct {
 	// Only the connection's own goroutine, on which fasthttp reads and
 	// writes, the handler runs and the relay writes, touches them.
 	readBy, armed, writeBy time.Time
+
+	// holdNext says the answer about to be written takes two writes, and
+	// held is the first, held back for the second (see holdLargeAnswer);
+	// vec sends both. The connection's own goroutine alone touches them.
+	holdNext bool
+	held     *[]byte
+	vec      [2][]byte
+	bufs     net.Buffers
 }
 
 // fasthttp moves a keep-alive connection's read deadline twice a request:
@@ -127,6 +135,14 @@ var aheadPool = sync.Pool{New: func() any {
 func (c *clientConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
+	}
+	if c.held != nil {
+		// fasthttp writes the second part before it reads again, so this
+		// is a safeguard: a client waiting for the whole answer would
+		// send nothing more.
+		if _, err := c.writeHeld(nil); err != nil {
+			return 0, err
+		}
 	}
 	c.mu.Lock()
 	if len(c.ahead) > 0 {
@@ -212,8 +228,38 @@ func (c *clientConn) readOnce(fd uintptr) bool {
 // WriteTo returns, and the next write begins with it.
 func (c *clientConn) lastChunkSent() { c.endSent = true }
 
-// Write writes p, less the end of a body the relay has sent already.
+// fasthttp writes an answer that its write buffer cannot hold in two
+// writes: the full buffer (the header and the start of the body), then the
+// rest. On a connection it knows (a *net.TCPConn) it sends both with one
+// writev instead, but a clientConn is not one. So a handler whose answer
+// will take two writes says so, and the first is held back and sent with
+// the second in one writev: one system call and one TCP segment fewer for
+// every answer above 2 KiB, which most generations are. The second write
+// is certain to follow, within the same flush of fasthttp's buffer.
+var heldPool = sync.Pool{New: func() any {
+	b := make([]byte, clientWriteBufferSize)
+	return &b
+}}
+
+// holdLargeAnswer tells c that the answer fasthttp writes next has a body
+// of at least clientWriteBufferSize bytes: more than its buffer with the
+// header.
+func (c *clientConn) holdLargeAnswer() { c.holdNext = true }
+
+// Write writes p, less the end of a body the relay has sent already, or
+// holds it back (see holdLargeAnswer).
 func (c *clientConn) Write(p []byte) (int, error) {
+	if c.held != nil {
+		return c.writeHeld(p)
+	}
+	if c.holdNext {
+		c.holdNext = false
+		if len(p) == clientWriteBufferSize { // the full buffer: a second write follows
+			c.held = heldPool.Get().(*[]byte)
+			copy(*c.held, p) // fasthttp's buffer takes the rest of the body next
+			return len(p), nil
+		}
+	}
 	if c.endSent {
 		c.endSent = false
 		if rest, ok := bytes.CutPrefix(p, []byte(lastChunk)); ok {
@@ -225,6 +271,18 @@ func (c *clientConn) Write(p []byte) (int, error) {
 		}
 	}
 	return c.Conn.Write(p)
+}
+
+// writeHeld sends the held bytes and p in one writev.
+func (c *clientConn) writeHeld(p []byte) (int, error) {
+	held := *c.held
+	c.vec = [2][]byte{held, p}
+	c.bufs = c.vec[:] // a field: a local would escape, an allocation a write
+	n, err := c.bufs.WriteTo(c.Conn)
+	c.vec, c.bufs = [2][]byte{}, nil // no reference to the pooled buffer or p
+	heldPool.Put(c.held)
+	c.held = nil
+	return max(int(n)-len(held), 0), err
 }
 
 // watch starts watching the client; gone is called, from the watch's

@@ -392,3 +392,138 @@ func TestClientNotReadingAnAnswerIsLetGo(t *testing.T) {
 		t.Fatalf("the client read %d bytes of the %d-byte answer (%v): pdlb did not give up", got, len(answer), err)
 	}
 }
+
+// An answer larger than the write buffer goes out in one writev: its first
+// write, the full buffer, is held back until the second comes.
+func TestLargeAnswerIsHeldForOneWrite(t *testing.T) {
+	client, c := acceptedPair(t)
+	full := []byte(strings.Repeat("h", clientWriteBufferSize))
+	rest := []byte(strings.Repeat("r", 3000))
+	expect := func(want string) {
+		t.Helper()
+		_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(client, got); err != nil || string(got) != want {
+			t.Fatalf("the client read %.40q... (%d bytes), %v; want %.40q... (%d bytes)", got, len(got), err, want, len(want))
+		}
+	}
+
+	c.holdLargeAnswer()
+	if n, err := c.Write(full); n != len(full) || err != nil {
+		t.Fatalf("the held write returned %d, %v", n, err)
+	}
+	if c.held == nil {
+		t.Fatal("the full buffer of a large answer was written at once")
+	}
+	if n, err := c.Write(rest); n != len(rest) || err != nil {
+		t.Fatalf("the second write returned %d, %v", n, err)
+	}
+	if c.held != nil || c.holdNext {
+		t.Fatal("the held write was not sent with the second")
+	}
+	expect(string(full) + string(rest))
+
+	// Unasked, or with a first write that is not the full buffer (the
+	// answer fit after all), nothing is held.
+	if _, err := c.Write(full); err != nil || c.held != nil {
+		t.Fatalf("an unannounced write was held (%v)", err)
+	}
+	expect(string(full))
+	c.holdLargeAnswer()
+	if _, err := c.Write(rest); err != nil || c.held != nil || c.holdNext {
+		t.Fatalf("a write shorter than the buffer was held, or the hold stayed armed (%v)", err)
+	}
+	expect(string(rest))
+
+	// A read sends what is held first: the client may wait for it.
+	c.holdLargeAnswer()
+	_, _ = c.Write(full)
+	if _, err := client.Write([]byte("next")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 64)); err != nil || c.held != nil {
+		t.Fatalf("the read failed (%v) or left the write held", err)
+	}
+	expect(string(full))
+
+	if n := testing.AllocsPerRun(100, func() {
+		c.holdLargeAnswer()
+		_, _ = c.Write(full)
+		_, _ = c.Write(rest)
+		_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, _ = io.ReadFull(client, make([]byte, len(full)+len(rest)))
+	}); n > 1 { // the read buffer of the check
+		t.Fatalf("a held answer cost %.1f allocations; want none", n-1)
+	}
+}
+
+// Answers of every size around the write buffer's, in turn, pipelined and
+// on a closing connection, arrive whole: a held write is always sent.
+func TestAnswersAroundTheWriteBufferSizeOverTCP(t *testing.T) {
+	h := newHarness(t)
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"text": ""}`)
+	})
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(answerOfSize(int(gjson.GetBytes(ctx.PostBody(), "size").Int())))
+	})
+	addr := h.serveTCP(h.start(defaultConfig()))
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	replies := bufio.NewReader(conn)
+	request := func(size int, headers string) string {
+		body := `{"text": "a", "size": ` + strconv.Itoa(size) + `}`
+		return "POST /generate HTTP/1.1\r\nHost: pdlb\r\n" + headers + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	}
+	expect := func(sizes ...int) {
+		t.Helper()
+		for _, size := range sizes {
+			resp, err := http.ReadResponse(replies, nil)
+			if err != nil {
+				t.Fatalf("the answer of %d bytes: %v", size, err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK || string(body) != answerOfSize(size) {
+				t.Fatalf("the answer of %d bytes: %d, %d bytes, %v", size, resp.StatusCode, len(body), err)
+			}
+		}
+	}
+	send := func(requests ...string) {
+		t.Helper()
+		if _, err := conn.Write([]byte(strings.Join(requests, ""))); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The header is a few hundred bytes: these cover an answer that just
+	// fits the buffer with it, one that fills it exactly, and one a byte
+	// over, whatever the header's length.
+	for size := clientWriteBufferSize - 400; size <= clientWriteBufferSize+2; size++ {
+		send(request(size, ""))
+		expect(size)
+	}
+	for _, size := range []int{2 * clientWriteBufferSize, 2*clientWriteBufferSize + 1, 64 << 10, 1 << 20} {
+		send(request(size, ""))
+		expect(size)
+	}
+	send(request(3000, ""), request(100, ""), request(clientWriteBufferSize, ""), request(5000, ""))
+	expect(3000, 100, clientWriteBufferSize, 5000)
+	send(request(3000, "Connection: close\r\n"))
+	expect(3000)
+	if n, err := replies.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("after the closing answer the client read %d bytes, %v; want the end", n, err)
+	}
+}
+
+// answerOfSize is a JSON answer of exactly size bytes (at least 12).
+func answerOfSize(size int) string {
+	return `{"text": "` + strings.Repeat("x", size-len(`{"text": ""}`)) + `"}`
+}

@@ -303,11 +303,15 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	if rt.generate {
 		s.serveGenerate(ctx, rt, requestID)
-		return
+	} else {
+		start := s.cfg.Now()
+		s.serveControl(ctx, rt)
+		rt.observe(ctx.Response.StatusCode(), s.cfg.Now().Sub(start))
 	}
-	start := s.cfg.Now()
-	s.serveControl(ctx, rt)
-	rt.observe(ctx.Response.StatusCode(), s.cfg.Now().Sub(start))
+	// An answer that fasthttp will write in two pieces goes out in one.
+	if cc, ok := ctx.Conn().(*clientConn); ok && !ctx.Response.IsBodyStream() && len(ctx.Response.Body()) >= clientWriteBufferSize {
+		cc.holdLargeAnswer()
+	}
 }
 
 func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, rt *route) {
