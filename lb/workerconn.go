@@ -33,6 +33,9 @@ type workerConn struct {
 	// into is the buffer the read in progress fills; got its outcome.
 	into []byte
 	got  rawOutcome
+	// vec and bufs send a held request's start with its rest (see Write).
+	vec  [2][]byte
+	bufs net.Buffers
 }
 
 // rawOutcome is what sendAndRead did.
@@ -65,7 +68,9 @@ func newWorkerConn(conn net.Conn) *workerConn {
 // the answer writes it to the socket once the poller's notices count, then
 // waits without reading first. A request is held only if it comes in one
 // write of at most maxStagedRequest bytes (fasthttp writes one that fits
-// its buffer in one); anything else is sent as it comes.
+// its buffer in one). One too large for fasthttp's buffer comes in two
+// writes, the full buffer and the rest of the body: the first is held
+// too, and sent with the second in one writev.
 const maxStagedRequest = 4 << 10
 
 var stagedPool = sync.Pool{New: func() any {
@@ -83,6 +88,16 @@ func (c *workerConn) Write(p []byte) (int, error) {
 		*buf = append((*buf)[:0], p...)
 		c.staged, c.sent = buf, 0
 		return len(p), nil
+	}
+	if c.stage && c.staged != nil && c.sent == 0 {
+		// The rest of a request too large for one write.
+		held := *c.staged
+		c.vec = [2][]byte{held, p}
+		c.bufs = c.vec[:] // a field: a local would escape, an allocation a write
+		n, err := c.bufs.WriteTo(c.Conn)
+		c.vec, c.bufs = [2][]byte{}, nil
+		c.dropStaged()
+		return max(int(n)-len(held), 0), err
 	}
 	if err := c.sendStaged(); err != nil {
 		return 0, err

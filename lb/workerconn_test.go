@@ -89,8 +89,8 @@ func TestStagedRequestGoesOutWithTheFirstRead(t *testing.T) {
 	}
 }
 
-// A request written in several writes, or too large to hold, or written
-// with staging off, goes out as it comes.
+// A request written in several small writes, or too large to hold, or
+// written with staging off, goes out before its answer is read.
 func TestRequestsNotHeldGoOutAsTheyCome(t *testing.T) {
 	big := bytes.Repeat([]byte("b"), maxStagedRequest+1)
 	for name, writes := range map[string][][]byte{
@@ -134,6 +134,40 @@ func TestRequestsNotHeldGoOutAsTheyCome(t *testing.T) {
 			t.Fatalf("the worker read %d, %v", n, err)
 		}
 	})
+}
+
+// A request too large for fasthttp's write buffer comes in two writes, the
+// full buffer and the rest: the first is held until the second, and both
+// go out then, in one writev, with no read needed.
+func TestRequestInTwoWritesGoesOutWithTheSecond(t *testing.T) {
+	c, worker := workerPair(t)
+	start := bytes.Repeat([]byte("s"), maxStagedRequest)
+	rest := bytes.Repeat([]byte("r"), 5*maxStagedRequest)
+	c.stageRequest(true)
+	if _, err := c.Write(start); err != nil || c.staged == nil {
+		t.Fatalf("the request's start was not held (%v)", err)
+	}
+	if n, err := c.Write(rest); n != len(rest) || err != nil {
+		t.Fatalf("the rest: %d, %v", n, err)
+	}
+	c.stageRequest(false)
+	if c.staged != nil {
+		t.Fatal("the request's start is still held once the rest is written")
+	}
+	got := make([]byte, len(start)+len(rest))
+	if _, err := io.ReadFull(worker, got); err != nil || !bytes.Equal(got, append(start, rest...)) {
+		t.Fatalf("the worker got %.40q... (%v); want the start, then the rest", got, err)
+	}
+
+	if allocs := testing.AllocsPerRun(20, func() {
+		c.stageRequest(true)
+		_, _ = c.Write(start)
+		_, _ = c.Write(rest)
+		c.stageRequest(false)
+		_, _ = io.ReadFull(worker, got)
+	}); allocs != 0 {
+		t.Fatalf("a request in two writes costs %v allocations, want 0", allocs)
+	}
 }
 
 // When the socket cannot take the whole request (the worker is not
