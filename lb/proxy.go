@@ -491,9 +491,12 @@ func (x *exchange) finish(status int) {
 	}
 	took := x.s.cfg.Now().Sub(x.start)
 	x.rt.observe(status, took)
-	if x.s.cfg.AccessLog {
-		x.s.log.Info().Bytes("request_id", x.requestID).Str("route", x.rt.path).Int("status", status).
-			Dur("took", took).Str("prefill", x.prefill.backend.addr).Str("decode", x.decode.backend.addr).
-			Bool("stream", x.decode.stream).Msg("request")
+	if line := x.s.accessLine(x.requestID, x.rt.path, status, took); line != nil {
+		if x.single { // the decode leg went to a fallback worker, or a decode
+			line.Str(x.decode.backend.role, x.decode.backend.addr)
+		} else {
+			line.Str("prefill", x.prefill.backend.addr).Str("decode", x.decode.backend.addr)
+		}
+		line.Bool("stream", x.decode.stream).Msg("request")
 	}
 }

@@ -374,33 +374,70 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// Every request gets one access-log line when it is on, and none when it
+// is off: answered by a pair or a fallback worker, refused by pdlb itself,
+// or on a control route. Each line names the workers the request went to,
+// and only those.
 func TestAccessLog(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		h := newHarness(t)
 		h.pair(fake.Config{}, fake.Config{})
-		cfg := defaultConfig()
+		h.fake("agg-0:30020", fake.Config{Role: fake.RoleAggregated})
+		cfg := fallbackConfig()
 		cfg.AccessLog = on
+		cfg.MaxRequestBodySize = 4 << 10
 		var logs syncBuffer
 		srv := h.startLogged(cfg, zerolog.New(&logs))
-		h.post("/generate", `{"text": "a"}`, "X-Request-Id", "req-1")
+		h.post("/generate", `{"text": "a"}`, "X-Request-Id", "pd")
 		h.openStream("/generate", `{"text": "a", "stream": true}`).rest()
+		h.post("/generate", `{"text": "a"}`, "X-Request-Id", "fallback", "X-PD-Mode", "decode-only")
+		h.post("/generate", `{"text": `, "X-Request-Id", "invalid")
+		h.do(fasthttp.MethodGet, "/nothing", "", "X-Request-Id", "no-route")
+		h.do(fasthttp.MethodGet, "/health", "", "X-Request-Id", "control")
+		h.post("/generate", `{"text": "`+strings.Repeat("a", 8<<10)+`"}`, "X-Request-Id", "too-large")
 		waitIdle(t, srv) // a stream is logged once it is over, after its last byte
-		lines := 0
-		for _, line := range strings.Split(logs.String(), "\n") {
+
+		got := map[string]string{}
+		streams := 0
+		for line := range strings.Lines(logs.String()) {
 			if gjson.Get(line, "message").String() != "request" {
 				continue
 			}
-			lines++
-			if gjson.Get(line, "prefill").String() != "prefill-0:30000" || gjson.Get(line, "status").Int() != 200 ||
-				gjson.Get(line, "route").String() != "/generate" || !gjson.Get(line, "took").Exists() {
-				t.Fatalf("got access log line %s", line)
+			if gjson.Get(line, "stream").Bool() {
+				streams++
+				continue
 			}
-			if lines == 1 && gjson.Get(line, "request_id").String() != "req-1" {
-				t.Fatalf("got access log line %s; want request_id req-1", line)
-			}
+			got[gjson.Get(line, "request_id").String()] = line
 		}
-		if want := map[bool]int{false: 0, true: 2}[on]; lines != want {
-			t.Fatalf("access log %v: got %d lines; want %d:\n%s", on, lines, want, logs.String())
+		if !on {
+			if len(got)+streams > 0 {
+				t.Fatalf("access log off: got lines:\n%s", logs.String())
+			}
+			continue
+		}
+		if streams != 1 || len(got) != 6 {
+			t.Fatalf("got %d stream lines and %d others; want 1 and 6:\n%s", streams, len(got), logs.String())
+		}
+		for id, want := range map[string]struct {
+			route            string
+			status           int
+			prefill, decode  string
+			fallback, errMsg string
+		}{
+			"pd":        {route: "/generate", status: 200, prefill: "prefill-0:30000", decode: "decode-0:30010"},
+			"fallback":  {route: "/generate", status: 200, fallback: "agg-0:30020"},
+			"invalid":   {route: "/generate", status: 400, errMsg: "not valid JSON"},
+			"no-route":  {route: "/nothing", status: 404, errMsg: "no route"},
+			"control":   {route: "/health", status: 200},
+			"too-large": {route: "/generate", status: 413, errMsg: "body size exceeds"},
+		} {
+			line := got[id]
+			if gjson.Get(line, "route").String() != want.route || gjson.Get(line, "status").Int() != int64(want.status) ||
+				!gjson.Get(line, "took").Exists() || gjson.Get(line, "prefill").String() != want.prefill ||
+				gjson.Get(line, "decode").String() != want.decode || gjson.Get(line, "fallback").String() != want.fallback ||
+				!strings.Contains(gjson.Get(line, "error").String(), want.errMsg) || (want.errMsg == "") != !gjson.Get(line, "error").Exists() {
+				t.Fatalf("request %s: got access log line %s; want %+v", id, line, want)
+			}
 		}
 	}
 }

@@ -111,7 +111,9 @@ func applyDPRankHeader(q *clientRequest) error {
 // answerError answers q with pdlb's own error.
 func (s *Server) answerError(q *clientRequest, e *answerError) {
 	s.writeError(q.ctx, e.status, e.reason, e.msg)
-	q.rt.observe(e.status, s.cfg.Now().Sub(q.start))
+	took := s.cfg.Now().Sub(q.start)
+	q.rt.observe(e.status, took)
+	s.accessLine(q.id, q.rt.path, e.status, took).Bool("stream", q.info.Stream).Str("error", e.msg).Msg("request")
 	if q.permit {
 		s.releasePermit()
 	}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
@@ -292,13 +293,15 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	requestID := s.setRequestID(ctx)
 	rt := s.routes[string(ctx.Path())]
 	if rt == nil {
-		s.writeError(ctx, fasthttp.StatusNotFound, reasonNotFound, "no route for "+string(ctx.Path()))
+		msg := "no route for " + string(ctx.Path())
+		s.writeError(ctx, fasthttp.StatusNotFound, reasonNotFound, msg)
 		s.notFound.observe(fasthttp.StatusNotFound, 0)
+		s.accessLine(requestID, string(ctx.Path()), fasthttp.StatusNotFound, 0).Str("error", msg).Msg("request")
 		return
 	}
 	method := ctx.Method()
 	if string(method) != rt.method && !(rt.method == fasthttp.MethodGet && ctx.IsHead()) {
-		s.methodNotAllowed(ctx, rt)
+		s.methodNotAllowed(ctx, rt, requestID)
 		return
 	}
 	if rt.generate {
@@ -306,7 +309,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	} else {
 		start := s.cfg.Now()
 		s.serveControl(ctx, rt)
-		rt.observe(ctx.Response.StatusCode(), s.cfg.Now().Sub(start))
+		took := s.cfg.Now().Sub(start)
+		rt.observe(ctx.Response.StatusCode(), took)
+		s.accessLine(requestID, rt.path, ctx.Response.StatusCode(), took).Msg("request")
 	}
 	// An answer that fasthttp will write in two pieces goes out in one.
 	if cc, ok := ctx.Conn().(*clientConn); ok && !ctx.Response.IsBodyStream() && len(ctx.Response.Body()) >= clientWriteBufferSize {
@@ -314,11 +319,22 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, rt *route) {
+func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, rt *route, requestID []byte) {
 	ctx.Response.Header.Set(fasthttp.HeaderAllow, rt.method)
-	s.writeError(ctx, fasthttp.StatusMethodNotAllowed, reasonMethodNotAllowed,
-		string(ctx.Method())+" is not allowed on "+rt.path+"; use "+rt.method)
+	msg := string(ctx.Method()) + " is not allowed on " + rt.path + "; use " + rt.method
+	s.writeError(ctx, fasthttp.StatusMethodNotAllowed, reasonMethodNotAllowed, msg)
 	rt.observe(fasthttp.StatusMethodNotAllowed, 0)
+	s.accessLine(requestID, rt.path, fasthttp.StatusMethodNotAllowed, 0).Str("error", msg).Msg("request")
+}
+
+// accessLine starts the access-log line of a request that ended with
+// status after took; nil without --access-log, and zerolog makes nothing
+// of a nil line.
+func (s *Server) accessLine(requestID []byte, route string, status int, took time.Duration) *zerolog.Event {
+	if !s.cfg.AccessLog {
+		return nil
+	}
+	return s.log.Info().Bytes("request_id", requestID).Str("route", route).Int("status", status).Dur("took", took)
 }
 
 // handleParseError answers requests fasthttp could not read, in pdlb's JSON
@@ -336,7 +352,10 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		// The client took longer than --client-read-timeout-secs to send it.
 		status, r = fasthttp.StatusRequestTimeout, reasonClientTimeout
 	}
-	s.writeError(ctx, status, r, "cannot read request: "+err.Error())
+	msg := "cannot read request: " + err.Error()
+	requestID := s.setRequestID(ctx)
+	s.writeError(ctx, status, r, msg)
+	s.accessLine(requestID, string(ctx.Path()), status, 0).Str("error", msg).Msg("request")
 }
 
 // setRequestID echoes the client's X-Request-Id when it is sane, else a new
