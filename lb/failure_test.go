@@ -1,8 +1,12 @@
 package lb
 
 import (
+	"bytes"
 	"context"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,6 +98,86 @@ func TestFailedLegCancelsItsPeer(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A call cancelled just as its answer has been read (its peer failed
+// meanwhile) has had its connection closed by the cancel: that connection
+// must not go back to the pool, where the next request would take it and
+// fail ("use of closed network connection").
+func TestConnectionClosedByACancelIsNotPooled(t *testing.T) {
+	h := newHarness(t)
+	h.tcpWorkers = true // a closed socket fails the next deadline, as in production
+	const marker = "end-of-the-prefill-answer"
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"text": "", "note": "` + marker + `"}`)
+	})
+	failDecode := make(chan struct{})
+	var decodes atomic.Int32
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		if decodes.Add(1) == 1 {
+			<-failDecode
+			ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+			ctx.SetBodyString(`{"error": {"message": "decode failed"}}`)
+			return
+		}
+		ctx.SetBodyString(`{"text": "ok"}`)
+	})
+	// The first prefill answer, once read, is held in the read until the
+	// decode has failed and pdlb has cancelled the prefill, closing its
+	// connection: the cancel lands between the read and the connection's
+	// return to the pool.
+	var holdOnce sync.Once
+	h.wrapWorker = func(addr string, c net.Conn) net.Conn {
+		if addr != "prefill-0:30000" {
+			return c
+		}
+		hc := &holdingConn{Conn: c, closed: make(chan struct{})}
+		hc.onRead = func(p []byte) {
+			if bytes.Contains(p, []byte(marker)) {
+				holdOnce.Do(func() {
+					close(failDecode)
+					select {
+					case <-hc.closed:
+					case <-time.After(5 * time.Second):
+						t.Error("pdlb did not cancel the prefill when the decode failed")
+					}
+				})
+			}
+		}
+		return hc
+	}
+	cfg := defaultConfig()
+	cfg.DisableRetries = true // the next request is the one to take the pool's connection
+	srv := h.start(cfg)
+	if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusBadGateway && r.status != fasthttp.StatusInternalServerError {
+		t.Fatalf("with the decode failing: got %d %s", r.status, r.body)
+	}
+	waitIdle(t, srv)
+	if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+		t.Fatalf("the next request: got %d %s; want 200", r.status, r.body)
+	}
+}
+
+// holdingConn is a connection that calls onRead with what each read read,
+// before returning it, and closes closed when it is closed.
+type holdingConn struct {
+	net.Conn
+	onRead    func(p []byte)
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (c *holdingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.onRead(p[:n])
+	return n, err
+}
+
+func (c *holdingConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
 }
 
 func TestTimeoutGives504(t *testing.T) {

@@ -37,8 +37,10 @@ type harness struct {
 	// noRoomRefusals is how many requests without a room the decodes may
 	// refuse: none, unless a test provokes it (PROTOCOL.md §4).
 	noRoomRefusals uint64
-	// wrapListener, when set, wraps pdlb's listener.
+	// wrapListener, when set, wraps pdlb's listener; wrapWorker, each
+	// connection pdlb dials to a worker.
 	wrapListener func(net.Listener) net.Listener
+	wrapWorker   func(addr string, c net.Conn) net.Conn
 	// tcpWorkers, set before start, has pdlb reach the workers over
 	// loopback TCP (bridgeDial), so that its worker connections are
 	// sockets, as in production. bridged holds the bridges' connections,
@@ -147,6 +149,16 @@ func (h *harness) startLogged(cfg Config, log zerolog.Logger) *Server {
 	if h.tcpWorkers {
 		cfg.Dial = h.bridgeDial
 		h.t.Cleanup(h.closeBridges) // once pdlb has shut down
+	}
+	if wrap := h.wrapWorker; wrap != nil {
+		dial := cfg.Dial
+		cfg.Dial = func(addr string) (net.Conn, error) {
+			c, err := dial(addr)
+			if err != nil {
+				return nil, err
+			}
+			return wrap(addr, c), nil
+		}
 	}
 	srv, err := New(cfg, log)
 	if err != nil {

@@ -105,7 +105,9 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		readBy = c.firstByteBy
 	}
 	if err := c.cancel.attach(conn, readBy); err != nil {
-		hc.ReleaseConn(cc)
+		// Cancelled before it began, or a connection whose deadline cannot
+		// be set: rare either way, and closing is right for both.
+		hc.CloseConn(cc)
 		return false, err
 	}
 	reused := !cc.LastUseTime().IsZero()
@@ -161,8 +163,8 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 				_ = resp.CloseBodyStream()
 				hc.ReleaseReader(br)
 			}
-			c.cancel.detach()
-			if clean && reusable {
+			// A cancel may have closed the connection as the body ended.
+			if closed := c.cancel.detach(); clean && reusable && !closed {
 				hc.ReleaseConn(cc)
 			} else {
 				hc.CloseConn(cc)
@@ -170,9 +172,11 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		}
 		return false, nil
 	}
-	c.cancel.detach()
+	// A cancel may have closed the connection just as the answer was read:
+	// the answer stands, but the connection must not go back to the pool.
+	closed := c.cancel.detach()
 	hc.ReleaseReader(br)
-	if reusable {
+	if reusable && !closed {
 		hc.ReleaseConn(cc)
 	} else {
 		hc.CloseConn(cc)
@@ -241,8 +245,11 @@ func (cl *canceller) attach(conn net.Conn, readBy time.Time) error {
 	if cl.reason != nil {
 		return cl.reason
 	}
+	if err := conn.SetReadDeadline(cl.limited(readBy)); err != nil {
+		return err
+	}
 	cl.conn = conn
-	return conn.SetReadDeadline(cl.limited(readBy))
+	return nil
 }
 
 func (cl *canceller) limited(t time.Time) time.Time {
@@ -252,10 +259,15 @@ func (cl *canceller) limited(t time.Time) time.Time {
 	return t
 }
 
-func (cl *canceller) detach() {
+// detach forgets the call's connection, and reports whether a cancel has
+// closed it meanwhile: a connection is attached only to a call not
+// cancelled yet, and a cancel closes the one attached.
+func (cl *canceller) detach() (closed bool) {
 	cl.mu.Lock()
+	closed = cl.conn != nil && cl.reason != nil
 	cl.conn = nil
 	cl.mu.Unlock()
+	return closed
 }
 
 // cancel aborts the call with reason; only the first reason is kept. It
