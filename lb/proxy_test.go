@@ -385,7 +385,7 @@ func TestAccessLog(t *testing.T) {
 		h.fake("agg-0:30020", fake.Config{Role: fake.RoleAggregated})
 		cfg := fallbackConfig()
 		cfg.AccessLog = on
-		cfg.MaxRequestBodySize = 4 << 10
+		cfg.MaxRequestBodySize = 1024
 		var logs syncBuffer
 		srv := h.startLogged(cfg, zerolog.New(&logs))
 		h.post("/generate", `{"text": "a"}`, "X-Request-Id", "pd")
@@ -394,7 +394,7 @@ func TestAccessLog(t *testing.T) {
 		h.post("/generate", `{"text": `, "X-Request-Id", "invalid")
 		h.do(fasthttp.MethodGet, "/nothing", "", "X-Request-Id", "no-route")
 		h.do(fasthttp.MethodGet, "/health", "", "X-Request-Id", "control")
-		h.post("/generate", `{"text": "`+strings.Repeat("a", 8<<10)+`"}`, "X-Request-Id", "too-large")
+		h.post("/generate", `{"text": "`+strings.Repeat("a", 2048)+`"}`, "X-Request-Id", "too-large")
 		waitIdle(t, srv) // a stream is logged once it is over, after its last byte
 
 		got := map[string]string{}
