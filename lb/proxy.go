@@ -144,6 +144,7 @@ func (x *exchange) unref() {
 	x.relay.reset()
 	x.prefillWaited = false
 	x.single, x.local, x.merge, x.permit = false, false, false, false
+	x.coldRetry, x.mayRetry = false, false // a decode-only exchange sets only mayRetry
 	x.requestID = x.requestID[:0]
 	// A rare huge request must not pin its buffers in the pool.
 	if cap(x.body) > maxPooledBuffer {
