@@ -10,7 +10,7 @@ import (
 // maxDepth bounds how deeply containers may nest, counting the body's own
 // object. It sits near where Python's json gives up with RecursionError, so
 // no body a worker would accept is refused, and the walkers here keep their
-// place in a fixed bit stack of this many levels.
+// place in a fixed bit stack of this many levels (levels).
 const maxDepth = 1024
 
 var (
@@ -148,11 +148,28 @@ func isScalarByte(c byte) bool {
 		c == '-' || c == '+' || c == '.'
 }
 
+// levels is a bit stack of open containers: whether the one at each depth
+// is an object. The walkers here are iterative and keep their place in it.
+type levels [maxDepth / 64]uint64
+
+// open records the container opened at depth d, an object or an array.
+func (l *levels) open(d int, object bool) {
+	bit := uint64(1) << (d % 64)
+	if object {
+		l[d/64] |= bit
+	} else {
+		l[d/64] &^= bit
+	}
+}
+
+// object reports whether the container open at depth d is an object.
+func (l *levels) object(d int) bool { return l[d/64]&(uint64(1)<<(d%64)) != 0 }
+
 // skipContainer is skipValue for an object or array. It walks iteratively,
-// remembering in a bit stack which levels are objects so that every closing
-// bracket can be matched to its opener.
+// remembering which levels are objects so that every closing bracket can
+// be matched to its opener.
 func skipContainer(b []byte, i, depth int) (int, error) {
-	var isObject [maxDepth / 64]uint64
+	var open levels
 	d := 0
 	for ; i < len(b); i++ {
 		switch c := b[i]; c {
@@ -166,16 +183,11 @@ func skipContainer(b []byte, i, depth int) (int, error) {
 			if d >= depth {
 				return 0, errTooDeep
 			}
-			bit := uint64(1) << (d % 64)
-			if c == '{' {
-				isObject[d/64] |= bit
-			} else {
-				isObject[d/64] &^= bit
-			}
+			open.open(d, c == '{')
 			d++
 		case '}', ']':
 			d--
-			if (c == '}') != (isObject[d/64]&(uint64(1)<<(d%64)) != 0) {
+			if (c == '}') != open.object(d) {
 				return 0, fmt.Errorf("mismatched %q at offset %d", c, i)
 			}
 			if d == 0 {

@@ -15,7 +15,7 @@ import (
 // It walks iteratively, as skipContainer does, and reads strings eight
 // bytes at a time (validString).
 func validate(b []byte) error {
-	var isObject [maxDepth / 64]uint64
+	var open levels
 	d := 0
 	i := skipSpace(b, 0)
 	var err error
@@ -30,12 +30,7 @@ value:
 			if d == maxDepth {
 				return errTooDeep
 			}
-			bit := uint64(1) << (d % 64)
-			if c == '{' {
-				isObject[d/64] |= bit
-			} else {
-				isObject[d/64] &^= bit
-			}
+			open.open(d, c == '{')
 			d++
 			i = skipSpace(b, i+1)
 			if i == len(b) || b[i] != c+2 { // '{'+2 is '}', '['+2 is ']'
@@ -76,7 +71,7 @@ value:
 				}
 				return nil
 			}
-			object := isObject[(d-1)/64]&(uint64(1)<<((d-1)%64)) != 0
+			object := open.object(d - 1)
 			closing := byte(']')
 			if object {
 				closing = '}'

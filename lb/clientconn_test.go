@@ -282,20 +282,26 @@ func TestWatchDoesNotStartWhileBytesAreReadAhead(t *testing.T) {
 	}
 }
 
+// dialTCP connects to pdlb at addr for the rest of the test, with 20 s to
+// do all it does, and returns a reader of its replies.
+func dialTCP(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	return conn, bufio.NewReader(conn)
+}
+
 // The harness's in-memory connections have no descriptor, so they never
 // read ahead; this runs requests through pdlb on loopback TCP, cut and
 // joined every way the read-ahead must handle.
 func TestServerReadsRequestsOverTCP(t *testing.T) {
 	h := newHarness(t)
 	h.pair(fake.Config{}, fake.Config{})
-	addr := h.serveTCP(h.start(defaultConfig()))
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
-	replies := bufio.NewReader(conn)
+	conn, replies := dialTCP(t, h.serveTCP(h.start(defaultConfig())))
 
 	request := func(prompt string) string {
 		body := `{"text": "` + prompt + `", "sampling_params": {"max_new_tokens": 3}}`
@@ -470,14 +476,7 @@ func TestAnswersAroundTheWriteBufferSizeOverTCP(t *testing.T) {
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(answerOfSize(int(gjson.GetBytes(ctx.PostBody(), "size").Int())))
 	})
-	addr := h.serveTCP(h.start(defaultConfig()))
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
-	replies := bufio.NewReader(conn)
+	conn, replies := dialTCP(t, h.serveTCP(h.start(defaultConfig())))
 	request := func(size int, headers string) string {
 		body := `{"text": "a", "size": ` + strconv.Itoa(size) + `}`
 		return "POST /generate HTTP/1.1\r\nHost: pdlb\r\n" + headers + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body

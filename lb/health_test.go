@@ -54,16 +54,23 @@ func (w *sickWorker) handle(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(fasthttp.StatusInternalServerError)
 }
 
-// A health transition is logged once, by the health component: each log
-// line names its component in one key.
-func TestHealthTransitionsAreLoggedByTheirComponent(t *testing.T) {
-	h := newHarness(t)
+// withSickDecode gives h the fake pair and a second decode, decode-1, whose
+// health probes fail; cfg has active checks on and both decodes.
+func withSickDecode(h *harness) (*sickWorker, Config) {
 	h.pair(fake.Config{}, fake.Config{})
 	sick := &sickWorker{}
 	sick.healthStatus.Store(fasthttp.StatusServiceUnavailable)
 	h.backend("decode-1:30010", sick.handle)
 	cfg := checkedConfig()
 	cfg.Decode = append(cfg.Decode, "http://decode-1:30010")
+	return sick, cfg
+}
+
+// A health transition is logged once, by the health component: each log
+// line names its component in one key.
+func TestHealthTransitionsAreLoggedByTheirComponent(t *testing.T) {
+	h := newHarness(t)
+	_, cfg := withSickDecode(h)
 	var logs syncBuffer
 	srv := h.startLogged(cfg, zerolog.New(&logs))
 	waitFirstRound(t, srv)
@@ -86,12 +93,7 @@ func TestHealthTransitionsAreLoggedByTheirComponent(t *testing.T) {
 // recovers.
 func TestActiveChecksTakeWorkersOutAndBack(t *testing.T) {
 	h := newHarness(t)
-	h.pair(fake.Config{}, fake.Config{})
-	sick := &sickWorker{}
-	sick.healthStatus.Store(fasthttp.StatusServiceUnavailable)
-	h.backend("decode-1:30010", sick.handle)
-	cfg := checkedConfig()
-	cfg.Decode = append(cfg.Decode, "http://decode-1:30010")
+	sick, cfg := withSickDecode(h)
 	cfg.DecodePolicy = PolicyRoundRobin
 	srv := h.start(cfg)
 	waitFirstRound(t, srv)
