@@ -109,7 +109,8 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 	// (PROTOCOL.md §4, §7); nothing has reached the client yet, so it may
 	// still be tried again. Out of retries, the worker's events are relayed
 	// as they are, but for a refusal without a room, which pdlb explains.
-	if first, failed := x.relay.firstEventFailure(); failed {
+	first, failed := x.relay.firstEventFailure()
+	if failed {
 		out := x.retryFirstEvent(first)
 		refused := bytes.Contains(first, noRoomMarker)
 		if out.retry != answered || refused {
@@ -131,9 +132,14 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 			return outcome{}
 		}
 	}
+	if !failed {
+		// The decode streams tokens, so it has the KV cache: the prefill's
+		// answer, late or failed, can no longer take the stream from it.
+		x.tokensFlow.Store(true)
+	}
 	if x.relay.mergeLogprobs {
 		x.waitPrefill()
-		x.relay.usePrefill(&x.prefill)
+		x.relay.usePrefill(&x.prefill) // without the prefill's logprobs if it failed
 	}
 	x.rt.ttfb.Update(x.s.cfg.Now().Sub(x.start).Seconds())
 	ctx.SetStatusCode(fasthttp.StatusOK)
@@ -577,7 +583,9 @@ func (r *relay) brokenEvent() []byte {
 	var peer *errPeerFailed
 	switch {
 	case errors.As(d.cancel.err(), &peer) && peer.role == rolePrefill:
-		// The prefill failed mid-stream; its call is finishing now.
+		// The prefill failed just before the decode's first token was
+		// seen (after it, a prefill no longer cancels the decode); its
+		// call is finishing now.
 		x.waitPrefill()
 		status, _, msg = x.prefill.describe()
 	case r.readErr != io.EOF:

@@ -481,36 +481,6 @@ func TestStreamThatEndsEarlyGetsAnErrorEvent(t *testing.T) {
 	waitIdle(t, srv)
 }
 
-// A prefill that fails after the decode started streaming ends the stream
-// with the prefill's error, and the decode is cancelled.
-func TestPrefillFailureMidStream(t *testing.T) {
-	h := newHarness(t)
-	clientGotFirst, release := make(chan struct{}), make(chan struct{})
-	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
-		<-clientGotFirst
-		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
-		ctx.SetBodyString(`{"error": {"message": "KV transfer failed"}}`)
-	})
-	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
-		ctx.SetContentType("text/event-stream")
-		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-			_, _ = w.WriteString("data: {\"text\":\"a\"}\n\n")
-			_ = w.Flush()
-			<-release
-		})
-	})
-	t.Cleanup(func() { close(release) })
-	srv := h.start(defaultConfig())
-	s := h.openStream("/generate", `{"text": "a", "stream": true}`)
-	first := s.next()
-	close(clientGotFirst)
-	rest := append([]string{first}, s.rest()...)
-	if len(rest) != 3 || !strings.Contains(rest[1], "KV transfer failed") || rest[2] != "data: [DONE]\n\n" {
-		t.Fatalf("got %q; want the first event, the prefill's error and [DONE]", rest)
-	}
-	waitIdle(t, srv)
-}
-
 func TestStreamLogprobsAreMerged(t *testing.T) {
 	h := newHarness(t)
 	h.pair(fake.Config{}, fake.Config{})
@@ -641,4 +611,50 @@ func TestSlowClientsAreLetGo(t *testing.T) {
 			t.Fatalf("got %q client_gone errors; want 1", got)
 		}
 	})
+}
+
+// Once the decode streams tokens it has the KV cache, and needs nothing
+// more of the prefill: a prefill that fails after that (a worker that dies
+// between its transfer and its answer) must not break the client's stream.
+// Before tokens flow, its failure cancels the decode at once (see
+// TestFailedLegCancelsItsPeer).
+func TestPrefillFailingOnceTokensFlowLeavesTheStream(t *testing.T) {
+	h := newHarness(t)
+	failPrefill := make(chan struct{})
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+		<-failPrefill
+		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"error": {"message": "the prefill died after its transfer"}}`)
+	})
+	more := make(chan struct{})
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			_, _ = w.WriteString("data: {\"text\":\"a\"}\n\n")
+			_ = w.Flush()
+			<-more
+			_, _ = w.WriteString("data: {\"text\":\"ab\"}\n\ndata: [DONE]\n\n")
+			_ = w.Flush()
+		})
+	})
+	srv := h.start(defaultConfig())
+	s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+	if ev := s.next(); s.status != fasthttp.StatusOK || ev != "data: {\"text\":\"a\"}\n\n" {
+		t.Fatalf("got %d and first event %q", s.status, ev)
+	}
+	close(failPrefill)
+	// The prefill's failure is counted just before it would cancel its
+	// peer; the decode's last events are held until then.
+	prefill := srv.prefills.backends[0]
+	for deadline := time.Now().Add(5 * time.Second); prefill.errors.Get() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("pdlb did not see the prefill fail")
+		}
+	}
+	close(more)
+	if rest := s.rest(); len(rest) != 2 || rest[0] != "data: {\"text\":\"ab\"}\n\n" || rest[1] != "data: [DONE]\n\n" {
+		t.Fatalf("after the prefill failed, the stream went on with %q; want the decode's last events", rest)
+	}
+	waitIdle(t, srv)
 }
