@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -223,7 +224,7 @@ func (r *Report) loadText() string {
 		mode = "stream"
 	}
 	if r.Rate > 0 {
-		return fmt.Sprintf("%s, open loop at %.4g req/s, at most %d in flight", mode, r.Rate, r.MaxInflight)
+		return fmt.Sprintf("%s, open loop at %s req/s, at most %d in flight", mode, strconv.FormatFloat(r.Rate, 'f', -1, 64), r.MaxInflight)
 	}
 	return fmt.Sprintf("%s, concurrency %d", mode, r.Concurrency)
 }

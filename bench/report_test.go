@@ -149,6 +149,16 @@ func TestWriteJSON(t *testing.T) {
 	}
 }
 
+// A rate is written as it was given, however large: 50000, not 5e+04.
+func TestLoadTextRate(t *testing.T) {
+	for rate, want := range map[float64]string{50000: "open loop at 50000 req/s", 2.5: "open loop at 2.5 req/s", 1234567: "open loop at 1234567 req/s"} {
+		r := Report{Rate: rate, MaxInflight: 10}
+		if got := r.loadText(); got != "non-stream, "+want+", at most 10 in flight" {
+			t.Fatalf("rate %v: got %q; want it to say %q", rate, got, want)
+		}
+	}
+}
+
 func TestWriteTextOpenLoop(t *testing.T) {
 	r := testReport()
 	r.Concurrency, r.Rate, r.MaxInflight = 0, 250, 10000
