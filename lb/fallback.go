@@ -86,9 +86,9 @@ func (s *Server) serveDecodeOnly(q *clientRequest, why decodeOnly) {
 		// only where there is another place to go.
 		x.mayRetry = attempt < s.cfg.MaxRetries && (!local || len(s.fallbacks.backends) > 0)
 		if local {
-			x.body = mustAppend(x.body[:0], q.ctx.PostBody(), bootstrap.Fields{LocalPrefill: true})
+			x.body = mustAppend(x.body[:0], q.body, bootstrap.Fields{LocalPrefill: true})
 		} else {
-			x.body = append(x.body[:0], q.ctx.PostBody()...)
+			x.body = append(x.body[:0], q.body...)
 		}
 		x.decode.prepare(q.ctx, b, x.body, q.deadline, q.id)
 		out := x.serve(q)

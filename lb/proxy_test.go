@@ -106,6 +106,32 @@ func TestGenerateBatchGetsIndependentRooms(t *testing.T) {
 	}
 }
 
+// Python's json.loads, with which SGLang's workers and mini_lb read a body,
+// takes UTF-8 bytes that begin with a byte-order mark (as some Windows
+// tools write them); so does pdlb, and the workers get the body without it.
+func TestBodyWithAByteOrderMark(t *testing.T) {
+	h := newHarness(t)
+	var pb, db, ab bodies
+	h.pair(fake.Config{OnRequest: pb.record}, fake.Config{OnRequest: db.record})
+	h.fake("agg-0:30020", fake.Config{Role: fake.RoleAggregated, OnRequest: ab.record})
+	h.start(fallbackConfig())
+	const bom = "\xef\xbb\xbf"
+	if r := h.post("/generate", bom+`{"text": "a"}`); r.status != fasthttp.StatusOK {
+		t.Fatalf("PD: got %d %s", r.status, r.body)
+	}
+	if r := h.post("/generate", bom+`{"text": "a"}`, "X-PD-Mode", "decode-only"); r.status != fasthttp.StatusOK {
+		t.Fatalf("decode-only: got %d %s", r.status, r.body)
+	}
+	for role, body := range map[string][]byte{"prefill": pb.only(t), "decode": db.only(t), "fallback": ab.only(t)} {
+		if !bytes.HasPrefix(body, []byte(`{"text": "a"`)) {
+			t.Fatalf("the %s got %q; want the body without its byte-order mark", role, body)
+		}
+	}
+	if r := h.post("/generate", bom+bom+`{"text": "a"}`); r.status != fasthttp.StatusBadRequest {
+		t.Fatalf("two marks: got %d %s; want 400", r.status, r.body)
+	}
+}
+
 func TestBadBodiesGetJSONErrors(t *testing.T) {
 	h := newHarness(t)
 	p, d := h.pair(fake.Config{}, fake.Config{})

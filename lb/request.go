@@ -16,8 +16,11 @@ import (
 // clientRequest is a client's generate request across the attempts pdlb
 // makes to answer it. It lives on the handler's stack.
 type clientRequest struct {
-	ctx      *fasthttp.RequestCtx
-	rt       *route
+	ctx *fasthttp.RequestCtx
+	rt  *route
+	// body is the client's body, less a leading byte-order mark (see
+	// serveGenerate).
+	body     []byte
 	info     bootstrap.Request
 	id       []byte
 	start    time.Time
@@ -64,8 +67,13 @@ const (
 func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []byte) {
 	q := clientRequest{ctx: ctx, rt: rt, id: requestID, start: s.cfg.Now()}
 	q.deadline = q.start.Add(s.cfg.RequestTimeout)
+	// Python's json.loads, which SGLang's workers and mini_lb read bodies
+	// with, takes UTF-8 bytes that begin with a byte-order mark, as some
+	// Windows tools write them. So does pdlb; the workers get the body
+	// without it.
+	q.body = bytes.TrimPrefix(ctx.PostBody(), utf8BOM)
 	var err error
-	if q.info, err = bootstrap.Parse(ctx.PostBody()); err == nil {
+	if q.info, err = bootstrap.Parse(q.body); err == nil {
 		err = applyDPRankHeader(&q)
 	}
 	if err != nil {
@@ -86,6 +94,8 @@ func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []
 		s.servePD(&q)
 	}
 }
+
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // headerDPRank is routed_dp_rank on SGLang's OpenAI routes, taken over the
 // body's (PROTOCOL.md §5). pdlb forwards it, so it plans the request with
@@ -172,7 +182,7 @@ func (s *Server) servePD(q *clientRequest) {
 		x.coldRetry = !cold && s.warm != nil
 		x.mayRetry = attempt < s.cfg.MaxRetries
 		x.merge = q.info.HasReturnLogprob || q.info.HasReturnRoutedExperts
-		x.inject(q.ctx.PostBody(), q.info, p)
+		x.inject(q.body, q.info, p)
 		x.prefill.prepare(q.ctx, p, x.prefillSends(), q.deadline, q.id)
 		if x.plan.hint && q.ctx.Request.Header.PeekBytes(headerDPRank) != nil {
 			x.prefill.req.Header.SetBytesK(headerDPRank, strconv.Itoa(x.plan.rank))
