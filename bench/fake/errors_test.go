@@ -101,6 +101,19 @@ func TestBadBootstrapFields(t *testing.T) {
 	}
 }
 
+// SGLang reads bodies with Python's json.loads, which takes UTF-8 bytes
+// behind a byte-order mark: so does the fake.
+func TestBodyWithAByteOrderMark(t *testing.T) {
+	n := NewNetwork()
+	startServer(t, n, "agg:30000", Config{})
+	for _, path := range []string{"/generate", "/v1/chat/completions"} {
+		body := "\xef\xbb\xbf" + `{"text": "a", "messages": [{"role": "user", "content": "a"}]}`
+		if res := do(t, n, "POST", "agg:30000", path, body); res.status != 200 {
+			t.Fatalf("%s: got %d %s; want 200", path, res.status, res.body)
+		}
+	}
+}
+
 func TestBadRequests(t *testing.T) {
 	n := NewNetwork()
 	startServer(t, n, "agg:30000", Config{})

@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"bytes"
 	"math"
 	"strconv"
 	"strings"
@@ -93,7 +94,8 @@ func applyDPRankHeader(r *request, header []byte) error {
 func (s *Server) parse(rt route, body []byte) (*request, error) {
 	p := s.parsers.Get()
 	defer s.parsers.Put(p)
-	v, err := p.ParseBytes(body)
+	// Python's json.loads takes UTF-8 bytes behind a byte-order mark.
+	v, err := p.ParseBytes(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")))
 	if err != nil {
 		return nil, badRequest("JSON decode error: " + err.Error())
 	}
