@@ -54,9 +54,9 @@ type exchange struct {
 	// prefillWaited records that the request side has taken the prefill
 	// call's done signal (see waitPrefill).
 	prefillWaited bool
-	// tokensFlow is set once the decode has streamed a token: a prefill
+	// decodeStreams is set once the decode's stream is relayed: a prefill
 	// failing after that does not cancel it (see serveStream).
-	tokensFlow atomic.Bool
+	decodeStreams atomic.Bool
 
 	prefill call
 	decode  call
@@ -146,7 +146,7 @@ func (x *exchange) unref() {
 	}
 	x.relay.reset()
 	x.prefillWaited = false
-	x.tokensFlow.Store(false)
+	x.decodeStreams.Store(false)
 	x.single, x.local, x.merge, x.permit = false, false, false, false
 	x.coldRetry, x.mayRetry = false, false // a decode-only exchange sets only mayRetry
 	x.requestID = x.requestID[:0]
@@ -309,7 +309,8 @@ func (c *call) endStream(clean bool) {
 // end accounts the finished call and, if it failed, cancels its peer: a
 // prefill that failed will never send the KV cache the decode waits for,
 // and a decode that failed will never claim the KV cache the prefill holds.
-// A decode that streams tokens has the cache already, and is left be.
+// A decode whose stream is relayed has the cache already (or has failed
+// on its own), and is left be.
 func (c *call) end() {
 	b := c.backend
 	c.cancel.end()
@@ -336,7 +337,7 @@ func (c *call) end() {
 			// restarting, and come back with empty caches.
 			b.epoch.Add(1)
 		}
-		if c != &c.x.prefill || !c.x.tokensFlow.Load() {
+		if c != &c.x.prefill || !c.x.decodeStreams.Load() {
 			c.peer.abort(&errPeerFailed{role: b.role, addr: b.addr})
 		}
 	}

@@ -132,11 +132,11 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 			return outcome{}
 		}
 	}
-	if !failed {
-		// The decode streams tokens, so it has the KV cache: the prefill's
-		// answer, late or failed, can no longer take the stream from it.
-		x.tokensFlow.Store(true)
-	}
+	// The decode's stream is relayed from here on, and the decode needs
+	// nothing more of the prefill: its first event is tokens, so it has the
+	// KV cache, or an error it ends the stream with itself. A failing
+	// prefill no longer cancels it (which would only add an error event).
+	x.decodeStreams.Store(true)
 	if x.relay.mergeLogprobs {
 		x.waitPrefill()
 		x.relay.usePrefill(&x.prefill) // without the prefill's logprobs if it failed
@@ -583,7 +583,7 @@ func (r *relay) brokenEvent() []byte {
 	var peer *errPeerFailed
 	switch {
 	case errors.As(d.cancel.err(), &peer) && peer.role == rolePrefill:
-		// The prefill failed just before the decode's first token was
+		// The prefill failed just before the decode's first event was
 		// seen (after it, a prefill no longer cancels the decode); its
 		// call is finishing now.
 		x.waitPrefill()

@@ -613,48 +613,58 @@ func TestSlowClientsAreLetGo(t *testing.T) {
 	})
 }
 
-// Once the decode streams tokens it has the KV cache, and needs nothing
-// more of the prefill: a prefill that fails after that (a worker that dies
-// between its transfer and its answer) must not break the client's stream.
-// Before tokens flow, its failure cancels the decode at once (see
-// TestFailedLegCancelsItsPeer).
-func TestPrefillFailingOnceTokensFlowLeavesTheStream(t *testing.T) {
-	h := newHarness(t)
-	failPrefill := make(chan struct{})
-	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
-		<-failPrefill
-		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
-		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"error": {"message": "the prefill died after its transfer"}}`)
-	})
-	more := make(chan struct{})
-	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
-		ctx.SetContentType("text/event-stream")
-		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-			_, _ = w.WriteString("data: {\"text\":\"a\"}\n\n")
-			_ = w.Flush()
-			<-more
-			_, _ = w.WriteString("data: {\"text\":\"ab\"}\n\ndata: [DONE]\n\n")
-			_ = w.Flush()
+// Once the decode's stream is relayed, the decode needs nothing more of the
+// prefill: its first event was tokens, so it has the KV cache, or an error,
+// and it ends the stream itself. A prefill that fails after that (a worker
+// that dies between its transfer and its answer) must not break the stream,
+// nor add an error event of pdlb's. Before the decode's first event, a
+// failing prefill cancels it at once (see TestFailedLegCancelsItsPeer).
+func TestPrefillFailingOnceTheDecodeStreamsLeavesTheStream(t *testing.T) {
+	for name, events := range map[string][2]string{
+		"tokens": {"data: {\"text\":\"a\"}\n\n", "data: {\"text\":\"ab\"}\n\ndata: [DONE]\n\n"},
+		"error":  {"data: {\"error\": {\"message\": \"the decode failed\", \"code\": 500}}\n\n", "data: [DONE]\n\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			failPrefill := make(chan struct{})
+			h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+				<-failPrefill
+				ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+				ctx.SetContentType("application/json")
+				ctx.SetBodyString(`{"error": {"message": "the prefill died after its transfer"}}`)
+			})
+			more := make(chan struct{})
+			h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+				ctx.SetContentType("text/event-stream")
+				ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+					_, _ = w.WriteString(events[0])
+					_ = w.Flush()
+					<-more
+					_, _ = w.WriteString(events[1])
+					_ = w.Flush()
+				})
+			})
+			cfg := defaultConfig()
+			cfg.DisableRetries = true // a first event that is an error is relayed
+			srv := h.start(cfg)
+			s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+			if ev := s.next(); s.status != fasthttp.StatusOK || ev != events[0] {
+				t.Fatalf("got %d and first event %q", s.status, ev)
+			}
+			close(failPrefill)
+			// The prefill's failure is counted just before it would cancel
+			// its peer; the decode's last events are held until then.
+			prefill := srv.prefills.backends[0]
+			for deadline := time.Now().Add(5 * time.Second); prefill.errors.Get() == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("pdlb did not see the prefill fail")
+				}
+			}
+			close(more)
+			if rest := strings.Join(s.rest(), ""); rest != events[1] {
+				t.Fatalf("after the prefill failed, the stream went on with %q; want the decode's last events %q", rest, events[1])
+			}
+			waitIdle(t, srv)
 		})
-	})
-	srv := h.start(defaultConfig())
-	s := h.openStream("/generate", `{"text": "a", "stream": true}`)
-	if ev := s.next(); s.status != fasthttp.StatusOK || ev != "data: {\"text\":\"a\"}\n\n" {
-		t.Fatalf("got %d and first event %q", s.status, ev)
 	}
-	close(failPrefill)
-	// The prefill's failure is counted just before it would cancel its
-	// peer; the decode's last events are held until then.
-	prefill := srv.prefills.backends[0]
-	for deadline := time.Now().Add(5 * time.Second); prefill.errors.Get() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("pdlb did not see the prefill fail")
-		}
-	}
-	close(more)
-	if rest := s.rest(); len(rest) != 2 || rest[0] != "data: {\"text\":\"ab\"}\n\n" || rest[1] != "data: [DONE]\n\n" {
-		t.Fatalf("after the prefill failed, the stream went on with %q; want the decode's last events", rest)
-	}
-	waitIdle(t, srv)
 }
