@@ -41,9 +41,10 @@ type clientRequest struct {
 // outcome is how an exchange ended: answered, or to be tried again.
 type outcome struct {
 	retry retryKind
-	// backend is the worker that failed, and why.
-	backend *Backend
-	why     string
+	// backend is the worker that failed, and why; peer, when set, a worker
+	// the failure also points at (see pairFailed).
+	backend, peer *Backend
+	why           string
 }
 
 type retryKind int
@@ -148,6 +149,9 @@ func (q *clientRequest) remember(out outcome) {
 		q.unreachable = append(q.unreachable, out.backend)
 	case retryFailed:
 		q.failed = append(q.failed, out.backend)
+		if out.peer != nil {
+			q.failed = append(q.failed, out.peer)
+		}
 	}
 	if out.why != "" {
 		if q.why != "" {
@@ -226,14 +230,15 @@ func (x *exchange) retryAfter(body []byte) outcome {
 			return out
 		}
 	}
-	return x.retryOnFailure()
+	return x.retryOnFailure(body)
 }
 
 // retryOnFailure says whether the exchange failed in a way that another
 // attempt may fix, nothing having reached the client: a worker that could
 // not be reached, a transport failure, a 5xx. A 4xx is the client's and is
 // never retried; nor is a timeout, which has used up the request's time.
-func (x *exchange) retryOnFailure() outcome {
+// decodeBody is the decode's answer, if it gave one.
+func (x *exchange) retryOnFailure(decodeBody []byte) outcome {
 	if !x.mayRetry {
 		return outcome{}
 	}
@@ -250,7 +255,27 @@ func (x *exchange) retryOnFailure() outcome {
 		return outcome{}
 	}
 	_, _, why := c.describe()
-	return outcome{retry: kind, backend: c.backend, why: why}
+	out := outcome{retry: kind, backend: c.backend, why: why}
+	if c == &x.decode && c.err == nil {
+		out.peer = x.pairFailed(decodeBody)
+	}
+	return out
+}
+
+// kvTransferMarker is in the error of a decode whose KV transfer failed:
+// "Decode transfer failed … KVTransferError(…): Lost connection with
+// prefill instance …", "Decode handshake failed … KVTransferError(…)".
+var kvTransferMarker = []byte("KVTransferError")
+
+// pairFailed returns the prefill of x when the decode's failure is a
+// failed KV transfer: the pair failed, most likely the prefill (it died, or
+// the decode cannot reach it), and the next attempt must avoid both. It
+// returns nil for any other failure.
+func (x *exchange) pairFailed(failure []byte) *Backend {
+	if x.single || !bytes.Contains(failure, kvTransferMarker) {
+		return nil
+	}
+	return x.prefill.backend
 }
 
 // retriable reports whether a call's own transport error may not recur on

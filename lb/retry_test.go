@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -380,5 +381,69 @@ func TestPrefillSilentAfterItsDecodeIsGivenUp(t *testing.T) {
 	waitIdleWithin(t, srv, orphanPrefillGrace+2*time.Second)
 	if got := h.metric(`pdlb_backend_errors_total{role="prefill",backend="prefill-0:30000"}`); got != "0" {
 		t.Fatalf("got %q prefill errors; want 0: pdlb gave up, the prefill did not fail", got)
+	}
+}
+
+// A decode that reports a failed KV transfer (its prefill died, or could
+// not be reached from it) says the pair failed, not the decode alone: the
+// retry must avoid that prefill as well, or it may pair the request with
+// the same dead prefill again and use up its retries.
+func TestKVTransferFailureAvoidsThePrefillOnRetry(t *testing.T) {
+	const kvFailure = `Decode transfer failed for request rank=0 decode_req.req.rid='r' decode_req.req.bootstrap_room=1 ` +
+		`with exception KVTransferError(bootstrap_room=1): Lost connection with prefill instance (bootstrap_addr: prefill-0:8998)`
+	for _, mode := range []string{"buffered", "stream answered 500", "stream with an error event"} {
+		t.Run(mode, func(t *testing.T) {
+			h := newHarness(t)
+			for _, addr := range []string{"prefill-0:30000", "prefill-1:30000"} {
+				h.backend(addr, func(ctx *fasthttp.RequestCtx) {
+					ctx.SetContentType("application/json")
+					ctx.SetBodyString(`{"text": ""}`)
+				})
+			}
+			// The decode sees every attempt (a prefill leg may be cancelled
+			// before it is sent): it counts those paired with prefill-0.
+			var mu sync.Mutex
+			seen := map[string]int{} // request ID -> attempts paired with prefill-0
+			h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+				if gjson.GetBytes(ctx.PostBody(), "bootstrap_host").String() != "prefill-0" {
+					ctx.SetContentType("application/json")
+					ctx.SetBodyString(`{"text": "ok"}`)
+					return
+				}
+				mu.Lock()
+				seen[string(ctx.Request.Header.Peek("X-Request-Id"))]++
+				mu.Unlock()
+				if mode == "stream with an error event" {
+					ctx.SetContentType("text/event-stream")
+					ctx.SetBodyString(`data: {"error": {"message": "` + kvFailure + `", "code": 500}}` + "\n\ndata: [DONE]\n\n")
+					return
+				}
+				ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+				ctx.SetContentType("application/json")
+				ctx.SetBodyString(`{"error": {"message": "` + kvFailure + `"}}`)
+			})
+			cfg := defaultConfig()
+			cfg.Prefill = []PrefillSpec{{URL: "http://prefill-0:30000", BootstrapPort: 8998}, {URL: "http://prefill-1:30000", BootstrapPort: 8998}}
+			cfg.PrefillPolicy = PolicyRandom
+			cfg.Breaker.Disable = true // the decode's failures are the pair's
+			h.start(cfg)
+			stream := map[bool]string{false: "false", true: "true"}[mode != "buffered"]
+			for i := range 30 {
+				id := "req-" + strconv.Itoa(i)
+				if r := h.post("/generate", `{"text": "a", "stream": `+stream+`}`, "X-Request-Id", id); r.status != fasthttp.StatusOK {
+					t.Fatalf("request %d: got %d %s; want the retry's answer", i, r.status, r.body)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for id, n := range seen {
+				if n > 1 {
+					t.Fatalf("%s was paired with prefill-0 %d times: the retry did not avoid the prefill whose transfer failed", id, n)
+				}
+			}
+			if len(seen) == 0 {
+				t.Fatal("no request went to prefill-0: the test proves nothing")
+			}
+		})
 	}
 }

@@ -67,7 +67,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 			x.unref()
 			return outcome{}
 		}
-		if out := x.retryOnFailure(); out.retry != answered {
+		if out := x.retryOnFailure(d.resp.Body()); out.retry != answered {
 			x.unref()
 			return out
 		}
@@ -90,7 +90,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 			x.unref()
 			return outcome{}
 		}
-		if out := x.retryOnFailure(); out.retry != answered {
+		if out := x.retryOnFailure(nil); out.retry != answered { // no answer: the stream broke
 			x.unref()
 			return out
 		}
@@ -184,7 +184,8 @@ func (x *exchange) retryFirstEvent(first []byte) outcome {
 		return outcome{}
 	}
 	d := x.decode.backend
-	return outcome{retry: retryFailed, backend: d, why: d.role + " backend " + d.addr + " streamed an error before any token"}
+	return outcome{retry: retryFailed, backend: d, peer: x.pairFailed(first),
+		why: d.role + " backend " + d.addr + " streamed an error before any token"}
 }
 
 // respondBufferedStream answers a stream request that the decode answered
