@@ -2,10 +2,15 @@ package lb
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -111,6 +116,9 @@ func TestSoak(t *testing.T) {
 	// still waiting for a KV claim that never came when its decode ended.
 	waitIdleWithin(t, srv, orphanPrefillGrace+time.Second)
 	t.Logf("soak over %s: %s", duration, tally.String())
+	for _, kind := range tally.errorKinds() {
+		t.Logf("  %s", kind)
+	}
 	if tally.lost.Load() != 0 || tally.hung.Load() != 0 || tally.complete.Load() == 0 {
 		t.Fatalf("lost %d, hung %d, complete %d", tally.lost.Load(), tally.hung.Load(), tally.complete.Load())
 	}
@@ -128,11 +136,36 @@ const (
 
 type soakTally struct {
 	sent, complete, clearError, lost, hung atomic.Int64
+	// errors counts the clear errors by what they said (errorKind): the
+	// ones a change to pdlb could avoid show up there.
+	mu     sync.Mutex
+	errors map[string]int
 }
 
-func (t *soakTally) add(r soakResult) {
+func (t *soakTally) add(r soakResult, kind string) {
 	t.sent.Add(1)
 	[]*atomic.Int64{&t.complete, &t.clearError, &t.lost, &t.hung}[r].Add(1)
+	if r == soakClearError {
+		t.mu.Lock()
+		if t.errors == nil {
+			t.errors = map[string]int{}
+		}
+		t.errors[kind]++
+		t.mu.Unlock()
+	}
+}
+
+// errorKinds lists the clear errors by kind, the most frequent first.
+func (t *soakTally) errorKinds() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	kinds := slices.SortedFunc(maps.Keys(t.errors), func(a, b string) int {
+		return cmp.Or(t.errors[b]-t.errors[a], strings.Compare(a, b))
+	})
+	for i, k := range kinds {
+		kinds[i] = fmt.Sprintf("%5d × %s", t.errors[k], k)
+	}
+	return kinds
 }
 
 func (t *soakTally) String() string {
@@ -147,8 +180,9 @@ var soakBodies = []struct{ path, body string }{
 	{"/v1/completions", `{"prompt": "soak", "max_tokens": 8}`},
 }
 
-// soakRequest sends one random request and classifies its answer.
-func (h *harness) soakRequest(timeout time.Duration) soakResult {
+// soakRequest sends one random request and classifies its answer; a clear
+// error's kind comes with it.
+func (h *harness) soakRequest(timeout time.Duration) (soakResult, string) {
 	sb := soakBodies[rand.IntN(len(soakBodies))]
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -159,11 +193,43 @@ func (h *harness) soakRequest(timeout time.Duration) soakResult {
 	err := h.cl.DoTimeout(req, resp, timeout)
 	switch {
 	case errors.Is(err, fasthttp.ErrTimeout):
-		return soakHung
+		return soakHung, ""
 	case err != nil:
-		return soakLost
+		return soakLost, ""
 	}
-	return classifyAnswer(resp.StatusCode(), resp.Body(), bytes.Contains([]byte(sb.body), []byte(`"stream": true`)))
+	r := classifyAnswer(resp.StatusCode(), resp.Body(), bytes.Contains([]byte(sb.body), []byte(`"stream": true`)))
+	if r != soakClearError {
+		return r, ""
+	}
+	return r, errorKind(resp.StatusCode(), resp.Body())
+}
+
+// errorKind sums up a clear error: its status, or "stream" for an error
+// event or an abort in a 200 stream, and the start of its first message,
+// which names the failure before any request's own figures.
+func errorKind(status int, body []byte) string {
+	kind := strconv.Itoa(status)
+	var msg string
+	if status == fasthttp.StatusOK {
+		kind, msg = "stream", "an abort"
+		for line := range bytes.Lines(body) {
+			data, ok := bytes.CutPrefix(line, []byte("data: "))
+			if m := gjson.GetBytes(data, "error.message"); ok && m.Exists() {
+				msg = m.String()
+				break
+			}
+			if m := gjson.GetBytes(data, "meta_info.finish_reason.message"); ok && m.Exists() {
+				msg = m.String()
+				break
+			}
+		}
+	} else if msg = gjson.GetBytes(body, "error.message").String(); msg == "" {
+		msg = gjson.GetBytes(body, "message").String()
+	}
+	if len(msg) > 48 {
+		msg = msg[:48] + "…"
+	}
+	return kind + " " + msg
 }
 
 // classifyAnswer tells a complete answer from a clear error from a broken
@@ -188,4 +254,25 @@ func classifyAnswer(status int, body []byte, stream bool) soakResult {
 		return soakClearError
 	}
 	return soakComplete
+}
+
+func TestErrorKind(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{502, `{"error": {"message": "cannot reach prefill backend prefill-0:30000: dial memory prefill-0:30000: refused"}}`,
+			"502 cannot reach prefill backend prefill-0:30000: di…"},
+		{400, `{"object": "error", "message": "bad", "code": 400}`, "400 bad"},
+		{200, "data: {\"text\":\"a\"}\n\ndata: {\"error\":{\"message\":\"decode backend d ended the stream early\"}}\n\ndata: [DONE]\n\n",
+			"stream decode backend d ended the stream early"},
+		{200, "data: {\"meta_info\":{\"finish_reason\":{\"type\":\"abort\",\"message\":\"Aborted by AbortReq.\"}}}\n\ndata: [DONE]\n\n",
+			"stream Aborted by AbortReq."},
+		{200, "data: {\"choices\":[{\"finish_reason\":\"abort\"}]}\n\ndata: [DONE]\n\n", "stream an abort"},
+	} {
+		if got := errorKind(c.status, []byte(c.body)); got != c.want {
+			t.Errorf("errorKind(%d, %q) = %q; want %q", c.status, c.body, got, c.want)
+		}
+	}
 }
