@@ -74,11 +74,10 @@ type clientConn struct {
 
 	// holdNext says the answer about to be written takes two writes, and
 	// held is the first, held back for the second (see holdLargeAnswer);
-	// vec sends both. The connection's own goroutine alone touches them.
+	// pair sends both. The connection's own goroutine alone touches them.
 	holdNext bool
 	held     *[]byte
-	vec      [2][]byte
-	bufs     net.Buffers
+	pair     twoWrites
 }
 
 // fasthttp moves a keep-alive connection's read deadline twice a request:
@@ -275,14 +274,10 @@ func (c *clientConn) Write(p []byte) (int, error) {
 
 // writeHeld sends the held bytes and p in one writev.
 func (c *clientConn) writeHeld(p []byte) (int, error) {
-	held := *c.held
-	c.vec = [2][]byte{held, p}
-	c.bufs = c.vec[:] // a field: a local would escape, an allocation a write
-	n, err := c.bufs.WriteTo(c.Conn)
-	c.vec, c.bufs = [2][]byte{}, nil // no reference to the pooled buffer or p
+	n, err := c.pair.send(c.Conn, *c.held, p)
 	heldPool.Put(c.held)
 	c.held = nil
-	return max(int(n)-len(held), 0), err
+	return n, err
 }
 
 // watch starts watching the client; gone is called, from the watch's

@@ -293,10 +293,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	requestID := s.setRequestID(ctx)
 	rt := s.routes[string(ctx.Path())]
 	if rt == nil {
-		msg := "no route for " + string(ctx.Path())
+		path := string(ctx.Path())
+		msg := "no route for " + path
 		s.writeError(ctx, fasthttp.StatusNotFound, reasonNotFound, msg)
 		s.notFound.observe(fasthttp.StatusNotFound, 0)
-		s.accessLine(requestID, string(ctx.Path()), fasthttp.StatusNotFound, 0).Str("error", msg).Msg("request")
+		s.accessLine(requestID, path, fasthttp.StatusNotFound, 0).Str("error", msg).Msg("request")
 		return
 	}
 	method := ctx.Method()

@@ -30,3 +30,20 @@ func readNow(fd uintptr, p []byte) (n int, ready bool, err error) {
 func socketError(conn net.Conn, op string, err error) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: conn.LocalAddr(), Addr: conn.RemoteAddr(), Err: os.NewSyscallError(op, err)}
 }
+
+// twoWrites sends two slices to a connection in one writev (one system
+// call on a socket). It lives in the connection it serves: a net.Buffers
+// local to the call would escape, an allocation a write.
+type twoWrites struct {
+	vec  [2][]byte
+	bufs net.Buffers
+}
+
+// send writes a, then b, to conn and returns how much of b went out.
+func (w *twoWrites) send(conn net.Conn, a, b []byte) (int, error) {
+	w.vec = [2][]byte{a, b}
+	w.bufs = w.vec[:]
+	n, err := w.bufs.WriteTo(conn)
+	w.vec, w.bufs = [2][]byte{}, nil // no reference to the callers' buffers
+	return max(int(n)-len(a), 0), err
+}

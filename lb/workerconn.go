@@ -33,9 +33,8 @@ type workerConn struct {
 	// into is the buffer the read in progress fills; got its outcome.
 	into []byte
 	got  rawOutcome
-	// vec and bufs send a held request's start with its rest (see Write).
-	vec  [2][]byte
-	bufs net.Buffers
+	// pair sends a held request's start with its rest (see Write).
+	pair twoWrites
 }
 
 // rawOutcome is what sendAndRead did.
@@ -91,13 +90,9 @@ func (c *workerConn) Write(p []byte) (int, error) {
 	}
 	if c.stage && c.staged != nil && c.sent == 0 {
 		// The rest of a request too large for one write.
-		held := *c.staged
-		c.vec = [2][]byte{held, p}
-		c.bufs = c.vec[:] // a field: a local would escape, an allocation a write
-		n, err := c.bufs.WriteTo(c.Conn)
-		c.vec, c.bufs = [2][]byte{}, nil
+		n, err := c.pair.send(c.Conn, *c.staged, p)
 		c.dropStaged()
-		return max(int(n)-len(held), 0), err
+		return n, err
 	}
 	if err := c.sendStaged(); err != nil {
 		return 0, err
