@@ -27,12 +27,14 @@ func (l watchListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cc := &clientConn{Conn: c}
-	if sc, ok := c.(syscall.Conn); ok {
-		cc.raw, _ = sc.SyscallConn()
-		cc.readSocket = cc.readOnce
-	}
-	return cc, nil
+	return newClientConn(c), nil
+}
+
+// newClientConn wraps a connection pdlb accepted, as watchListener does.
+func newClientConn(c net.Conn) *clientConn {
+	cc := &clientConn{Conn: c, raw: rawConn(c)}
+	cc.readSocket = cc.readOnce
+	return cc
 }
 
 // clientConn is a client connection that can be watched for the client

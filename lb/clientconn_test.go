@@ -23,21 +23,12 @@ import (
 // wrapped as pdlb's listener wraps it.
 func acceptedPair(t *testing.T) (client net.Conn, server *clientConn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := watchListener{ln}.Accept()
+	client, c, err := loopbackPair()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close(); c.Close() })
-	server = c.(*clientConn)
+	server = newClientConn(c)
 	if server.raw == nil {
 		t.Fatal("a TCP connection was accepted without its raw connection: reads would not read ahead")
 	}
@@ -383,10 +374,7 @@ func TestClientNotReadingAnAnswerIsLetGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	body := `{"text": "a"}`
-	if _, err := conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)); err != nil {
-		t.Fatal(err)
-	}
+	sendRequest(t, conn, "/generate", `{"text": "a"}`)
 	// The client reads nothing for a while: pdlb's writes fill the
 	// sockets and wait, and its write deadline passes.
 	time.Sleep(time.Second)

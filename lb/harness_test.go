@@ -201,21 +201,9 @@ func (h *harness) bridgeDial(addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	near, far, err := loopbackPair()
 	if err != nil {
 		worker.Close()
-		return nil, err
-	}
-	defer ln.Close()
-	near, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		worker.Close()
-		return nil, err
-	}
-	far, err := ln.Accept()
-	if err != nil {
-		worker.Close()
-		near.Close()
 		return nil, err
 	}
 	pump := func(dst, src net.Conn) {
@@ -231,6 +219,24 @@ func (h *harness) bridgeDial(addr string) (net.Conn, error) {
 	go pump(worker, far)
 	go pump(far, worker)
 	return near, nil
+}
+
+// loopbackPair returns both ends of a new loopback TCP connection: the one
+// dialled and the one accepted.
+func loopbackPair() (dialed, accepted net.Conn, err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ln.Close()
+	if dialed, err = net.Dial("tcp", ln.Addr().String()); err != nil {
+		return nil, nil, err
+	}
+	if accepted, err = ln.Accept(); err != nil {
+		dialed.Close()
+		return nil, nil, err
+	}
+	return dialed, accepted, nil
 }
 
 // closeBridges closes what is left of the bridges (pooled connections idle

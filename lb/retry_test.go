@@ -348,10 +348,7 @@ func TestClientGoneCancelsBothLegs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			body := `{"text": "a", "stream": ` + strconv.FormatBool(tc.stream) + `}`
-			if _, err := conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)); err != nil {
-				t.Fatal(err)
-			}
+			sendRequest(t, conn, "/generate", `{"text": "a", "stream": `+strconv.FormatBool(tc.stream)+`}`)
 			<-decodeHasIt
 			time.Sleep(tc.leaveAfter)
 			_ = conn.Close()

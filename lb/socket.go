@@ -6,6 +6,17 @@ import (
 	"syscall"
 )
 
+// rawConn returns c's raw connection, or nil for one without a descriptor
+// (an in-memory connection in tests).
+func rawConn(c net.Conn) syscall.RawConn {
+	if sc, ok := c.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			return raw
+		}
+	}
+	return nil
+}
+
 // readNow reads what the socket fd holds into p, again if a signal
 // interrupted the read. ready is false when nothing has come yet: a
 // RawConn callback then asks the poller to wait.

@@ -48,11 +48,8 @@ type rawOutcome struct {
 }
 
 func newWorkerConn(conn net.Conn) *workerConn {
-	c := &workerConn{Conn: conn}
-	if sc, ok := conn.(syscall.Conn); ok {
-		c.raw, _ = sc.SyscallConn()
-		c.sendThenRead = c.sendAndRead
-	}
+	c := &workerConn{Conn: conn, raw: rawConn(conn)}
+	c.sendThenRead = c.sendAndRead
 	return c
 }
 

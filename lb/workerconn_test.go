@@ -14,18 +14,8 @@ import (
 // wrapped as its dial wraps it.
 func workerPair(t *testing.T) (c *workerConn, worker net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	conn, worker, err := loopbackPair()
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	worker, err = ln.Accept()
-	if err != nil {
-		conn.Close()
 		t.Fatal(err)
 	}
 	c = newWorkerConn(conn)
