@@ -54,6 +54,24 @@ func TestRunGenerate(t *testing.T) {
 	}
 }
 
+// TestRunOverIPv6 loads an endpoint that listens on the IPv6 loopback
+// only, over real TCP.
+func TestRunOverIPv6(t *testing.T) {
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %s", err)
+	}
+	rc := &recorder{}
+	srv := &fasthttp.Server{Handler: jsonHandler(rc, fasthttp.StatusOK, `{"text":" a","meta_info":{"completion_tokens":1}}`)}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	rep := run(t, Config{URL: "http://" + ln.Addr().String(), Requests: 3, Concurrency: 1, Timeout: 5 * time.Second})
+	checkCounts(t, rep, 3, 3)
+	if got := rc.count(); got != 3 {
+		t.Fatalf("the endpoint got %d requests; want 3", got)
+	}
+}
+
 func TestRunRoutes(t *testing.T) {
 	for _, tc := range []struct {
 		name   string

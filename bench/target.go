@@ -58,7 +58,7 @@ func newTarget(rawURL, route string, dial fasthttp.DialFunc, concurrency int, ti
 		addr = net.JoinHostPort(u.Hostname(), port)
 	}
 	if dial == nil {
-		dial = func(addr string) (net.Conn, error) { return fasthttp.DialTimeout(addr, timeout) }
+		dial = func(addr string) (net.Conn, error) { return fasthttp.DialDualStackTimeout(addr, timeout) }
 	}
 	t := &target{
 		uri:   u.Scheme + "://" + u.Host + strings.TrimSuffix(u.EscapedPath(), "/") + route,

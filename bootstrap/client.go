@@ -90,7 +90,7 @@ type Client struct {
 }
 
 // NewClient returns a Client for the bootstrap server at addr ("host:port").
-// dial connects to addr; nil means TCP. Each HTTP call gives up after
+// dial connects to addr; nil means TCP (IPv4 and IPv6). Each HTTP call gives up after
 // timeout; zero or less means DefaultTimeout.
 func NewClient(addr string, dial fasthttp.DialFunc, timeout time.Duration) *Client {
 	if timeout <= 0 {
@@ -103,6 +103,7 @@ func NewClient(addr string, dial fasthttp.DialFunc, timeout time.Duration) *Clie
 			Addr:                      addr,
 			Name:                      "pdlb",
 			Dial:                      dial,
+			DialDualStack:             true,
 			MaxConns:                  clientMaxConns,
 			MaxConnWaitTimeout:        timeout,
 			MaxIdemponentCallAttempts: 1,

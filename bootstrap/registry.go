@@ -54,7 +54,8 @@ type Config struct {
 	// Targets are the prefills to follow; index i of the Registry's
 	// methods is an index into Targets.
 	Targets []Target
-	// Dial connects to an address ("host:port"). Nil means TCP.
+	// Dial connects to an address ("host:port"). Nil means TCP, over IPv4
+	// and IPv6.
 	Dial fasthttp.DialFunc
 	// Timeout bounds each HTTP call. Zero means DefaultTimeout.
 	Timeout time.Duration
@@ -189,6 +190,7 @@ func (r *Registry) newTarget(i int, tc Target) *target {
 			Addr:                      tc.APIAddr,
 			Name:                      "pdlb",
 			Dial:                      r.cfg.Dial,
+			DialDualStack:             true,
 			MaxConns:                  1,
 			MaxConnWaitTimeout:        r.cfg.Timeout,
 			MaxIdemponentCallAttempts: 1,

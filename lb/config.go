@@ -142,8 +142,8 @@ type Config struct {
 	// bootstrap server, to see it go away or change. Zero means 5 s.
 	BootstrapRefresh time.Duration
 
-	// Dial connects to a worker address ("host:port"). Nil means TCP with
-	// fasthttp's dialer; tests pass in-memory listeners.
+	// Dial connects to a worker address ("host:port"). Nil means TCP over
+	// IPv4 and IPv6, with fasthttp's dialer; tests pass in-memory listeners.
 	Dial fasthttp.DialFunc
 	// NewRoom draws a bootstrap_room. Nil means bootstrap.NewRoom.
 	NewRoom func() uint64

@@ -183,14 +183,15 @@ func (d *dialers) do(j *dialJob) {
 }
 
 // dialFunc is the dial a worker's dialers make: dial when given (tests
-// pass in-memory listeners), else fasthttp's TCP dial. Its connections
-// remember their deadlines (workerConn).
+// pass in-memory listeners), else fasthttp's TCP dial over IPv4 and IPv6,
+// as workers may listen on either. Its connections remember their
+// deadlines (workerConn).
 func dialFunc(dial fasthttp.DialFunc) fasthttp.DialFuncWithTimeout {
 	return func(addr string, timeout time.Duration) (net.Conn, error) {
 		var conn net.Conn
 		var err error
 		if dial == nil {
-			conn, err = fasthttp.DialTimeout(addr, timeout)
+			conn, err = fasthttp.DialDualStackTimeout(addr, timeout)
 		} else {
 			conn, err = dial(addr)
 		}

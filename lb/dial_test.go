@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"context"
 	"errors"
 	"net"
 	"sync"
@@ -8,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+
+	"pdlb/bench/fake"
 )
 
 // blockingDial is a dial that holds every caller until release is closed,
@@ -247,5 +251,82 @@ func TestDialersQuit(t *testing.T) {
 	_ = c.Close()
 	if got := d.counts(); got != [2]int{0, 0} {
 		t.Fatalf("running, idle = %v after quit; want no goroutine", got)
+	}
+}
+
+// TestWorkersOnIPv6 serves a request through workers that listen on the
+// IPv6 loopback only, over real TCP, with pdlb's defaults: the request
+// path, the warm-up, the health checks and the bootstrap registry (both its
+// /server_info lookup and the bootstrap server) must all reach IPv6.
+func TestWorkersOnIPv6(t *testing.T) {
+	probe, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %s", err)
+	}
+	_ = probe.Close()
+	nw := fake.NewTCPNetwork()
+	start := func(cfg fake.Config) *fake.Server {
+		cfg.Log = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+		s := fake.New(cfg)
+		if err := s.Start(nw, "[::1]:0"); err != nil {
+			t.Fatalf("cannot start fake %s: %s", cfg.Role, err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	p := start(fake.Config{Role: fake.RolePrefill, BootstrapAddr: "[::1]:0", KVTimeout: 5 * time.Second})
+	d := start(fake.Config{Role: fake.RoleDecode, KVTimeout: 5 * time.Second})
+
+	// No bootstrap port: pdlb asks the prefill's /server_info for it.
+	srv, err := New(Config{
+		Prefill: []PrefillSpec{{URL: "http://" + p.Addr()}},
+		Decode:  []string{"http://" + d.Addr()},
+	}, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln)
+	}()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-served
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := srv.registry.WaitReady(ctx, 0)
+	if err != nil {
+		t.Fatalf("the registry cannot reach the prefill over IPv6: %s", err)
+	}
+	if st.Port != p.BootstrapPort() {
+		t.Fatalf("got bootstrap port %d; want %d, from /server_info", st.Port, p.BootstrapPort())
+	}
+
+	cl := &fasthttp.HostClient{Addr: ln.Addr().String(), DialDualStack: true}
+	defer cl.CloseIdleConnections()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI("http://" + ln.Addr().String() + "/generate")
+	req.SetBodyString(`{"text":"hi","sampling_params":{"max_new_tokens":2}}`)
+	if err := cl.DoTimeout(req, resp, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode() != fasthttp.StatusOK {
+		t.Fatalf("got %d %s; want 200", resp.StatusCode(), resp.Body())
+	}
+	// The warm-up may have sent one more pair of its own.
+	waitFor(t, "health checks of both workers", func() bool { return p.Stats().Health > 0 && d.Stats().Health > 0 })
+	if p.Stats().Generate == 0 || d.Stats().Generate == 0 {
+		t.Fatalf("got %d prefill and %d decode generations; want the request on both", p.Stats().Generate, d.Stats().Generate)
 	}
 }

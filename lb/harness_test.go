@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 		// The process-wide Date header clock, started once and never stopped.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		// The DNS cache of fasthttp's default dialer, which pdlb uses to
+		// reach workers over TCP: one per process, never stopped.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
 	)
 }
 

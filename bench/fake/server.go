@@ -242,6 +242,24 @@ func (s *Server) newEndpoint(n *Network, apiAddr, bootAddr string) *endpoint {
 
 func (s *Server) endpoint() *endpoint { return s.ep.Load() }
 
+// Addr is the address the server's API listens on, as its listener reports
+// it (the port the system picked for ":0"); "" before Start.
+func (s *Server) Addr() string {
+	if ep := s.endpoint(); ep != nil {
+		return net.JoinHostPort(ep.apiHost, strconv.Itoa(ep.apiPort))
+	}
+	return ""
+}
+
+// BootstrapPort is the port a prefill's bootstrap server listens on, once
+// started.
+func (s *Server) BootstrapPort() int {
+	if ep := s.endpoint(); ep != nil {
+		return ep.bootPort
+	}
+	return s.cfg.BootstrapPort
+}
+
 // elapsed is the time since Start per cfg.Now.
 func (s *Server) elapsed() time.Duration {
 	return time.Duration(s.cfg.Now().UnixNano() - s.startedAt.Load())

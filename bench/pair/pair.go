@@ -68,7 +68,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 // leaves its decode waiting for a KV cache that never comes. (pdlb also
 // resends such a request once; this proxy has no such feature.)
 func newClient(addr string) *fasthttp.HostClient {
-	return &fasthttp.HostClient{Addr: addr, MaxConns: 1 << 16, MaxIdleConnDuration: 4 * time.Second}
+	return &fasthttp.HostClient{Addr: addr, DialDualStack: true, MaxConns: 1 << 16, MaxIdleConnDuration: 4 * time.Second}
 }
 
 func (p *proxy) handle(ctx *fasthttp.RequestCtx) {
