@@ -48,7 +48,7 @@ type serveCmd struct {
 	MaxHeaderSize          int  `help:"Largest request header accepted, in bytes; larger ones get a 431. A client connection holds a buffer this large while it reads a request." default:"4096"`
 	RetryMaxRetries        int  `help:"More attempts a request may get, on a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"2"`
 	DisableRetries         bool `help:"Give every request a single attempt."`
-	MaxConcurrentRequests  int  `help:"Most generate requests in flight; beyond, they wait in a queue, then get a 429 (0: no limit)." default:"0"`
+	MaxConcurrentRequests  int  `help:"Most generate requests in flight; beyond, they wait in a queue, then get a 429 (0 or less, as sglang_router's -1: no limit)." default:"0"`
 
 	DisableHealthCheck      bool    `help:"No active health checks: every worker counts as up, and a prefill whose bootstrap server cannot be reached stays selectable."`
 	HealthCheckEndpoint     string  `help:"Path probed with GET on every worker." default:"/health"`
@@ -109,8 +109,8 @@ func (c *serveCmd) Validate() error {
 	if !strings.HasPrefix(c.HealthCheckEndpoint, "/") {
 		return fmt.Errorf("--health-check-endpoint must be a path starting with /, got %q", c.HealthCheckEndpoint)
 	}
-	if c.RetryMaxRetries < 0 || c.MaxConcurrentRequests < 0 || c.QueueSize < 0 {
-		return errors.New("--retry-max-retries, --max-concurrent-requests and --queue-size cannot be negative")
+	if c.RetryMaxRetries < 0 || c.QueueSize < 0 {
+		return errors.New("--retry-max-retries and --queue-size cannot be negative")
 	}
 	if c.PrometheusPort < 0 || c.PrometheusPort > 65535 {
 		return fmt.Errorf("--prometheus-port %d is not a valid port", c.PrometheusPort)
@@ -153,7 +153,7 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		MaxHeaderSize:         c.MaxHeaderSize,
 		MaxRetries:            c.RetryMaxRetries,
 		DisableRetries:        c.DisableRetries || c.RetryMaxRetries == 0,
-		MaxConcurrentRequests: c.MaxConcurrentRequests,
+		MaxConcurrentRequests: max(c.MaxConcurrentRequests, 0),
 		QueueSize:             c.QueueSize,
 		QueueTimeout:          time.Duration(c.QueueTimeoutSecs) * time.Second,
 		HealthCheck: lb.HealthCheckConfig{

@@ -127,6 +127,31 @@ func TestParseRouterFlags(t *testing.T) {
 	}
 }
 
+// TestParseNegativeValues reads a negative number after a flag as its
+// value, as argparse does: sglang_router's scripts pass
+// "--max-concurrent-requests -1" for no limit.
+func TestParseNegativeValues(t *testing.T) {
+	for _, arg := range [][]string{{"--max-concurrent-requests", "-1"}, {"--max-concurrent-requests=-1"}} {
+		c, _, err := parse(t, append([]string{"--prefill", "http://p:1", "--decode", "http://d:1", "--port", "8000"}, arg...)...)
+		if err != nil {
+			t.Fatalf("%q: %s", arg, err)
+		}
+		if cfg, _ := c.Serve.config(); cfg.MaxConcurrentRequests != 0 || c.Serve.Port != 8000 {
+			t.Fatalf("%q: got a limit of %d, port %d; want none, 8000", arg, cfg.MaxConcurrentRequests, c.Serve.Port)
+		}
+	}
+	// A router flag pdlb ignores takes its negative value with it.
+	c, ignored, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--retry-jitter-factor", "-0.5", "--port", "8000")
+	if err != nil || c.Serve.Port != 8000 || !reflect.DeepEqual(ignored, ignoredFlags{"--retry-jitter-factor"}) {
+		t.Fatalf("got %v, port %d, ignored %q", err, c.Serve.Port, ignored)
+	}
+	// A negative value where none makes sense is still refused, by name.
+	if _, _, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--retry-max-retries", "-1"); err == nil ||
+		!strings.Contains(err.Error(), "--retry-max-retries") {
+		t.Fatalf("got %v; want an error naming --retry-max-retries", err)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	f := func(wantErr string, args ...string) {
 		t.Helper()

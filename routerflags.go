@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/alecthomas/kong"
@@ -62,7 +63,10 @@ func routerFlags() map[string]arity {
 
 // stripRouterFlags returns args without the sglang_router flags (and their
 // values) that the serve command does not define, and the flags it removed.
-// Arguments of the other commands are returned untouched.
+// A negative number after a serve flag that takes a value is joined to it
+// ("--max-concurrent-requests=-1"), as argparse reads it as the value where
+// kong would take it for a short flag. Arguments of the other commands are
+// returned untouched.
 func stripRouterFlags(parser *kong.Kong, args []string) (kept, ignored []string) {
 	if len(args) > 0 && isOtherCommand(parser, args[0]) {
 		return args, nil
@@ -74,8 +78,14 @@ func stripRouterFlags(parser *kong.Kong, args []string) (kept, ignored []string)
 			return append(kept, args[i:]...), ignored
 		}
 		name, _, hasValue := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
+		if f := known[name]; f != nil && strings.HasPrefix(arg, "--") && !hasValue && !f.IsBool() &&
+			i+1 < len(args) && isNegativeNumber(args[i+1]) {
+			kept = append(kept, arg+"="+args[i+1])
+			i++
+			continue
+		}
 		a, isRouter := router[name]
-		if !strings.HasPrefix(arg, "--") || !isRouter || known[name] {
+		if !strings.HasPrefix(arg, "--") || !isRouter || known[name] != nil {
 			kept = append(kept, arg)
 			continue
 		}
@@ -105,17 +115,24 @@ func isOtherCommand(parser *kong.Kong, name string) bool {
 	return false
 }
 
-// serveFlagNames returns the long names of the flags the serve command
-// accepts, its parents' included.
-func serveFlagNames(parser *kong.Kong) map[string]bool {
-	names := map[string]bool{}
+// isNegativeNumber reports whether arg is a number below zero, such as "-1"
+// or "-0.5".
+func isNegativeNumber(arg string) bool {
+	_, err := strconv.ParseFloat(arg, 64)
+	return err == nil && strings.HasPrefix(arg, "-")
+}
+
+// serveFlagNames returns the flags the serve command accepts, its parents'
+// included, by long name.
+func serveFlagNames(parser *kong.Kong) map[string]*kong.Flag {
+	names := map[string]*kong.Flag{}
 	for _, child := range parser.Model.Children {
 		if child.Name != "serve" {
 			continue
 		}
 		for _, group := range child.AllFlags(false) {
 			for _, f := range group {
-				names[f.Name] = true
+				names[f.Name] = f
 			}
 		}
 	}
