@@ -338,10 +338,18 @@ func TestOversizedRequests(t *testing.T) {
 }
 
 // postBigHeader posts a request whose header holds size bytes and returns
+// pdlb's answer.
+func (h *harness) postBigHeader(size int) (int, []byte) {
+	h.t.Helper()
+	return h.sendRaw("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Type: application/json\r\nContent-Length: 13\r\n" +
+		"X-Big: " + strings.Repeat("b", size) + "\r\n\r\n" + `{"text": "a"}`)
+}
+
+// sendRaw writes req, as it is, on a new connection to pdlb and returns
 // pdlb's answer. pdlb may answer and close before the request is all
 // written, which fails a normal client's write, so the request is written
 // on the side and the answer read meanwhile.
-func (h *harness) postBigHeader(size int) (int, []byte) {
+func (h *harness) sendRaw(req string) (int, []byte) {
 	h.t.Helper()
 	conn, err := h.nw.Dial("pdlb:8000")
 	if err != nil {
@@ -349,8 +357,6 @@ func (h *harness) postBigHeader(size int) (int, []byte) {
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	req := "POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Type: application/json\r\nContent-Length: 13\r\n" +
-		"X-Big: " + strings.Repeat("b", size) + "\r\n\r\n" + `{"text": "a"}`
 	written := make(chan struct{})
 	go func() {
 		defer close(written)
@@ -361,9 +367,43 @@ func (h *harness) postBigHeader(size int) (int, []byte) {
 	conn.Close()
 	<-written
 	if err != nil {
-		h.t.Fatalf("cannot read the answer to a %d-byte header: %v", size, err)
+		h.t.Fatalf("cannot read the answer to %.40q: %v", req, err)
 	}
 	return resp.StatusCode(), append([]byte(nil), resp.Body()...)
+}
+
+// A request pdlb cannot read gets an error that says why without repeating
+// the request, in its answer or its access-log line: fasthttp's own
+// messages quote the request, credentials included.
+func TestUnreadableRequestsAreNotEchoed(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	cfg := defaultConfig()
+	cfg.AccessLog = true
+	var logs syncBuffer
+	h.startLogged(cfg, zerolog.New(&logs)) // at debug level, with fasthttp's own lines
+	const secret = "S3CRET-0b5e"
+	for _, c := range []struct {
+		req    string
+		status int
+		says   string
+	}{
+		{"POST /generate HTTP/1.1\r\nHost: pdlb\r\nAuthorization: Bearer " + secret + strings.Repeat("x", 8192) + "\r\n\r\n",
+			fasthttp.StatusRequestHeaderFieldsTooLarge, "larger than the 4096 bytes allowed (--max-header-size)"},
+		{"POST/generate?key=" + secret + "\r\nHost: pdlb\r\n\r\n",
+			fasthttp.StatusBadRequest, `cannot find http request method in "…"`},
+		{"POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: " + secret + "\r\n\r\n",
+			fasthttp.StatusBadRequest, "cannot read request"},
+	} {
+		status, body := h.sendRaw(c.req)
+		msg := gjson.GetBytes(body, "error.message").String()
+		if status != c.status || !strings.Contains(msg, c.says) || strings.Contains(string(body), secret) {
+			t.Errorf("%.60q: got %d %s; want %d saying %q, without the secret", c.req, status, body, c.status, c.says)
+		}
+	}
+	if n := strings.Count(logs.String(), `"message":"request"`); n != 3 || strings.Contains(logs.String(), secret) {
+		t.Errorf("got %d access-log lines; want 3, without the secret:\n%s", n, logs.String())
+	}
 }
 
 func TestMaxHeaderSizeRaisesTheLimit(t *testing.T) {
@@ -455,7 +495,7 @@ func TestAccessLog(t *testing.T) {
 			"invalid":   {route: "/generate", status: 400, errMsg: "not valid JSON"},
 			"no-route":  {route: "/nothing", status: 404, errMsg: "no route"},
 			"control":   {route: "/health", status: 200},
-			"too-large": {route: "/generate", status: 413, errMsg: "body size exceeds"},
+			"too-large": {route: "/generate", status: 413, errMsg: "larger than the 1024 bytes allowed"},
 		} {
 			line := got[id]
 			if gjson.Get(line, "route").String() != want.route || gjson.Get(line, "status").Int() != int64(want.status) ||
@@ -464,6 +504,20 @@ func TestAccessLog(t *testing.T) {
 				!strings.Contains(gjson.Get(line, "error").String(), want.errMsg) || (want.errMsg == "") != !gjson.Get(line, "error").Exists() {
 				t.Fatalf("request %s: got access log line %s; want %+v", id, line, want)
 			}
+		}
+	}
+}
+
+func TestRedactQuoted(t *testing.T) {
+	for in, want := range map[string]string{
+		`no quotes`:                         `no quotes`,
+		`bad value "Bearer k" in "GET / x"`: `bad value "…" in "…"`,
+		`escaped "a\"b\\" end`:              `escaped "…" end`,
+		`unterminated "abc`:                 `unterminated "…"`,
+		`trailing backslash "abc\`:          `trailing backslash "…"`,
+	} {
+		if got := redactQuoted(in); got != want {
+			t.Errorf("redactQuoted(%q) = %q; want %q", in, got, want)
 		}
 	}
 }

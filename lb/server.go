@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,7 +112,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		Handler:            s.handle,
 		ErrorHandler:       s.handleParseError,
 		Name:               "pdlb",
-		Logger:             &s.log,
+		Logger:             redactingLogger{&s.log},
 		ReadTimeout:        cfg.ClientReadTimeout,
 		IdleTimeout:        cfg.ClientIdleTimeout,
 		WriteTimeout:       cfg.ClientWriteTimeout,
@@ -196,7 +197,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // profiles expose internals), until Shutdown.
 func (s *Server) ServeAdmin(ln net.Listener, pprof bool) error {
 	rt := s.routes["/metrics"]
-	srv := &fasthttp.Server{Name: "pdlb", Logger: &s.log, Handler: func(ctx *fasthttp.RequestCtx) {
+	srv := &fasthttp.Server{Name: "pdlb", Logger: redactingLogger{&s.log}, Handler: func(ctx *fasthttp.RequestCtx) {
 		switch path := ctx.Path(); {
 		case string(path) == rt.path:
 			s.serveControl(ctx, rt)
@@ -342,21 +343,61 @@ func (s *Server) accessLine(requestID []byte, route string, status int, took tim
 // error shape.
 func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	status, r := fasthttp.StatusBadRequest, reasonInvalidRequest
+	var msg string
 	var small *fasthttp.ErrSmallBuffer
 	var timeout interface{ Timeout() bool }
 	switch {
 	case errors.As(err, &small):
 		status = fasthttp.StatusRequestHeaderFieldsTooLarge
+		msg = fmt.Sprintf("request header is larger than the %d bytes allowed (--max-header-size)", s.cfg.MaxHeaderSize)
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		status, r = fasthttp.StatusRequestEntityTooLarge, reasonBodyTooLarge
+		msg = fmt.Sprintf("request body is larger than the %d bytes allowed (--max-payload-size)", s.cfg.MaxRequestBodySize)
 	case errors.As(err, &timeout) && timeout.Timeout():
 		// The client took longer than --client-read-timeout-secs to send it.
 		status, r = fasthttp.StatusRequestTimeout, reasonClientTimeout
+		msg = fmt.Sprintf("request not received within %s (--client-read-timeout-secs)", s.cfg.ClientReadTimeout)
+	default:
+		msg = "cannot read request: " + redactQuoted(err.Error())
 	}
-	msg := "cannot read request: " + err.Error()
 	requestID := s.setRequestID(ctx)
 	s.writeError(ctx, status, r, msg)
 	s.accessLine(requestID, string(ctx.Path()), status, 0).Str("error", msg).Msg("request")
+}
+
+// redactingLogger is fasthttp's logger: a debug line, with what it quotes
+// of a request redacted (redactQuoted).
+type redactingLogger struct{ log *zerolog.Logger }
+
+func (l redactingLogger) Printf(format string, args ...any) {
+	if e := l.log.Debug(); e.Enabled() {
+		e.Msg(redactQuoted(fmt.Sprintf(format, args...)))
+	}
+}
+
+// redactQuoted replaces each quoted string of a fasthttp parse error with
+// "…". fasthttp quotes what it could not parse, such as the start of the
+// request or a header's value, and an Authorization header is no business
+// of the client's error or pdlb's log.
+func redactQuoted(msg string) string {
+	var b strings.Builder
+	for {
+		start := strings.IndexByte(msg, '"')
+		if start < 0 {
+			return b.String() + msg
+		}
+		b.WriteString(msg[:start])
+		b.WriteString(`"…"`)
+		msg = msg[start+1:]
+		end := 0
+		for end < len(msg) && msg[end] != '"' {
+			if msg[end] == '\\' {
+				end++
+			}
+			end++
+		}
+		msg = msg[min(end+1, len(msg)):]
+	}
 }
 
 // setRequestID echoes the client's X-Request-Id when it is sane, else a new
