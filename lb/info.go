@@ -26,7 +26,7 @@ func (s *Server) serveControl(ctx *fasthttp.RequestCtx, rt *route) {
 		// As mini_lb: pdlb itself is up; no backend is contacted.
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	case "/health_generate":
-		s.serveFanOut(ctx, fasthttp.MethodGet, "/health_generate", controlTimeout, fasthttp.StatusServiceUnavailable)
+		s.serveFanOut(ctx, fasthttp.MethodGet, "/health_generate", controlTimeout, fasthttp.StatusServiceUnavailable, false)
 	case "/flush_cache":
 		s.serveFlushCache(ctx)
 	case "/server_info", "/get_server_info":
@@ -108,20 +108,34 @@ func (s *Server) allBackends() []*Backend {
 
 // serveFanOut sends the call to every worker. When all answer 200, so does
 // pdlb, with an empty body as mini_lb; otherwise pdlb answers failStatus
-// with every backend's status, where mini_lb would hide the failure.
-func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, method, uri string, timeout time.Duration, failStatus int) {
+// with every backend's status, where mini_lb would hide the failure. With
+// passRefusal, workers that all failed with the same 4xx answer (SGLang's
+// /flush_cache answers 400 while requests run) have pdlb answer it too: the
+// workers refused, and no gateway failed.
+func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, method, uri string, timeout time.Duration, failStatus int, passRefusal bool) {
 	answers := fanOut(s.allBackends(), method, uri, timeout)
 	report := make([]backendStatus, len(answers))
 	failed := 0
+	refusal := 0 // the 4xx every failed worker answered, if they agree
 	for i := range answers {
 		a := &answers[i]
 		report[i] = backendStatus{Role: a.backend.role, URL: a.backend.url, Status: a.status}
 		if a.err != nil {
 			_, _, report[i].Error = classify(a.err, a.backend.role, a.backend.addr)
 		}
-		if !a.ok() {
-			failed++
+		if a.ok() {
+			continue
 		}
+		failed++
+		switch {
+		case a.err != nil || a.status < 400 || a.status >= 500 || (refusal != 0 && refusal != a.status):
+			refusal = -1
+		case refusal == 0:
+			refusal = a.status
+		}
+	}
+	if passRefusal && refusal > 0 {
+		failStatus = refusal
 	}
 	if failed == 0 {
 		ctx.SetStatusCode(fasthttp.StatusOK)
@@ -165,7 +179,7 @@ func (s *Server) serveFlushCache(ctx *fasthttp.RequestCtx) {
 			timeout += time.Duration(secs * float64(time.Second))
 		}
 	}
-	s.serveFanOut(ctx, fasthttp.MethodPost, uri, timeout, fasthttp.StatusBadGateway)
+	s.serveFanOut(ctx, fasthttp.MethodPost, uri, timeout, fasthttp.StatusBadGateway, true)
 }
 
 // serveServerInfo answers mini_lb's aggregated /server_info: every decode's

@@ -67,6 +67,40 @@ func TestFlushCacheForwardsTimeout(t *testing.T) {
 	}
 }
 
+// A worker that will not flush while requests run answers 400, as SGLang
+// does; pdlb passes that refusal on, with each worker's status, rather
+// than calling it a gateway failure.
+func TestFlushCacheRefusedWhileRequestsRun(t *testing.T) {
+	h := newHarness(t)
+	gate := make(chan struct{})
+	_, d := h.pair(fake.Config{}, fake.Config{TokenGate: gate})
+	h.start(defaultConfig())
+	done := make(chan reply, 1)
+	go func() { done <- h.post("/generate", `{"text": "a", "sampling_params": {"max_new_tokens": 1}}`) }()
+	waitFor(t, "the request to run on the decode", func() bool { return d.Stats().InFlight == 1 })
+
+	r := h.post("/flush_cache", "")
+	if r.status != fasthttp.StatusBadRequest || gjson.GetBytes(r.body, "error.code").Int() != 400 {
+		t.Fatalf("got %d %s while a request runs; want the decode's 400", r.status, r.body)
+	}
+	statuses := gjson.GetBytes(r.body, `backends.#.status`).String()
+	if statuses != "[200,400]" {
+		t.Fatalf("got backend statuses %s; want the prefill's 200 and the decode's 400", statuses)
+	}
+
+	// With a timeout, the workers wait for the request to end, then flush.
+	flushed := make(chan reply, 1)
+	go func() { flushed <- h.post("/flush_cache?timeout=10", "") }()
+	waitFor(t, "the second flush to reach the decode", func() bool { return d.Stats().FlushCache == 2 })
+	gate <- struct{}{}
+	if r := <-done; r.status != fasthttp.StatusOK {
+		t.Fatalf("the request got %d %s", r.status, r.body)
+	}
+	if r := <-flushed; r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s once the request ended; want 200", r.status, r.body)
+	}
+}
+
 func TestServerInfoAggregates(t *testing.T) {
 	h := newHarness(t)
 	h.pair(fake.Config{DPSize: 2}, fake.Config{DPSize: 2})

@@ -2,6 +2,7 @@ package fake
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -106,7 +107,9 @@ func (s *Server) serveModels(ctx *fasthttp.RequestCtx) {
 }
 
 // serveFlushCache answers /flush_cache (GET or POST, as SGLang) and
-// records its timeout argument, so tests can see it was forwarded.
+// records its timeout argument, so tests can see it was forwarded. As
+// SGLang, it flushes only when no request is running, waiting up to
+// ?timeout= seconds for them to finish, and answers 400 when it could not.
 func (s *Server) serveFlushCache(ctx *fasthttp.RequestCtx) {
 	if !ctx.IsPost() && !ctx.IsGet() {
 		methodNotAllowed(ctx)
@@ -114,6 +117,20 @@ func (s *Server) serveFlushCache(ctx *fasthttp.RequestCtx) {
 	}
 	timeout := string(ctx.QueryArgs().Peek("timeout"))
 	s.st.flushTimeout.Store(&timeout)
+	secs, _ := strconv.ParseFloat(timeout, 64)
+	deadline := time.Now().Add(time.Duration(secs * float64(time.Second)))
+	for s.st.inFlight.Load() > 0 {
+		if !time.Now().Before(deadline) {
+			writeText(ctx, fasthttp.StatusBadRequest, "Flush cache failed: there are running or waiting requests.\n")
+			return
+		}
+		select {
+		case <-s.quit:
+			writeText(ctx, fasthttp.StatusServiceUnavailable, "Server is shutting down.\n")
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 	writeText(ctx, fasthttp.StatusOK, "Cache flushed.\nPlease check backend logs for more details. "+
 		"(When there are running or waiting requests, the operation will not be performed.)\n")
 }
