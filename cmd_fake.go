@@ -22,6 +22,7 @@ type fakeCmd struct {
 
 	BootstrapPort        int           `help:"Bootstrap port of the first prefill; a decode substitutes it when a request's bootstrap_port is null." default:"8998"`
 	Model                string        `help:"Model name the servers report." default:"fake-model"`
+	APIKey               string        `help:"Require 'Authorization: Bearer KEY' on every route but /health* and /metrics, as SGLang's --api-key." placeholder:"KEY"`
 	Tokens               int           `help:"Tokens generated when a request does not say how many." default:"16"`
 	TokenDelay           time.Duration `help:"Time between two generated tokens (stream events)."`
 	PrefillDelay         time.Duration `help:"Time a prefill spends on a prompt."`
@@ -92,6 +93,7 @@ func (c *fakeCmd) config(role fake.Role, bootstrapPort int) fake.Config {
 	return fake.Config{
 		Role:             role,
 		Model:            c.Model,
+		APIKey:           c.APIKey,
 		Tokens:           c.Tokens,
 		TokenDelay:       c.TokenDelay,
 		PrefillDelay:     c.PrefillDelay,

@@ -27,6 +27,7 @@ type serveCmd struct {
 	Fallback []string     `help:"An aggregated (non-PD) SGLang worker for decode-only traffic, which gets the client's body unchanged; repeat for more." placeholder:"URL" sep:"none"`
 	Host     string       `help:"Address to listen on." default:"0.0.0.0"`
 	Port     int          `help:"Port to listen on." default:"30000"`
+	APIKey   string       `help:"sglang_router's --api-key: sent to the workers as 'Authorization: Bearer KEY' on every call, and required of clients on the generate routes and /flush_cache." placeholder:"KEY"`
 
 	Policy         string `help:"How to pick a worker in each pool: random (mini_lb's), round_robin or power_of_two (fewer requests in flight of two random picks). sglang_router's other policies fall back to random with a warning." default:"random"`
 	PrefillPolicy  string `help:"Policy for the prefill pool (default: --policy)."`
@@ -142,6 +143,7 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		Prefill:               c.Prefill,
 		Decode:                c.Decode,
 		Fallback:              c.Fallback,
+		APIKey:                c.APIKey,
 		PrefillPolicy:         base,
 		DecodePolicy:          base,
 		FallbackPolicy:        base,

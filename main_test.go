@@ -152,6 +152,17 @@ func TestParseNegativeValues(t *testing.T) {
 	}
 }
 
+// sglang_router's --api-key is pdlb's too, not an ignored router flag.
+func TestParseAPIKey(t *testing.T) {
+	c, ignored, err := parse(t, "--mini-lb", "--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1", "--api-key", "k1")
+	if err != nil || len(ignored) != 0 {
+		t.Fatalf("got %v, ignored %q", err, ignored)
+	}
+	if cfg, _ := c.Serve.config(); cfg.APIKey != "k1" {
+		t.Fatalf("got API key %q; want k1", cfg.APIKey)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	f := func(wantErr string, args ...string) {
 		t.Helper()

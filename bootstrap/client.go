@@ -278,7 +278,7 @@ func rankQuery(legacy bool, r *Rank) string {
 // error wrapping ErrNotRegistered; any other status is an error with the
 // server's text. status is the HTTP status, 0 when none came.
 func (c *Client) get(ctx context.Context, uri string) ([]byte, int, error) {
-	status, body, err := doGet(ctx, c.hc, c.timeout, uri)
+	status, body, err := doGet(ctx, c.hc, c.timeout, uri, "")
 	switch {
 	case err != nil:
 		return nil, 0, err
@@ -294,7 +294,9 @@ func (c *Client) get(ctx context.Context, uri string) ([]byte, int, error) {
 // doGet performs GET uri on hc, unless ctx is done, giving up at ctx's
 // deadline or after timeout, whichever comes first. It returns the status
 // and a copy of the body of any answer; err is for calls that got none.
-func doGet(ctx context.Context, hc *fasthttp.HostClient, timeout time.Duration, uri string) (int, []byte, error) {
+// doGet GETs uri from hc within timeout; authorization, when not empty, is
+// sent as the Authorization header.
+func doGet(ctx context.Context, hc *fasthttp.HostClient, timeout time.Duration, uri, authorization string) (int, []byte, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, err
 	}
@@ -303,6 +305,9 @@ func doGet(ctx context.Context, hc *fasthttp.HostClient, timeout time.Duration, 
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI(uri)
 	req.Header.SetHost(hc.Addr)
+	if authorization != "" {
+		req.Header.Set(fasthttp.HeaderAuthorization, authorization)
+	}
 	deadline := time.Now().Add(timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d

@@ -96,7 +96,7 @@ func (r *Registry) askPort(ctx context.Context, t *target) (int, error) {
 	if t.api == nil {
 		return 0, nil
 	}
-	status, body, err := doGet(ctx, t.api, r.cfg.Timeout, "/server_info")
+	status, body, err := doGet(ctx, t.api, r.cfg.Timeout, "/server_info", r.cfg.Authorization)
 	// /server_info is asked rarely: leave no connection to go stale.
 	t.api.CloseIdleConnections()
 	switch {

@@ -59,6 +59,10 @@ type Config struct {
 	Dial fasthttp.DialFunc
 	// Timeout bounds each HTTP call. Zero means DefaultTimeout.
 	Timeout time.Duration
+	// Authorization, if set, is sent as the Authorization header of the
+	// calls to a prefill's API (/server_info), for workers that need an
+	// API key; bootstrap servers take none.
+	Authorization string
 	// RefreshInterval is how often Run refreshes a ready target, to notice
 	// a prefill that went away or changed. Zero means
 	// DefaultRefreshInterval.

@@ -95,6 +95,9 @@ type Config struct {
 	// 0 means 3. From Unknown the first failure is enough, so that a worker
 	// that is down at startup gets no traffic.
 	Fall int
+	// Authorization, if set, is sent as the Authorization header of every
+	// probe, for workers that need an API key on the probed path.
+	Authorization string
 	// Dial connects to a target's Addr; nil means TCP (IPv4 and IPv6) with
 	// Timeout as the dial timeout. Tests set it to in-memory listeners.
 	Dial fasthttp.DialFunc
@@ -314,6 +317,9 @@ func (c *Checker) probe(ctx context.Context, t *target) error {
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI(t.uri)
+	if c.cfg.Authorization != "" {
+		req.Header.Set(fasthttp.HeaderAuthorization, c.cfg.Authorization)
+	}
 	if err := t.hc.DoDeadline(req, resp, deadline); err != nil {
 		return fmt.Errorf("cannot GET %s: %w", t.Path, err)
 	}

@@ -39,6 +39,9 @@ type Backend struct {
 	bootstrapHost string
 	// host is the URL's host, unformatted.
 	host string
+	// authorization is the Authorization header of every call to the
+	// worker when pdlb has an API key (Config.APIKey), else nil.
+	authorization []byte
 
 	// epoch grows each time the worker drops pdlb's connections, as a
 	// restarted worker does; a decode's pairs are warmed again after.
@@ -106,6 +109,17 @@ func parseWorkerURL(raw string) (workerURL, error) {
 	return w, nil
 }
 
+// bearer is the Authorization header value that presents key.
+func bearer(key string) string { return "Bearer " + key }
+
+// authorize sets the worker's Authorization header on h when pdlb has an
+// API key; the client's own, forwarded, is then replaced.
+func (b *Backend) authorize(h *fasthttp.RequestHeader) {
+	if b.authorization != nil {
+		h.SetBytesV(fasthttp.HeaderAuthorization, b.authorization)
+	}
+}
+
 // newBackend makes the backend of a worker; quit closes when the server
 // shuts down.
 func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.Set, log zerolog.Logger, quit <-chan struct{}) (*Backend, error) {
@@ -121,6 +135,9 @@ func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.
 		bootstrapHost: bootstrap.Host(w.host),
 		host:          w.host,
 		log:           log.With().Str("role", role).Str("backend", w.addr).Logger(),
+	}
+	if cfg.APIKey != "" {
+		b.authorization = []byte(bearer(cfg.APIKey))
 	}
 	if !cfg.Breaker.Disable {
 		b.breaker = health.NewBreaker(health.BreakerConfig{

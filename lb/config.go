@@ -40,6 +40,11 @@ type Config struct {
 	Prefill []PrefillSpec
 	// Decode lists the decode workers' URLs; at least one is required.
 	Decode []string
+	// APIKey, when set, is sglang_router's --api-key: pdlb sends it to the
+	// workers ("Authorization: Bearer <key>") on every call it makes, and
+	// requires it of clients on the generate routes and /flush_cache. The
+	// health, info and metrics routes stay open, as sglang_router's do.
+	APIKey string
 	// Fallback lists aggregated (non-PD) workers that serve decode-only
 	// traffic, forwarded unchanged. Empty means such traffic gets a 503.
 	Fallback []string

@@ -28,6 +28,7 @@ const (
 	reasonNotWarm
 	reasonRefusedNoRoom
 	reasonOverloaded
+	reasonUnauthorized
 	reasonInternal
 	numReasons
 )
@@ -47,6 +48,7 @@ var reasonNames = [numReasons]string{
 	reasonNotWarm:            "pair_not_warm",
 	reasonRefusedNoRoom:      "decode_refused_no_room",
 	reasonOverloaded:         "overloaded",
+	reasonUnauthorized:       "unauthorized",
 	reasonInternal:           "internal",
 }
 
@@ -57,6 +59,8 @@ func errorType(status int) string {
 	switch status {
 	case fasthttp.StatusTooManyRequests:
 		return "rate_limit_error"
+	case fasthttp.StatusUnauthorized:
+		return "authentication_error"
 	case fasthttp.StatusBadGateway:
 		return "bad_gateway"
 	case fasthttp.StatusServiceUnavailable:

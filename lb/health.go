@@ -37,8 +37,11 @@ func (s *Server) buildChecker(log zerolog.Logger) {
 		Timeout:  hc.Timeout,
 		Rise:     hc.Rise,
 		Fall:     hc.Fall,
-		Dial:     s.cfg.Dial,
-		Log:      log,
+		// SGLang does not ask for the key on /health, but the probed path
+		// may be another (--health-check-endpoint).
+		Authorization: s.workerAuthorization(),
+		Dial:          s.cfg.Dial,
+		Log:           log,
 	}, targets)
 }
 

@@ -82,6 +82,7 @@ func (b *Backend) get(method, uri string, timeout time.Duration) answer {
 	req.Header.SetMethod(method)
 	req.SetRequestURI(uri)
 	req.Header.SetHost(b.addr)
+	b.authorize(&req.Header)
 	a := answer{backend: b}
 	if a.err = b.hc.DoTimeout(req, resp, timeout); a.err == nil {
 		a.status = resp.StatusCode()
@@ -318,6 +319,7 @@ func (s *Server) abortRequest(b *Backend, rid string) {
 		req.Header.SetMethod(fasthttp.MethodPost)
 		req.SetRequestURI("/abort_request")
 		req.Header.SetHost(b.addr)
+		b.authorize(&req.Header)
 		req.Header.SetContentTypeBytes(contentTypeJSON)
 		body, _ := json.Marshal(struct {
 			RID string `json:"rid"`

@@ -18,6 +18,9 @@ type route struct {
 	// whose list-valued text or input_ids makes a batch.
 	generate bool
 	batch    bool
+	// keyed routes need the client to present the API key, when pdlb has
+	// one (Config.APIKey): the generate routes and /flush_cache.
+	keyed bool
 
 	ms       *metrics.Set
 	byStatus [600]atomic.Pointer[metrics.Counter]
@@ -32,6 +35,7 @@ func newRoute(ms *metrics.Set, path, method string, generate bool) *route {
 		method:   method,
 		generate: generate,
 		batch:    path == "/generate",
+		keyed:    generate || path == "/flush_cache",
 		ms:       ms,
 		duration: ms.NewPrometheusHistogram(fmt.Sprintf(`pdlb_request_duration_seconds{route=%q}`, path)),
 	}

@@ -263,6 +263,7 @@ func (c *call) target(b *Backend, uri, body []byte, deadline time.Time, requestI
 	req.Header.SetContentTypeBytes(contentTypeJSON)
 	req.Header.SetBytesKV(headerRequestID, requestID)
 	req.Header.SetHost(b.addr)
+	b.authorize(&req.Header)
 	req.SetBodyRaw(body)
 	req.SetUserValue(callKey{}, c)
 }

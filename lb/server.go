@@ -3,6 +3,7 @@ package lb
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -40,6 +41,9 @@ type Server struct {
 	adminMu sync.Mutex
 	admin   []*fasthttp.Server
 	newRoom func() uint64
+	// clientAuthorization is the Authorization header a client must send on
+	// the keyed routes: nil without an API key.
+	clientAuthorization []byte
 
 	routes         map[string]*route
 	notFound       *route
@@ -84,6 +88,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		newRoom: cfg.NewRoom,
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if cfg.APIKey != "" {
+		s.clientAuthorization = []byte(bearer(cfg.APIKey))
+	}
 	if s.newRoom == nil {
 		s.newRoom = bootstrap.NewRoom
 	}
@@ -180,6 +187,15 @@ func (s *Server) buildRoutes() {
 	s.notFound = newRoute(s.ms, "other", "", false)
 }
 
+// workerAuthorization is the Authorization header of pdlb's calls to the
+// workers: "" without an API key.
+func (s *Server) workerAuthorization() string {
+	if s.cfg.APIKey == "" {
+		return ""
+	}
+	return bearer(s.cfg.APIKey)
+}
+
 // Metrics returns the server's metrics set, for registering elsewhere.
 func (s *Server) Metrics() *metrics.Set { return s.ms }
 
@@ -264,6 +280,7 @@ func (s *Server) buildRegistry(log zerolog.Logger) {
 	s.registry = bootstrap.NewRegistry(bootstrap.Config{
 		Targets:         targets,
 		Dial:            s.cfg.Dial,
+		Authorization:   s.workerAuthorization(),
 		RefreshInterval: s.cfg.BootstrapRefresh,
 		Metrics:         s.ms,
 		Log:             log.With().Str("component", "bootstrap").Logger(),
@@ -301,6 +318,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.accessLine(requestID, path, fasthttp.StatusNotFound, 0).Str("error", msg).Msg("request")
 		return
 	}
+	if rt.keyed && s.clientAuthorization != nil &&
+		subtle.ConstantTimeCompare(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization), s.clientAuthorization) != 1 {
+		s.unauthorized(ctx, rt, requestID)
+		return
+	}
 	method := ctx.Method()
 	if string(method) != rt.method && !(rt.method == fasthttp.MethodGet && ctx.IsHead()) {
 		s.methodNotAllowed(ctx, rt, requestID)
@@ -319,6 +341,15 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if cc, ok := ctx.Conn().(*clientConn); ok && !ctx.Response.IsBodyStream() && len(ctx.Response.Body()) >= clientWriteBufferSize {
 		cc.holdLargeAnswer()
 	}
+}
+
+// unauthorized refuses a client that did not present the API key.
+func (s *Server) unauthorized(ctx *fasthttp.RequestCtx, rt *route, requestID []byte) {
+	ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, "Bearer")
+	const msg = "missing or wrong API key: send the header 'Authorization: Bearer <key>' with pdlb's --api-key"
+	s.writeError(ctx, fasthttp.StatusUnauthorized, reasonUnauthorized, msg)
+	rt.observe(fasthttp.StatusUnauthorized, 0)
+	s.accessLine(requestID, rt.path, fasthttp.StatusUnauthorized, 0).Str("error", msg).Msg("request")
 }
 
 func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, rt *route, requestID []byte) {

@@ -42,6 +42,11 @@ type Config struct {
 	// answers that name no model. Zero means DefaultModel.
 	Model string
 
+	// APIKey, if set, is required as "Authorization: Bearer <key>" on every
+	// request but OPTIONS, /health* and /metrics, as SGLang's --api-key:
+	// others get 401 {"error": "Unauthorized"}.
+	APIKey string
+
 	// Tokens is how many tokens a decode or aggregated server generates when
 	// the request sets no max_new_tokens (/generate sampling_params),
 	// max_tokens or max_completion_tokens (OpenAI routes); a request's own

@@ -169,3 +169,37 @@ func TestMaxHeaderSize(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIKey checks SGLang's --api-key rules: every route but OPTIONS,
+// /health* and /metrics needs the bearer key.
+func TestAPIKey(t *testing.T) {
+	s := New(Config{APIKey: "k1"})
+	for _, c := range []struct {
+		method, path, auth string
+		want               int
+	}{
+		{"POST", "/generate", "", fasthttp.StatusUnauthorized},
+		{"POST", "/generate", "Bearer k2", fasthttp.StatusUnauthorized},
+		{"POST", "/generate", "k1", fasthttp.StatusUnauthorized},
+		{"POST", "/generate", "Bearer k1", fasthttp.StatusOK},
+		{"GET", "/v1/models", "", fasthttp.StatusUnauthorized},
+		{"POST", "/flush_cache", "", fasthttp.StatusUnauthorized},
+		{"GET", "/health", "", fasthttp.StatusOK},
+		{"GET", "/health_generate", "", fasthttp.StatusOK},
+	} {
+		ctx := newCtx(c.method, c.path, `{"text":"a","sampling_params":{"max_new_tokens":1}}`)
+		if c.auth != "" {
+			ctx.Request.Header.Set("Authorization", c.auth)
+		}
+		s.Handler(ctx)
+		if got := ctx.Response.StatusCode(); got != c.want {
+			t.Errorf("%s %s with %q: got %d %s; want %d", c.method, c.path, c.auth, got, ctx.Response.Body(), c.want)
+		}
+		if c.want == fasthttp.StatusUnauthorized && string(ctx.Response.Body()) != `{"error":"Unauthorized"}` {
+			t.Errorf("%s %s: got body %s; want SGLang's", c.method, c.path, ctx.Response.Body())
+		}
+	}
+	if got := s.Stats().Unauthorized; got != 5 {
+		t.Errorf("got %d unauthorized; want 5", got)
+	}
+}

@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -175,6 +176,11 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	if h := s.cfg.OnRequest; h != nil {
 		h(string(ctx.Path()), ctx.PostBody())
 	}
+	if !s.authorized(ctx) {
+		s.st.unauthorized.Add(1)
+		writeJSON(ctx, fasthttp.StatusUnauthorized, []byte(`{"error":"Unauthorized"}`))
+		return
+	}
 	switch string(ctx.Path()) {
 	case "/generate":
 		s.st.generate.Add(1)
@@ -207,6 +213,19 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		s.st.other.Add(1)
 		writeJSON(ctx, fasthttp.StatusNotFound, []byte(`{"detail":"Not Found"}`))
 	}
+}
+
+// authorized reports whether ctx may be served under SGLang's --api-key
+// rules.
+func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
+	if s.cfg.APIKey == "" || ctx.IsOptions() {
+		return true
+	}
+	path := ctx.Path()
+	if bytes.HasPrefix(path, []byte("/health")) || bytes.HasPrefix(path, []byte("/metrics")) {
+		return true
+	}
+	return string(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)) == "Bearer "+s.cfg.APIKey
 }
 
 // bootstrapListenAddr is where a prefill's bootstrap server listens, given

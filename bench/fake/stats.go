@@ -15,6 +15,7 @@ type Stats struct {
 	FlushCache      uint64 // POST or GET /flush_cache
 	AbortRequest    uint64 // POST /abort_request
 	Other           uint64 // anything else (answered 404 or 405)
+	Unauthorized    uint64 // refused for a missing or wrong API key (Config.APIKey)
 
 	// GenerateRequests counts requests on the three generate routes that
 	// carried a valid JSON object.
@@ -98,6 +99,7 @@ type counters struct {
 	generate, completions, chat                      atomic.Uint64
 	health, serverInfo, modelInfo, flush, abort      atomic.Uint64
 	other, generateRequests, rejectedNoRoom          atomic.Uint64
+	unauthorized                                     atomic.Uint64
 	kvOK, kvFailed, aborts, localPrefills            atomic.Uint64
 	bootstrapRoute, kvTransferHTTP, prefillInfoFetch atomic.Uint64
 	dpConflicts, firstRequestFailures                atomic.Uint64
@@ -121,6 +123,7 @@ func (s *Server) Stats() Stats {
 		FlushCache:         c.flush.Load(),
 		AbortRequest:       c.abort.Load(),
 		Other:              c.other.Load(),
+		Unauthorized:       c.unauthorized.Load(),
 		GenerateRequests:   c.generateRequests.Load(),
 		RejectedNoRoom:     c.rejectedNoRoom.Load(),
 		KVTransfersOK:      c.kvOK.Load(),

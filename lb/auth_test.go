@@ -1,0 +1,85 @@
+package lb
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bench/fake"
+	"pdlb/bootstrap"
+)
+
+// With an API key, pdlb presents it to workers that require it on every
+// call it makes: both legs of a generation, the warm-up, the /server_info
+// that tells a prefill's bootstrap port, the info routes, /flush_cache and
+// health probes. Clients must present it on the generate routes and
+// /flush_cache, and only there.
+func TestAPIKey(t *testing.T) {
+	h := newHarness(t)
+	const key = "k-31"
+	p, d := h.pair(fake.Config{APIKey: key}, fake.Config{APIKey: key})
+	cfg := warmConfig()
+	cfg.APIKey = key
+	cfg.Prefill[0].BootstrapPort = 0
+	cfg.HealthCheck = HealthCheckConfig{Timeout: time.Second, Path: "/v1/models"}
+	srv := h.start(cfg)
+	h.waitBootstrap()
+	if st := srv.registry.State(0); st.PortSource != bootstrap.PortFromServerInfo || st.Port != fake.DefaultBootstrapPort {
+		t.Fatalf("got bootstrap port %d from %q; want %d from /server_info", st.Port, st.PortSource, fake.DefaultBootstrapPort)
+	}
+	waitFirstRound(t, srv)
+	for _, b := range srv.allBackends() {
+		if !b.available() {
+			t.Fatalf("%s %s is out of selection: its probes failed", b.role, b.addr)
+		}
+	}
+
+	body := `{"text": "a", "sampling_params": {"max_new_tokens": 2}}`
+	for _, c := range []struct {
+		method, path, auth string
+		want               int
+	}{
+		{"POST", "/generate", "", fasthttp.StatusUnauthorized},
+		{"POST", "/generate", "Bearer k-32", fasthttp.StatusUnauthorized},
+		{"POST", "/generate", key, fasthttp.StatusUnauthorized},
+		{"POST", "/v1/completions", "", fasthttp.StatusUnauthorized},
+		{"POST", "/v1/chat/completions", "", fasthttp.StatusUnauthorized},
+		{"POST", "/flush_cache", "", fasthttp.StatusUnauthorized},
+		{"POST", "/generate", "Bearer " + key, fasthttp.StatusOK},
+		{"POST", "/flush_cache", "Bearer " + key, fasthttp.StatusOK},
+		{"GET", "/health", "", fasthttp.StatusOK},
+		{"GET", "/health_generate", "", fasthttp.StatusOK},
+		{"GET", "/v1/models", "", fasthttp.StatusOK},
+		{"GET", "/model_info", "", fasthttp.StatusOK},
+		{"GET", "/server_info", "", fasthttp.StatusOK},
+	} {
+		var headers []string
+		if c.auth != "" {
+			headers = []string{"Authorization", c.auth}
+		}
+		r := h.do(c.method, c.path, body, headers...)
+		if r.status != c.want {
+			t.Errorf("%s %s with %q: got %d %s; want %d", c.method, c.path, c.auth, r.status, r.body, c.want)
+			continue
+		}
+		if c.want == fasthttp.StatusUnauthorized && (gjson.GetBytes(r.body, "error.type").String() != "authentication_error" ||
+			string(r.header.Peek("WWW-Authenticate")) != "Bearer") {
+			t.Errorf("%s %s: got %s, WWW-Authenticate %q; want an authentication_error asking for a bearer key",
+				c.method, c.path, r.body, r.header.Peek("WWW-Authenticate"))
+		}
+		if c.path == "/server_info" && gjson.GetBytes(r.body, "prefill.0.error").Exists() {
+			t.Errorf("/server_info: got %s; want the prefill's own answer", r.body)
+		}
+	}
+	for _, w := range []*fake.Server{p, d} {
+		if st := w.Stats(); st.Unauthorized != 0 || st.Generate == 0 || st.ServerInfo == 0 || st.FlushCache != 1 {
+			t.Errorf("a worker got %d calls without the key (%d generations, %d /server_info, %d flushes)",
+				st.Unauthorized, st.Generate, st.ServerInfo, st.FlushCache)
+		}
+	}
+	if got := srv.errorsByReason[reasonUnauthorized].Get(); got != 6 {
+		t.Errorf("got %d unauthorized in the metrics; want 6", got)
+	}
+}
