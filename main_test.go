@@ -163,6 +163,23 @@ func TestParseAPIKey(t *testing.T) {
 	}
 }
 
+// sglang_router's --request-id-headers takes its names after it, as many
+// as follow.
+func TestParseRequestIDHeaders(t *testing.T) {
+	c, ignored, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1",
+		"--request-id-headers", "x-trace-id", "x-correlation-id", "--port", "8000")
+	if err != nil || len(ignored) != 0 {
+		t.Fatalf("got %v, ignored %q", err, ignored)
+	}
+	if cfg, _ := c.Serve.config(); !reflect.DeepEqual(cfg.RequestIDHeaders, []string{"x-trace-id", "x-correlation-id"}) || c.Serve.Port != 8000 {
+		t.Fatalf("got %q, port %d", cfg.RequestIDHeaders, c.Serve.Port)
+	}
+	c, _, _ = parse(t, "--prefill", "http://p:1", "--decode", "http://d:1")
+	if cfg, _ := c.Serve.config(); !reflect.DeepEqual(cfg.RequestIDHeaders, []string{"X-Request-Id"}) {
+		t.Fatalf("got default %q; want X-Request-Id", cfg.RequestIDHeaders)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	f := func(wantErr string, args ...string) {
 		t.Helper()

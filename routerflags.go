@@ -65,7 +65,9 @@ func routerFlags() map[string]arity {
 // values) that the serve command does not define, and the flags it removed.
 // A negative number after a serve flag that takes a value is joined to it
 // ("--max-concurrent-requests=-1"), as argparse reads it as the value where
-// kong would take it for a short flag. Arguments of the other commands are
+// kong would take it for a short flag; the values of a serve flag that
+// argparse reads as a list ("--request-id-headers a b") become one flag
+// each. Arguments of the other commands are
 // returned untouched.
 func stripRouterFlags(parser *kong.Kong, args []string) (kept, ignored []string) {
 	if len(args) > 0 && isOtherCommand(parser, args[0]) {
@@ -78,13 +80,23 @@ func stripRouterFlags(parser *kong.Kong, args []string) (kept, ignored []string)
 			return append(kept, args[i:]...), ignored
 		}
 		name, _, hasValue := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
-		if f := known[name]; f != nil && strings.HasPrefix(arg, "--") && !hasValue && !f.IsBool() &&
-			i+1 < len(args) && isNegativeNumber(args[i+1]) {
-			kept = append(kept, arg+"="+args[i+1])
-			i++
-			continue
-		}
 		a, isRouter := router[name]
+		if f := known[name]; f != nil && strings.HasPrefix(arg, "--") && !hasValue {
+			switch {
+			case f.IsSlice() && (a == oneOrMore || a == zeroOrMore):
+				// argparse's nargs: the values follow the flag, where kong
+				// takes one a flag.
+				for i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+					kept = append(kept, arg+"="+args[i+1])
+					i++
+				}
+				continue
+			case !f.IsBool() && i+1 < len(args) && isNegativeNumber(args[i+1]):
+				kept = append(kept, arg+"="+args[i+1])
+				i++
+				continue
+			}
+		}
 		if !strings.HasPrefix(arg, "--") || !isRouter || known[name] != nil {
 			kept = append(kept, arg)
 			continue

@@ -3,6 +3,7 @@ package lb
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -45,6 +46,11 @@ type Config struct {
 	// requires it of clients on the generate routes and /flush_cache. The
 	// health, info and metrics routes stay open, as sglang_router's do.
 	APIKey string
+	// RequestIDHeaders are the headers a client's request ID is taken
+	// from, the first present wins (sglang_router's --request-id-headers).
+	// Empty means X-Request-Id. pdlb answers the ID, and passes it to the
+	// workers, as X-Request-Id.
+	RequestIDHeaders []string
 	// Fallback lists aggregated (non-PD) workers that serve decode-only
 	// traffic, forwarded unchanged. Empty means such traffic gets a 503.
 	Fallback []string
@@ -186,6 +192,9 @@ type BreakerConfig struct {
 }
 
 func (c *Config) setDefaults() {
+	if len(c.RequestIDHeaders) == 0 {
+		c.RequestIDHeaders = []string{string(headerRequestID)}
+	}
 	if c.PrefillPolicy == "" {
 		c.PrefillPolicy = PolicyRandom
 	}
@@ -258,6 +267,20 @@ func (c *Config) setDefaults() {
 }
 
 // Validate reports the first problem with c, phrased for a command line user.
+// isHeaderName reports whether name is an HTTP field name: a token of
+// RFC 9110 §5.6.2.
+func isHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func (c *Config) Validate() error {
 	if len(c.Prefill) == 0 {
 		return fmt.Errorf("at least one prefill worker is required (--prefill URL)")
@@ -285,6 +308,11 @@ func (c *Config) Validate() error {
 	}
 	if c.PDMinPromptTokens < 0 {
 		return fmt.Errorf("the minimum prompt length for PD cannot be negative")
+	}
+	for _, h := range c.RequestIDHeaders {
+		if !isHeaderName(h) {
+			return fmt.Errorf("invalid request-ID header name %q", h)
+		}
 	}
 	for _, p := range []string{c.PrefillPolicy, c.DecodePolicy, c.FallbackPolicy} {
 		if p != "" && !slices.Contains(Policies, p) {

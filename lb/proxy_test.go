@@ -321,6 +321,42 @@ func TestRequestIDIsEchoedAndForwarded(t *testing.T) {
 	}
 }
 
+// sglang_router's --request-id-headers: the ID comes from the first listed
+// header the client sent, and goes on as X-Request-Id.
+func TestRequestIDHeaders(t *testing.T) {
+	h := newHarness(t)
+	ids := make(chan string, 2)
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString(`{}`) })
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		ids <- string(ctx.Request.Header.Peek("X-Request-Id"))
+		ctx.SetBodyString(`{}`)
+	})
+	cfg := defaultConfig()
+	cfg.RequestIDHeaders = []string{"X-Trace-Id", "X-Correlation-Id"}
+	h.start(cfg)
+	for _, c := range []struct {
+		headers []string
+		want    string
+	}{
+		{[]string{"x-correlation-id", "c-1", "x-trace-id", "t-1"}, "t-1"},
+		{[]string{"X-Correlation-Id", "c-2"}, "c-2"},
+		{[]string{"X-Trace-Id", "has space", "X-Correlation-Id", "c-3"}, "c-3"},
+	} {
+		r := h.post("/generate", `{"text": "a"}`, c.headers...)
+		if got, worker := string(r.header.Peek("X-Request-Id")), <-ids; got != c.want || worker != c.want {
+			t.Errorf("%q: got id %q, the decode %q; want %q", c.headers, got, worker, c.want)
+		}
+	}
+	// X-Request-Id is no longer read: the ID is drawn.
+	r := h.post("/generate", `{"text": "a"}`, "X-Request-Id", "r-1")
+	if got, worker := string(r.header.Peek("X-Request-Id")), <-ids; len(got) != 16 || worker != got {
+		t.Errorf("got id %q, the decode %q; want a drawn one on both", got, worker)
+	}
+	if _, err := New(Config{Prefill: cfg.Prefill, Decode: cfg.Decode, RequestIDHeaders: []string{"X-Bad Name"}}, zerolog.Nop()); err == nil {
+		t.Error("a header name with a space was accepted")
+	}
+}
+
 func TestOversizedRequests(t *testing.T) {
 	h := newHarness(t)
 	h.pair(fake.Config{}, fake.Config{})

@@ -44,6 +44,9 @@ type Server struct {
 	// clientAuthorization is the Authorization header a client must send on
 	// the keyed routes: nil without an API key.
 	clientAuthorization []byte
+	// requestIDHeaders are where a client's request ID is looked for, in
+	// order.
+	requestIDHeaders [][]byte
 
 	routes         map[string]*route
 	notFound       *route
@@ -90,6 +93,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cfg.APIKey != "" {
 		s.clientAuthorization = []byte(bearer(cfg.APIKey))
+	}
+	for _, h := range cfg.RequestIDHeaders {
+		s.requestIDHeaders = append(s.requestIDHeaders, []byte(h))
 	}
 	if s.newRoom == nil {
 		s.newRoom = bootstrap.NewRoom
@@ -431,13 +437,17 @@ func redactQuoted(msg string) string {
 	}
 }
 
-// setRequestID echoes the client's X-Request-Id when it is sane, else a new
-// random one, and returns it. The bytes live in the request or response
-// header, so they are valid until the handler returns.
+// setRequestID takes the request ID from the first of the request-ID
+// headers (Config.RequestIDHeaders) the client sent a sane one in, else
+// draws a random one; it answers it as X-Request-Id, and returns it. The
+// bytes live in the request or response header, so they are valid until
+// the handler returns.
 func (s *Server) setRequestID(ctx *fasthttp.RequestCtx) []byte {
-	if id := ctx.Request.Header.PeekBytes(headerRequestID); len(id) > 0 && len(id) <= 128 && printable(id) {
-		ctx.Response.Header.SetBytesKV(headerRequestID, id)
-		return id
+	for _, name := range s.requestIDHeaders {
+		if id := ctx.Request.Header.PeekBytes(name); len(id) > 0 && len(id) <= 128 && printable(id) {
+			ctx.Response.Header.SetBytesKV(headerRequestID, id)
+			return id
+		}
 	}
 	var raw [8]byte
 	binary.LittleEndian.PutUint64(raw[:], rand.Uint64())
