@@ -378,16 +378,27 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	}
 	r.pushWriteDeadline()
 	if r.start < r.end {
-		// A last event without its blank line: pass it on as it is.
-		n, err := w.Write(r.buf[r.start:r.end])
-		written += int64(n)
+		tail := r.buf[r.start:r.end]
 		r.start = r.end
-		if err != nil {
-			r.clientGone()
-			return written, err
+		if r.readErr == io.EOF {
+			// The stream ended whole, its last event without the blank
+			// line that ends it: end it, so nothing runs into it.
+			r.noteDone(tail)
+			r.merged = append(append(r.merged[:0], tail...), "\n\n"...)
+			n, err := w.Write(r.merged)
+			written += int64(min(n, len(tail)))
+			if err != nil {
+				r.clientGone()
+				return written, err
+			}
 		}
+		// Else the stream broke in the middle of an event: that piece is
+		// dropped, as a client could not parse it, nor the error event
+		// written after it.
 	}
-	if r.readErr == io.EOF && r.sawDone {
+	if r.sawDone {
+		// Whole for the client, even if the connection broke before the
+		// body's last chunk.
 		return written, nil
 	}
 	n, err := w.Write(r.brokenEvent())
@@ -591,6 +602,9 @@ func (r *relay) brokenEvent() []byte {
 		status, _, msg = x.prefill.describe()
 	case r.readErr != io.EOF:
 		status, _, msg = classify(r.readErr, d.backend.role, d.backend.addr)
+		if isConnDrop(r.readErr) || errors.Is(r.readErr, io.ErrUnexpectedEOF) {
+			msg = "decode backend " + d.backend.addr + " closed the connection in the middle of the stream"
+		}
 		d.broke = d.cancel.err() == nil // counts against the decode
 	default:
 		d.broke = true // it ended without [DONE]

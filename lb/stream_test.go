@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -479,6 +480,64 @@ func TestStreamThatEndsEarlyGetsAnErrorEvent(t *testing.T) {
 		t.Fatalf("got error event %q; want it to name the decode", got[2])
 	}
 	waitIdle(t, srv)
+}
+
+// However the decode's stream ends, the client gets whole events: a piece
+// of one cut off is dropped before the error event, a last one without its
+// blank line gets one, and a stream that sent [DONE] is complete even if
+// its connection broke before the body's end.
+func TestStreamEndings(t *testing.T) {
+	chunk := func(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
+	a := "data: {\"a\":1}\n\n"
+	for _, tc := range []struct {
+		name   string
+		answer string // after the headers
+		close  bool   // the decode closes its connection after answer
+		want   []string
+		broken string // the error event's message, "" if none
+	}{
+		{"cut in an event", chunk(a) + chunk(`data: {"b":2,"long":`), true,
+			[]string{a}, "closed the connection in the middle of the stream"},
+		{"cut after a line", chunk(a) + chunk("data: {\"b\":2}\n"), true,
+			[]string{a}, "in the middle of the stream"},
+		{"[DONE] without the body's end", chunk(a) + chunk("data: [DONE]\n\n"), true,
+			[]string{a, "data: [DONE]\n\n"}, ""},
+		{"[DONE] without its blank line", chunk(a) + chunk("data: [DONE]") + lastChunk, false,
+			[]string{a, "data: [DONE]\n\n"}, ""},
+		{"an event without its blank line, then the end", chunk(a) + chunk(`data: {"b":2}`) + lastChunk, false,
+			[]string{a, "data: {\"b\":2}\n\n"}, "ended the stream early"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
+			h.rawBackend("decode-0:30010", func(_ int, c net.Conn) {
+				_, _ = io.WriteString(c, sseHeaders+tc.answer)
+				if tc.close {
+					_ = c.Close()
+				}
+			})
+			srv := h.start(defaultConfig())
+			s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+			got := append([]string{s.next()}, s.rest()...)
+			want := tc.want
+			if tc.broken != "" {
+				if len(got) != len(want)+2 {
+					t.Fatalf("got %q; want %q, an error event and [DONE]", got, want)
+				}
+				if msg := gjson.Get(strings.TrimPrefix(got[len(want)], "data: "), "error.message").String(); !strings.Contains(msg, tc.broken) {
+					t.Fatalf("got error event %q; want it to say %q", got[len(want)], tc.broken)
+				}
+				want = append(want, got[len(want)], "data: [DONE]\n\n")
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("got %q; want %q", got, want)
+			}
+			waitIdle(t, srv)
+			if broken := srv.errorsByReason[reasonStreamBroken].Get(); (broken == 1) != (tc.broken != "") {
+				t.Fatalf("got %d broken streams counted", broken)
+			}
+		})
+	}
 }
 
 func TestStreamLogprobsAreMerged(t *testing.T) {
