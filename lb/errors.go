@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 
 	"github.com/valyala/fasthttp"
 )
@@ -138,6 +139,15 @@ var errGaveUp = errors.New("gave up on a prefill still silent after its decode f
 // statusClientGone accounts a request whose client went away before its
 // answer (nginx's 499).
 const statusClientGone = 499
+
+// dropClient closes the connection of a request whose client went away,
+// with no answer written. A client that only shut its writing side (as
+// nc -N does) may still be reading, and must not take an empty 200 for a
+// generation that was cancelled; nginx closes it too.
+func dropClient(ctx *fasthttp.RequestCtx) {
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(net.Conn) {})
+}
 
 // errClientGone cancels the calls of a client that went away.
 var errClientGone = errors.New("client closed the connection")

@@ -378,6 +378,7 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	d := &x.decode
 	if x.clientGone() {
 		// Nobody is left to answer; 499 is nginx's word for it.
+		dropClient(ctx)
 		x.finish(statusClientGone)
 		x.unref()
 		return outcome{}

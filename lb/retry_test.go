@@ -2,6 +2,8 @@ package lb
 
 import (
 	"bufio"
+	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -353,6 +355,41 @@ func TestClientGoneCancelsBothLegs(t *testing.T) {
 			time.Sleep(tc.leaveAfter)
 			_ = conn.Close()
 			waitIdleWithin(t, srv, watchAfter+2*time.Second)
+			if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "1" {
+				t.Fatalf("got %q client_gone; want 1", got)
+			}
+		})
+	}
+}
+
+// A client that shuts its writing side after its request counts as gone,
+// as nginx counts it, but may still be reading: it must get no answer at
+// all, not an empty 200 for a generation pdlb cancelled.
+func TestHalfClosedClientGetsNoAnswer(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run("stream="+strconv.FormatBool(stream), func(t *testing.T) {
+			h := newHarness(t)
+			p, _ := h.pair(fake.Config{KVTimeout: 20 * time.Second}, fake.Config{KVTimeout: 20 * time.Second})
+			if err := p.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.SetFault(fake.Fault{}) })
+			srv := h.start(defaultConfig())
+			conn, err := net.Dial("tcp", h.serveTCP(srv))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			sendRequest(t, conn, "/generate", `{"text": "a", "stream": `+strconv.FormatBool(stream)+`}`)
+			if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(watchAfter + 5*time.Second))
+			got, err := io.ReadAll(conn)
+			if err != nil || len(got) > 0 {
+				t.Fatalf("got %q, %v; want the connection closed with no answer", got, err)
+			}
+			waitIdle(t, srv)
 			if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "1" {
 				t.Fatalf("got %q client_gone; want 1", got)
 			}

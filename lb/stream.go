@@ -63,6 +63,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 		x.watcher.disarm()
 		<-d.done
 		if x.clientGone() {
+			dropClient(ctx)
 			x.finish(statusClientGone)
 			x.unref()
 			return outcome{}
@@ -86,6 +87,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 		d.endStream(false)
 		<-d.done
 		if x.clientGone() {
+			dropClient(ctx)
 			x.finish(statusClientGone)
 			x.unref()
 			return outcome{}
