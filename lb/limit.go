@@ -52,12 +52,22 @@ func (s *Server) admit(q *clientRequest) *answerError {
 	defer a.queued.Add(-1)
 	wait := time.NewTimer(min(a.timeout, time.Until(q.deadline)))
 	defer wait.Stop()
+	// A client that gives up while queued must not take the slot of one
+	// still waiting, nor reach the workers: it is watched meanwhile.
+	var left chan struct{}
+	if cc, ok := q.ctx.Conn().(*clientConn); ok {
+		left = make(chan struct{})
+		cc.watch(func() { close(left) })
+		defer cc.unwatch()
+	}
 	select {
 	case a.slots <- struct{}{}:
 		q.permit = true
 		return nil
 	case <-wait.C:
 		return overloaded("no slot freed up within " + a.timeout.String())
+	case <-left:
+		return &answerError{statusClientGone, reasonClientGone, "the client went away while queued"}
 	}
 }
 

@@ -121,7 +121,12 @@ func applyDPRankHeader(q *clientRequest) error {
 
 // answerError answers q with pdlb's own error.
 func (s *Server) answerError(q *clientRequest, e *answerError) {
-	s.writeError(q.ctx, e.status, e.reason, e.msg)
+	if e.status == statusClientGone {
+		s.errorsByReason[e.reason].Inc()
+		dropClient(q.ctx)
+	} else {
+		s.writeError(q.ctx, e.status, e.reason, e.msg)
+	}
 	took := s.cfg.Now().Sub(q.start)
 	q.rt.observe(e.status, took)
 	s.accessLine(q.id, q.rt.path, e.status, took).Bool("stream", q.info.Stream).Str("error", e.msg).Msg("request")

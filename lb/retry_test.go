@@ -245,6 +245,55 @@ func TestAdmission(t *testing.T) {
 	}
 }
 
+// A client that gives up while queued for a slot leaves the queue at once:
+// it never reaches the workers, and the slot goes to one still waiting.
+func TestClientLeavingTheQueueIsNotServed(t *testing.T) {
+	h := newHarness(t)
+	inDecode, release := make(chan string, 4), make(chan struct{})
+	h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 20 * time.Second})
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		inDecode <- gjson.GetBytes(ctx.PostBody(), "text").String()
+		<-release
+		ctx.SetBodyString(`{"text": "ok"}`)
+	})
+	cfg := defaultConfig()
+	cfg.MaxConcurrentRequests = 1
+	cfg.QueueSize = 4
+	cfg.QueueTimeout = 20 * time.Second
+	srv := h.start(cfg)
+
+	first := make(chan reply, 1)
+	go func() { first <- h.post("/generate", `{"text": "first"}`) }()
+	if got := <-inDecode; got != "first" {
+		t.Fatalf("the decode got %q first", got)
+	}
+	conn, err := h.nw.Dial("pdlb:8000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendRequest(t, conn, "/generate", `{"text": "gone"}`)
+	waitFor(t, "the request to queue", func() bool { return srv.admission.queued.Load() == 1 })
+	_ = conn.Close()
+	waitFor(t, "the queue to empty", func() bool { return srv.admission.queued.Load() == 0 })
+	last := make(chan reply, 1)
+	go func() { last <- h.post("/generate", `{"text": "last"}`) }()
+	waitFor(t, "the last request to queue", func() bool { return srv.admission.queued.Load() == 1 })
+	release <- struct{}{}
+	if r := <-first; r.status != fasthttp.StatusOK {
+		t.Fatalf("the first request got %d %s", r.status, r.body)
+	}
+	if got := <-inDecode; got != "last" {
+		t.Fatalf("the decode got %q after the first; want the last, not the one that left", got)
+	}
+	close(release)
+	if r := <-last; r.status != fasthttp.StatusOK {
+		t.Fatalf("the last request got %d %s", r.status, r.body)
+	}
+	if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "1" {
+		t.Fatalf("got %q client_gone; want 1", got)
+	}
+}
+
 // A leg cancelled because its peer failed is also aborted on its worker,
 // by the client's rid, so the worker frees it at once.
 func TestCancelledLegIsAbortedByRID(t *testing.T) {
