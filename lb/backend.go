@@ -262,6 +262,11 @@ func (p *Pool) pick(exclude []*Backend) *Backend {
 	return nil
 }
 
+// anyAvailable reports whether a backend of p is in selection.
+func (p *Pool) anyAvailable() bool {
+	return slices.ContainsFunc(p.backends, (*Backend).available)
+}
+
 func (p *Pool) usable(b *Backend, exclude []*Backend) bool {
 	return b.available() && !slices.Contains(exclude, b)
 }

@@ -93,6 +93,10 @@ type call struct {
 	stream bool
 	broke  bool
 	err    error
+	// again is set when the worker already failed this client request on
+	// an earlier attempt: failing it again is no news for the worker's
+	// breaker, which counts failed requests, not attempts.
+	again bool
 	// respBody is a streamed answer's body, once its headers are in: the
 	// chunked one decoded by chunked (its usual form), else fasthttp's.
 	respBody io.Reader
@@ -137,7 +141,7 @@ func (x *exchange) unref() {
 		c.resp.Reset()
 		c.cancel.reset()
 		c.err = nil
-		c.stream, c.broke = false, false
+		c.stream, c.broke, c.again = false, false, false
 		c.firstByteBy = time.Time{}
 		if c.releaseBody != nil {
 			panic("BUG: an exchange was released with a stream still open")
@@ -330,7 +334,9 @@ func (c *call) end() {
 		b.succeeded() // a 4xx too: the worker works, the request was wrong
 	case own:
 		b.errors.Inc()
-		b.failed(c.err, status)
+		if !c.again {
+			b.failed(c.err, status)
+		}
 	}
 	if c.err != nil || c.resp.StatusCode() >= fasthttp.StatusBadRequest {
 		if own && c.err != nil && !errors.Is(c.err, fasthttp.ErrTimeout) {

@@ -197,6 +197,7 @@ func (s *Server) servePD(q *clientRequest) {
 			x.prefill.req.Header.SetBytesK(headerDPRank, strconv.Itoa(x.plan.rank))
 		}
 		x.decode.prepare(q.ctx, d, x.body, q.deadline, q.id)
+		x.prefill.again, x.decode.again = slices.Contains(q.failed, p), slices.Contains(q.failed, d)
 		out := x.serve(q)
 		switch out.retry {
 		case answered:
@@ -259,12 +260,32 @@ func (x *exchange) retryOnFailure(decodeBody []byte) outcome {
 	default:
 		return outcome{}
 	}
+	if !x.s.canServeAgain(c.backend) {
+		// Its failure may have taken the last worker out (its breaker):
+		// the client is better told what failed than that nothing is
+		// left.
+		return outcome{}
+	}
 	_, _, why := c.describe()
 	out := outcome{retry: kind, backend: c.backend, why: why}
 	if c == &x.decode && c.err == nil {
 		out.peer = x.pairFailed(decodeBody)
 	}
 	return out
+}
+
+// canServeAgain reports whether a request that failed on b has somewhere
+// to go next: a worker of b's pool in selection (b itself included), or,
+// for a PD request, a fallback worker.
+func (s *Server) canServeAgain(b *Backend) bool {
+	pool := s.decodes
+	switch b.role {
+	case rolePrefill:
+		pool = s.prefills
+	case roleFallback:
+		pool = s.fallbacks
+	}
+	return pool.anyAvailable() || (b.role != roleFallback && s.fallbacks.anyAvailable())
 }
 
 // kvTransferMarker is in the error of a decode whose KV transfer failed:

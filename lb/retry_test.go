@@ -530,3 +530,53 @@ func TestKVTransferFailureAvoidsThePrefillOnRetry(t *testing.T) {
 		})
 	}
 }
+
+// A worker's breaker counts failed requests, not attempts: a request that
+// fails on the only decode, then again on its retries there, counts once,
+// so two bad requests do not eject it and turn every client away.
+func TestRetriesOnTheSameWorkerCountOnce(t *testing.T) {
+	h := newHarness(t)
+	h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 20 * time.Second})
+	var attempts atomic.Int32
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		if gjson.GetBytes(ctx.PostBody(), "text").String() == "bad" {
+			attempts.Add(1)
+			ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+			ctx.SetBodyString(`{"error": "boom"}`)
+			return
+		}
+		ctx.SetBodyString(`{"text": "ok"}`)
+	})
+	cfg := defaultConfig()
+	cfg.Breaker.Threshold = 5
+	h.start(cfg)
+	for range 2 {
+		if r := h.post("/generate", `{"text": "bad"}`); r.status != fasthttp.StatusInternalServerError || !strings.Contains(string(r.body), "boom") {
+			t.Fatalf("a bad request got %d %s; want the decode's 500", r.status, r.body)
+		}
+	}
+	if got := attempts.Load(); got != 6 {
+		t.Fatalf("the decode got %d attempts of the bad requests; want 3 each", got)
+	}
+	if r := h.post("/generate", `{"text": "good"}`); r.status != fasthttp.StatusOK {
+		t.Fatalf("a good request got %d %s; want 200 from the decode still in selection", r.status, r.body)
+	}
+}
+
+// When a failure takes the last worker of its pool out (its breaker), the
+// client gets that failure, not a 503 saying no worker is left.
+func TestFailureThatEjectsTheLastWorkerIsAnswered(t *testing.T) {
+	h := newHarness(t)
+	h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 20 * time.Second})
+	var attempts atomic.Int32
+	h.backend("decode-0:30010", failing(&attempts, fasthttp.StatusInternalServerError, `{"error": "boom"}`))
+	cfg := defaultConfig()
+	cfg.Breaker.Threshold = 1
+	h.start(cfg)
+	if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusInternalServerError || !strings.Contains(string(r.body), "boom") {
+		t.Fatalf("got %d %s; want the decode's 500", r.status, r.body)
+	}
+	if got := attempts.Load(); got != 1 {
+		t.Fatalf("the decode got %d attempts; want 1, its failure having ejected it", got)
+	}
+}
