@@ -198,6 +198,7 @@ func (s *Server) newExchange(q *clientRequest, refs int32) *exchange {
 func (x *exchange) serve(q *clientRequest) outcome {
 	if q.info.Stream {
 		x.relay.mergeLogprobs = q.info.ReturnLogprob && !x.single
+		x.relay.batch = q.rt.batch && q.info.Batch >= 0
 		return x.serveStream(q.ctx)
 	}
 	return x.serveBuffered(q.ctx)

@@ -283,6 +283,11 @@ type relay struct {
 	mergeLogprobs   bool
 	prefillLogprobs []byte
 	merged          []byte
+	// batch marks a /generate batch, whose events each carry their item's
+	// "index": prefillLogprobs then holds every item's list, back to back,
+	// and itemLogprobs[i] bounds item i's in it (empty if it has none).
+	batch        bool
+	itemLogprobs [][2]int
 
 	status int
 	closed bool
@@ -292,8 +297,9 @@ func (r *relay) reset() {
 	r.body, r.readErr, r.client, r.cc = nil, nil, nil, nil
 	r.writeBy, r.readBy = time.Time{}, time.Time{}
 	r.start, r.end = 0, 0
-	r.sawDone, r.mergeLogprobs, r.closed, r.framing = false, false, false, false
+	r.sawDone, r.mergeLogprobs, r.closed, r.framing, r.batch = false, false, false, false, false
 	r.prefillLogprobs = r.prefillLogprobs[:0]
+	r.itemLogprobs = r.itemLogprobs[:0]
 	r.status = 0
 	if cap(r.buf) > 4*relayBufSize {
 		// A rare huge event grew it; don't keep that in the pool.
@@ -326,14 +332,67 @@ func (r *relay) prime(body io.Reader) error {
 	return nil
 }
 
-// usePrefill takes the input_token_logprobs of the prefill's first event.
+// usePrefill takes the input_token_logprobs of the prefill's first event,
+// or of a batch's, the first event of each item.
 func (r *relay) usePrefill(p *call) {
 	if p.err != nil || p.resp.StatusCode() != fasthttp.StatusOK {
+		return
+	}
+	if r.batch {
+		r.useItemLogprobs(p.resp.Body())
 		return
 	}
 	if lp := firstEventLogprobs(p.resp.Body()); lp != nil {
 		r.prefillLogprobs = append(r.prefillLogprobs[:0], lp...)
 	}
+}
+
+// useItemLogprobs takes, for each item of a batch, the input_token_logprobs
+// of the first event of the prefill's stream with its "index". (mini_lb
+// puts the first item's in every item's events.)
+func (r *relay) useItemLogprobs(stream []byte) {
+	for len(stream) > 0 {
+		n := eventEnd(stream)
+		if n == 0 {
+			n = len(stream)
+		}
+		data, _, ok := eventData(stream[:n])
+		stream = stream[n:]
+		if !ok || bytes.Equal(data, doneData) {
+			continue
+		}
+		i := int(gjson.GetBytes(data, "index").Int())
+		lp := gjson.GetBytes(data, "meta_info.input_token_logprobs")
+		if i < 0 || i >= maxBatchItems || !lp.IsArray() {
+			continue
+		}
+		for len(r.itemLogprobs) <= i {
+			r.itemLogprobs = append(r.itemLogprobs, [2]int{})
+		}
+		if r.itemLogprobs[i] == ([2]int{}) {
+			start := len(r.prefillLogprobs)
+			r.prefillLogprobs = append(r.prefillLogprobs, lp.Raw...)
+			r.itemLogprobs[i] = [2]int{start, len(r.prefillLogprobs)}
+		}
+	}
+}
+
+// maxBatchItems bounds the items whose logprobs a batch stream merges, so a
+// worker's odd index cannot make the relay allocate without bound.
+const maxBatchItems = 1 << 16
+
+// logprobsFor returns the prefill's logprobs to merge into the event whose
+// payload is data.
+func (r *relay) logprobsFor(data []byte) []byte {
+	if !r.batch {
+		return r.prefillLogprobs
+	}
+	i := int(gjson.GetBytes(data, "index").Int())
+	if i < 0 || i >= len(r.itemLogprobs) {
+		return nil
+	}
+	span := r.itemLogprobs[i]
+	return r.prefillLogprobs[span[0]:span[1]]
 }
 
 // SupportsBodyWriteTo tells fasthttp to use WriteTo, which frames one chunk
@@ -561,7 +620,11 @@ func (r *relay) appendMerged(dst, ev []byte) []byte {
 	if !ok || bytes.Equal(data, doneData) {
 		return append(dst, ev...)
 	}
-	if merged, ok := mergeEventLogprobs(dst, ev, off, r.prefillLogprobs); ok {
+	lp := r.logprobsFor(data)
+	if len(lp) == 0 {
+		return append(dst, ev...)
+	}
+	if merged, ok := mergeEventLogprobs(dst, ev, off, lp); ok {
 		return merged
 	}
 	return append(dst, ev...)

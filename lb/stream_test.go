@@ -557,6 +557,33 @@ func TestStreamLogprobsAreMerged(t *testing.T) {
 	}
 }
 
+// In a /generate batch stream, each item's events get that item's prefill
+// logprobs, found by the events' "index" (mini_lb gives every item the
+// first one's).
+func TestStreamBatchLogprobsAreMergedPerItem(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	h.start(defaultConfig())
+	s := h.openStream("/generate", `{"input_ids": [[5, 6, 7, 8], [9, 10]], "return_logprob": true, "stream": true, "sampling_params": {"max_new_tokens": 2}}`)
+	events := append([]string{s.next()}, s.rest()...)
+	want := map[int64]string{0: "[5,6,7,8,8]", 1: "[9,10,10]"}
+	seen := map[int64]int{}
+	for _, ev := range events {
+		data := strings.TrimSpace(strings.TrimPrefix(ev, "data: "))
+		if data == "[DONE]" {
+			continue
+		}
+		i := gjson.Get(data, "index").Int()
+		if got := gjson.Get(data, "meta_info.input_token_logprobs.#.1").Raw; got != want[i] {
+			t.Fatalf("item %d: got the logprobs of tokens %s; want %s", i, got, want[i])
+		}
+		seen[i]++
+	}
+	if seen[0] != 2 || seen[1] != 2 {
+		t.Fatalf("got %v events by item; want 2 each: %q", seen, events)
+	}
+}
+
 // A client that goes away mid-stream cancels both legs.
 func TestClientGoneCancelsTheStream(t *testing.T) {
 	h := newHarness(t)
