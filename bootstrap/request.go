@@ -125,13 +125,6 @@ func promptTokens(text, inputIDs, prompt, messages []byte) (int, error) {
 // notObject returns the error for a body whose first non-space byte, at
 // body[i], does not open an object.
 func notObject(body []byte, i int) error {
-	e, err := skipValue(body, i, maxDepth)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNotJSON, err)
-	}
-	if j := skipSpace(body, e); j != len(body) {
-		return fmt.Errorf("%w: unexpected data after the %s at offset %d", ErrNotJSON, kindOf(body[i]), j)
-	}
 	if err := validate(body); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotJSON, err)
 	}
