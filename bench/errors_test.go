@@ -214,3 +214,22 @@ func TestRunInvalidConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestRunEmptyEvent sends "data:" events with nothing in them, which the
+// bench once counted as bad bodies: they carry no JSON and no token, and
+// must be skipped.
+func TestRunEmptyEvent(t *testing.T) {
+	rc := &recorder{}
+	cfg := serve(t, func(ctx *fasthttp.RequestCtx) {
+		rc.add(ctx)
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyString("data:\n\ndata: {\"text\":\" a\"}\n\ndata\n\ndata: {\"text\":\" a b\"}\n\ndata: [DONE]\n\n")
+	})
+	cfg.Stream = true
+	cfg.Requests = 2
+	rep := run(t, cfg)
+	checkCounts(t, rep, 2, 2)
+	if rep.Events != 4 || rep.OutputTokens != 4 {
+		t.Fatalf("got %d events, %d tokens; want 4, 4 (the empty events skipped)", rep.Events, rep.OutputTokens)
+	}
+}

@@ -198,6 +198,11 @@ func (w *worker) readEvents() outcome {
 		if string(data) == "[DONE]" {
 			break
 		}
+		if len(data) == 0 {
+			// "data:" alone: WHATWG dispatches it with empty data, but
+			// it carries no JSON and no token, so it is a keep-alive.
+			continue
+		}
 		v, err := w.parser.ParseBytes(data)
 		if err != nil {
 			return outcome{kind: KindBadBody}
