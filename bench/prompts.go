@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,10 @@ import (
 
 // maxPromptLine bounds one line of a prompt file.
 const maxPromptLine = 64 << 20
+
+// utf8BOM starts files saved by some Windows editors and Python's
+// "utf-8-sig"; JSON parsers reject it (RFC 8259 §8.1 lets them ignore it).
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // Prompt is one request of a prompt file. It is plain data; a run only
 // reads it.
@@ -31,9 +36,11 @@ type Prompt struct {
 
 // ReadPrompts reads a prompt file: JSON Lines, one object per line, each
 // with a "prompt" string or a "messages" list of {"role", "content"}
-// objects (content a string or a list of {"type": "text", "text"} parts),
-// and optionally a positive "max_new_tokens" or "max_tokens". Blank lines
-// are skipped. An error names the first bad line, counting from 1.
+// objects (content a string, a list of {"type": "text", "text"} parts, or
+// null as in assistant turns that only call tools), and optionally a
+// positive "max_new_tokens" or "max_tokens" (null meaning none). A UTF-8
+// byte-order mark and blank lines are skipped. An error names the first bad
+// line, counting from 1.
 func ReadPrompts(r io.Reader) ([]Prompt, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxPromptLine)
@@ -44,10 +51,14 @@ func ReadPrompts(r io.Reader) ([]Prompt, error) {
 	)
 	for sc.Scan() {
 		n++
-		if strings.TrimSpace(sc.Text()) == "" {
+		line := sc.Bytes()
+		if n == 1 {
+			line = bytes.TrimPrefix(line, utf8BOM)
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		pr, err := parsePrompt(&p, sc.Bytes())
+		pr, err := parsePrompt(&p, line)
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", n, err)
 		}
@@ -121,10 +132,14 @@ func messagesText(v *fastjson.Value) (string, error) {
 }
 
 // contentText returns the text of a message's content: a string, or the
-// text parts of a list, joined with newlines; other parts are skipped.
+// text parts of a list, joined with newlines; other parts are skipped. Null
+// is no text: OpenAI's assistant turns that call tools have it.
 func contentText(v *fastjson.Value) (string, bool) {
-	if v == nil {
+	switch {
+	case v == nil:
 		return "", false
+	case v.Type() == fastjson.TypeNull:
+		return "", true
 	}
 	if s, err := v.StringBytes(); err == nil {
 		return string(s), true
@@ -142,10 +157,17 @@ func contentText(v *fastjson.Value) (string, bool) {
 	return strings.Join(texts, "\n"), true
 }
 
-// promptMaxTokens reads a line's output length: 0 when it has none.
+// promptMaxTokens reads a line's output length: 0 when it has none, or
+// null, as datasets exported with every field have.
 func promptMaxTokens(v *fastjson.Value) (int, error) {
-	name, m := "max_new_tokens", v.Get("max_new_tokens")
-	if t := v.Get("max_tokens"); t != nil {
+	get := func(key string) *fastjson.Value {
+		if m := v.Get(key); m != nil && m.Type() != fastjson.TypeNull {
+			return m
+		}
+		return nil
+	}
+	name, m := "max_new_tokens", get("max_new_tokens")
+	if t := get("max_tokens"); t != nil {
 		if m != nil {
 			return 0, errors.New(`has both "max_new_tokens" and "max_tokens"`)
 		}

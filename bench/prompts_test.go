@@ -13,6 +13,8 @@ func TestReadPrompts(t *testing.T) {
 		`  `,
 		`{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"},{"type":"image_url","image_url":{"url":"x"}}]}],"max_tokens":3}`,
 		`{"prompt":"plain", "other": 1}`,
+		`{"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"tool_calls":[]}],"max_new_tokens":null}`,
+		`{"prompt":"either","max_new_tokens":null,"max_tokens":4}`,
 	}, "\n")
 	got, err := ReadPrompts(strings.NewReader(file))
 	if err != nil {
@@ -26,9 +28,30 @@ func TestReadPrompts(t *testing.T) {
 			MaxNewTokens: 3,
 		},
 		{Text: "plain"},
+		{
+			Text:     "Weather?\n",
+			Messages: []byte(`[{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"tool_calls":[]}]`),
+		},
+		{Text: "either", MaxNewTokens: 4},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v; want %+v", got, want)
+	}
+}
+
+// TestReadPromptsBOM reads a file that starts with a UTF-8 byte-order
+// mark, which the first line once failed on.
+func TestReadPromptsBOM(t *testing.T) {
+	got, err := ReadPrompts(strings.NewReader("\ufeff{\"prompt\":\"a\"}\r\n\ufeff{\"prompt\":\"b\"}\n"))
+	if err == nil {
+		t.Fatalf("got %+v; want an error on line 2: a mark there is not at the start of the file", got)
+	}
+	if want := "line 2: not JSON"; !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("got error %v; want one starting %q", err, want)
+	}
+	got, err = ReadPrompts(strings.NewReader("\ufeff{\"prompt\":\"a\"}\n"))
+	if err != nil || len(got) != 1 || got[0].Text != "a" {
+		t.Fatalf("got %+v, error %v; want one prompt %q", got, err, "a")
 	}
 }
 
