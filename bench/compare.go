@@ -9,6 +9,12 @@ import (
 	"time"
 )
 
+// minRound is the shortest Compare round. Every round ends by waiting for
+// its requests, and sends at least one per client however short it is, so
+// a round of microseconds would plan millions of rounds that measure only
+// that wait.
+const minRound = 100 * time.Millisecond
+
 // Target is one endpoint of a Compare.
 type Target struct {
 	// Name labels the target's figures, e.g. "direct" or "pdlb".
@@ -87,6 +93,9 @@ func checkCompare(cfg *Config, targets []Target) error {
 	}
 	if cfg.Requests > 0 {
 		return errors.New("compare is bounded by duration, not by a request count")
+	}
+	if cfg.Round > 0 && cfg.Round < minRound {
+		return fmt.Errorf("round must be at least %v, not %v: each round waits for its requests to end", minRound, cfg.Round)
 	}
 	if len(targets) == 0 {
 		return errors.New("compare needs at least one target")

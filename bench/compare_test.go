@@ -83,14 +83,14 @@ func TestCompare(t *testing.T) {
 	const slowness = 4 * time.Millisecond
 	tr := &turns{}
 	targets, cfg := serveTargets(t, []string{"fast", "slow"}, tr.handler("fast", 0), tr.handler("slow", slowness))
-	cfg.Duration = 200 * time.Millisecond
-	cfg.Round = 50 * time.Millisecond
+	cfg.Duration = 4 * minRound
+	cfg.Round = minRound
 	c, err := Compare(t.Context(), cfg, targets)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Rounds != 4 || c.Round != 50*time.Millisecond || len(c.Reports) != 2 {
-		t.Fatalf("got %d rounds of %v, %d reports; want 4 of 50ms, 2", c.Rounds, c.Round, len(c.Reports))
+	if c.Rounds != 4 || c.Round != minRound || len(c.Reports) != 2 {
+		t.Fatalf("got %d rounds of %v, %d reports; want 4 of %v, 2", c.Rounds, c.Round, len(c.Reports), minRound)
 	}
 	fast, slow := c.Reports[0], c.Reports[1]
 	stints, per := tr.stints()
@@ -99,8 +99,8 @@ func TestCompare(t *testing.T) {
 		t.Fatalf("got %d stints of requests to one target; want 3 to 8 (alternating rounds, no overlap)", stints)
 	}
 	for _, r := range c.Reports {
-		if r.Requests != per[r.Name] || r.OK != r.Requests || r.Elapsed < 190*time.Millisecond {
-			t.Fatalf("%s: got %d requests (%d ok), elapsed %v; want the endpoint's %d, all ok, about 200ms",
+		if r.Requests != per[r.Name] || r.OK != r.Requests || r.Elapsed < 3*minRound {
+			t.Fatalf("%s: got %d requests (%d ok), elapsed %v; want the endpoint's %d, all ok, about 4 rounds",
 				r.Name, r.Requests, r.OK, r.Elapsed, per[r.Name])
 		}
 	}
@@ -247,6 +247,8 @@ func TestCompareInvalid(t *testing.T) {
 		{"request count", Config{Requests: 5}, ok, "compare is bounded by duration, not by a request count"},
 		{"bad url", Config{}, []Target{{"a", "http://a"}, {"b", "ftp://b"}}, `target b: url "ftp://b": scheme must be http or https`},
 		{"bad load", Config{Rate: 1, Concurrency: 1}, ok, "concurrency and rate are exclusive"},
+		// Once planned 100,000 rounds for one second.
+		{"short round", Config{Duration: time.Second, Round: 10 * time.Microsecond}, ok, "round must be at least 100ms, not 10µs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Compare(t.Context(), tc.cfg, tc.targets)
@@ -263,7 +265,7 @@ func TestCompareInvalid(t *testing.T) {
 func TestCompareOpenLoop(t *testing.T) {
 	const (
 		rate  = 1000.0
-		round = 30 * time.Millisecond
+		round = minRound
 		seed  = 11
 	)
 	// Each target draws the same schedule; a round ends on the first

@@ -76,7 +76,7 @@ type Config struct {
 	// Round is the longest turn of one target in Compare: each target's
 	// Duration is cut into rounds no longer than this, and the targets take
 	// turns, so that noise on the machine hits them all alike. Zero means
-	// 2 s. Run ignores it.
+	// 2 s; below 100 ms is an error. Run ignores it.
 	Round time.Duration
 
 	// MaxNewTokens is the output length asked for: sampling_params.max_new_tokens
