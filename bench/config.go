@@ -54,7 +54,9 @@ type Config struct {
 	// Rate, when positive, makes the load an open loop instead: requests
 	// arrive as a Poisson process of this mean rate per second (gaps drawn
 	// from an exponential law seeded with Seed), each sent at its arrival
-	// whatever the earlier ones are doing.
+	// whatever the earlier ones are doing. A generator that falls behind
+	// its schedule catches up, but stops 100 ms past the end of Duration
+	// whatever is left.
 	Rate float64
 	// MaxInflight caps the requests in flight of the open loop: an arrival
 	// that finds this many is not sent, and counts as a KindDropped error.

@@ -6,6 +6,13 @@ import (
 	"time"
 )
 
+// maxOverrun is how far past the end of its window the open loop may run
+// to catch up on arrivals due within it. At a rate the generator cannot
+// keep up with, each arrival costs more than its gap (at 1e10/s the gaps
+// round to zero and the schedule stops moving), so without this bound a
+// run would never reach the end of its schedule.
+const maxOverrun = 100 * time.Millisecond
+
 // arrivals draws the gaps between the arrivals of a Poisson process:
 // exponentially distributed, of mean 1/rate, from a generator seeded with
 // the run's Seed, so the same seed gives the same schedule. It is not safe
@@ -35,7 +42,9 @@ func (a *arrivals) next() time.Duration {
 // timer woke late, or the machine is busy) is sent at once, and counts as
 // arriving when it was due. So the count of requests, and which are
 // measured, depend on Seed alone, and a late generator catches up rather
-// than lowering the rate. Latency still runs from the actual send.
+// than lowering the rate. Latency still runs from the actual send. The
+// clock ends the round all the same once it is maxOverrun past the window:
+// a generator that far behind has no schedule left to keep.
 func (r *runner) openLoop() {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -45,7 +54,7 @@ func (r *runner) openLoop() {
 	for {
 		at = at.Add(r.arr.next())
 		send, measured := r.admit(at)
-		if !send || !r.waitUntil(at, timer) {
+		if !send || r.overran() || !r.waitUntil(at, timer) {
 			return
 		}
 		w := r.pool.get()
@@ -58,6 +67,12 @@ func (r *runner) openLoop() {
 			r.pool.put(w)
 		})
 	}
+}
+
+// overran reports whether the clock is more than maxOverrun past the end
+// of the round's window.
+func (r *runner) overran() bool {
+	return !r.measureEnd.IsZero() && time.Since(r.measureEnd) > maxOverrun
 }
 
 // waitUntil waits for t on timer; it reports false if the run was

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"math"
 	"slices"
 	"testing"
@@ -150,5 +151,35 @@ func TestPool(t *testing.T) {
 	}
 	if made != 2 || len(p.all) != 2 {
 		t.Fatalf("got %d workers made, %d kept; want 2 and 2", made, len(p.all))
+	}
+}
+
+// TestRunOpenLoopTooFast asks for a rate whose gaps round to 0 ns: the
+// schedule then never reaches the end of the window, and the run once went
+// on forever. The clock must end it.
+func TestRunOpenLoopTooFast(t *testing.T) {
+	cfg := serve(t, jsonHandler(&recorder{}, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`))
+	cfg.Rate = 1e10
+	cfg.Duration = 50 * time.Millisecond
+	cfg.MaxInflight = 2
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan *Report, 1)
+	go func() {
+		rep, err := Run(ctx, cfg)
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		done <- rep
+	}()
+	select {
+	case rep := <-done:
+		if rep.Interrupted || rep.Requests == 0 {
+			t.Fatalf("got %d requests, interrupted %v; want some, a complete run", rep.Requests, rep.Interrupted)
+		}
+	case <-time.After(20 * time.Second):
+		cancel()
+		<-done
+		t.Fatal("the run did not end with its duration")
 	}
 }
