@@ -49,8 +49,14 @@ type Report struct {
 	// Interrupted is set when the context ended the run early.
 	Interrupted bool `json:"interrupted"`
 
-	// Elapsed runs from the end of the warm-up to the end of the last
-	// measured request.
+	// Elapsed is the measured time the rates are taken over. In the open
+	// loop it runs from the end of the warm-up to the end of the last
+	// measured request (summed over Compare rounds). In the closed loop
+	// each client is busy from the start of its first measured request to
+	// the end of its last, and Elapsed is the time the clients took for
+	// all measured requests at their combined rate (the sum of each one's
+	// requests over its busy time): about Duration, whatever the warm-up
+	// left in flight.
 	Elapsed time.Duration `json:"-"`
 	// RequestsPerSec is OK per second of Elapsed: failures are not
 	// throughput.

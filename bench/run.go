@@ -41,11 +41,11 @@ type runner struct {
 	arr  *arrivals // open loop only
 	pool pool
 
-	label        string    // shown before the progress line
-	start        time.Time // of the current round
-	measureStart time.Time // end of the round's warm-up
-	measureEnd   time.Time // zero when only Requests bounds the run
-	elapsed      time.Duration
+	label        string        // shown before the progress line
+	start        time.Time     // of the current round
+	measureStart time.Time     // end of the round's warm-up
+	measureEnd   time.Time     // zero when only Requests bounds the run
+	elapsed      time.Duration // open loop: the rounds' measured time
 	window       time.Duration // the measured windows' total length
 	dropped      int           // measured arrivals the open loop could not send
 
@@ -95,7 +95,11 @@ func (r *runner) round(warmup, d time.Duration) {
 	}
 	close(stop)
 	bg.Wait()
-	r.elapsed += r.roundElapsed()
+	if r.cfg.openLoop() {
+		r.elapsed += r.roundElapsed()
+	} else {
+		r.addBusyTime()
+	}
 	if d > 0 {
 		// All of it, unless the run was interrupted within it.
 		r.window += min(d, max(time.Since(r.measureStart), 0))
@@ -125,21 +129,66 @@ func (r *runner) closedLoop() {
 	wg.Wait()
 }
 
-// roundElapsed returns the time from the end of the round's warm-up to the
-// end of its last measured request (zero if none ended), and clears the
-// workers' ends for the next round. Every worker has stopped.
+// roundElapsed returns the open loop's measured time in the round: from
+// the end of the warm-up to the end of its last measured request (zero if
+// none ended). Arrivals follow their schedule whatever the warm-up's
+// requests are doing, so the window's start is the measured time's start.
+// It clears the workers' ends for the next round; every worker has stopped.
 func (r *runner) roundElapsed() time.Duration {
 	var last time.Time
 	for _, w := range r.pool.all {
 		if w.last.After(last) {
 			last = w.last
 		}
-		w.last = time.Time{}
+		w.first, w.last = time.Time{}, time.Time{}
 	}
 	if !last.After(r.measureStart) {
 		return 0
 	}
 	return last.Sub(r.measureStart)
+}
+
+// addBusyTime adds to each client of the closed loop the time from the
+// start of its first measured request of the round to the end of its last,
+// and clears them for the next round; every worker has stopped.
+//
+// A closed-loop client is busy with measured requests, back to back, for
+// exactly that time. A clock started at the end of the warm-up would also
+// count the rest of each warm-up request still in flight then (up to a
+// whole request: tens of seconds for long generations), during which the
+// client sends nothing measured; one stopped at the last end of all clients
+// would count the idle ends of the others. Both lowered the rates, more so
+// with a warm-up.
+func (r *runner) addBusyTime() {
+	for _, w := range r.pool.all {
+		if !w.first.IsZero() {
+			w.busy += w.last.Sub(w.first)
+		}
+		w.first, w.last = time.Time{}, time.Time{}
+	}
+}
+
+// measuredTime returns Report.Elapsed: in the open loop the rounds' measured
+// time; in the closed loop, the time the clients took for the measured
+// requests at their combined rate, which is the sum of each client's
+// requests over its busy time. With clients equally busy, that is their
+// busy time.
+func (r *runner) measuredTime() time.Duration {
+	if r.cfg.openLoop() {
+		return r.elapsed
+	}
+	var perSec float64
+	var requests int
+	for _, w := range r.pool.all {
+		if w.busy > 0 {
+			perSec += float64(w.requests) / w.busy.Seconds()
+			requests += w.requests
+		}
+	}
+	if perSec == 0 {
+		return 0
+	}
+	return time.Duration(float64(requests) / perSec * float64(time.Second))
 }
 
 // cutOnCancel closes every connection when ctx is cancelled, since a
@@ -221,7 +270,7 @@ func (r *runner) report() *Report {
 		Errors:         make(map[string]int),
 		WarmupRequests: int(r.warm.Load()),
 		Interrupted:    r.interrupted.Load(),
-		Elapsed:        r.elapsed,
+		Elapsed:        r.measuredTime(),
 	}
 	if len(r.cfg.Prompts) == 0 {
 		rep.PromptWords = r.cfg.PromptWords

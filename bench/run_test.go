@@ -301,6 +301,37 @@ func TestRunWarmupExcluded(t *testing.T) {
 	}
 }
 
+// TestRunWarmupInFlight holds the warm-up's request well past the end of
+// the warm-up. The clock of the measured requests must start when they
+// do: it once started at the end of the warm-up, and counted the rest of
+// that request, with nothing measured in flight, as measured time.
+func TestRunWarmupInFlight(t *testing.T) {
+	const hold = 300 * time.Millisecond
+	var released atomic.Int64 // when the warm-up's answer was let go
+	h := jsonHandler(&recorder{}, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`)
+	var once sync.Once
+	cfg := serve(t, func(ctx *fasthttp.RequestCtx) {
+		once.Do(func() {
+			pause(hold) // the long warm-up request
+			released.Store(time.Now().UnixNano())
+		})
+		h(ctx)
+	})
+	cfg.Warmup = 20 * time.Millisecond
+	cfg.Requests = 3
+	rep := run(t, cfg)
+	returned := time.Now()
+
+	checkCounts(t, rep, 3, 3)
+	if rep.WarmupRequests != 1 {
+		t.Skipf("got %d warm-up requests; want 1: the machine was too slow to start within the warm-up", rep.WarmupRequests)
+	}
+	// The measured requests were all sent after the warm-up's answer.
+	if limit := returned.Sub(time.Unix(0, released.Load())); rep.Elapsed >= limit {
+		t.Fatalf("got elapsed %v; want less than the %v from the warm-up's answer to the end", rep.Elapsed, limit)
+	}
+}
+
 func TestRunDuration(t *testing.T) {
 	rc := &recorder{}
 	cfg := serve(t, jsonHandler(rc, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`))
@@ -383,5 +414,22 @@ func TestInWindow(t *testing.T) {
 	// A run bounded by Requests alone has no window.
 	if (&runner{measureStart: start}).inWindow(start) {
 		t.Error("a runner without a window counted an event in it")
+	}
+}
+
+// TestMeasuredTime checks the closed loop's Elapsed: the clients' requests
+// over their combined rate, whatever each client's busy time.
+func TestMeasuredTime(t *testing.T) {
+	cfg := Config{Concurrency: 3}
+	r := &runner{cfg: &cfg}
+	for _, w := range []struct {
+		requests int
+		busy     time.Duration
+	}{{10, time.Second}, {1, 3 * time.Second}, {0, 0}} {
+		r.pool.all = append(r.pool.all, &worker{requests: w.requests, busy: w.busy})
+	}
+	// 10/s and 1/3 per s: 11 requests at 31/3 per s.
+	if got, want := r.measuredTime(), 33*time.Second/31; got.Round(time.Microsecond) != want.Round(time.Microsecond) {
+		t.Fatalf("got %v; want %v", got, want)
 	}
 }

@@ -60,7 +60,9 @@ type worker struct {
 	ttft         []time.Duration
 	itl          []time.Duration
 	lag          []time.Duration
-	last         time.Time // end of the round's last measured request
+	first        time.Time     // start of the round's first measured request
+	last         time.Time     // end of the round's last measured request
+	busy         time.Duration // closed loop: first to last, summed over rounds
 }
 
 // outcome is how one request went.
@@ -114,6 +116,9 @@ func (w *worker) one(measured bool) {
 // record adds one measured request to the figures.
 func (w *worker) record(o outcome, start, end time.Time) {
 	w.requests++
+	if w.first.IsZero() {
+		w.first = start
+	}
 	w.last = end
 	w.r.done.Add(1)
 	if o.kind != "" {
