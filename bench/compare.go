@@ -39,6 +39,9 @@ type Comparison struct {
 	// measured length of each (a first round also had the warm-up).
 	Rounds int
 	Round  time.Duration
+	// MaxRound is Config.Round, default applied: the longest round asked
+	// for, from which Rounds and Round were planned.
+	MaxRound time.Duration
 	// Reports holds each target's figures, in the order of the targets:
 	// the first is the baseline every ratio is taken against.
 	Reports []*Report
@@ -77,7 +80,7 @@ func Compare(ctx context.Context, cfg Config, targets []Target) (*Comparison, er
 	}
 	n, d := planRounds(cfg.Duration, cfg.Round)
 	interrupted := compareRounds(ctx, &cfg, rs, n, d)
-	c := &Comparison{Rounds: n, Round: d}
+	c := &Comparison{Rounds: n, Round: d, MaxRound: cfg.Round}
 	for _, r := range rs {
 		rep := r.report()
 		rep.Interrupted = rep.Interrupted || interrupted

@@ -6,20 +6,20 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"slices"
 	"strconv"
 	"time"
 )
 
-// MarshalJSON encodes the comparison as its rounds and every target's
-// report, in order.
+// MarshalJSON encodes the comparison as its rounds, the round limit it was
+// given, and every target's report, in order.
 func (c Comparison) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Rounds  int       `json:"rounds"`
-		Round   float64   `json:"round_s"`
-		Targets []*Report `json:"targets"`
-	}{c.Rounds, math.Round(c.Round.Seconds()*1e6) / 1e6, c.Reports})
+		Rounds   int       `json:"rounds"`
+		Round    float64   `json:"round_s"`
+		MaxRound float64   `json:"max_round_s"`
+		Targets  []*Report `json:"targets"`
+	}{c.Rounds, seconds(c.Round), seconds(c.MaxRound), c.Reports})
 }
 
 // WriteJSON writes c as one indented JSON object.

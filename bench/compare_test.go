@@ -182,7 +182,7 @@ func TestComparisonText(t *testing.T) {
 }
 
 func TestCompareJSON(t *testing.T) {
-	c := &Comparison{Rounds: 2, Round: 1500 * time.Millisecond, Reports: []*Report{
+	c := &Comparison{Rounds: 2, Round: 1500 * time.Millisecond, MaxRound: 2 * time.Second, Reports: []*Report{
 		{Name: "a", Errors: map[string]int{}, MaxNewTokens: Dist{Law: LawNormal, A: 16, B: 4}},
 		{Name: "b", Errors: map[string]int{}, Prompts: 3},
 	}}
@@ -190,7 +190,7 @@ func TestCompareJSON(t *testing.T) {
 	if err := c.WriteJSON(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"rounds": 2`, `"round_s": 1.5`, `"name": "a"`, `"name": "b"`,
+	for _, want := range []string{`"rounds": 2`, `"round_s": 1.5`, `"max_round_s": 2`, `"name": "a"`, `"name": "b"`,
 		`"max_new_tokens": "normal:16:4"`, `"prompts": 3`, `"event_lag": {`, `"events_per_s": 0`} {
 		if !strings.Contains(b.String(), want) {
 			t.Fatalf("got\n%s\nwant it to contain %q", b.String(), want)

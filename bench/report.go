@@ -23,17 +23,25 @@ type Report struct {
 	Name string `json:"name,omitempty"`
 	// URL, Route, Stream, Concurrency (0 for an open loop), Rate and
 	// MaxInflight (0 for a closed loop), MaxNewTokens and PromptWords
-	// (zero with a prompt file) echo the Config, defaults applied; Prompts
-	// is the number of file prompts.
-	URL          string  `json:"url"`
-	Route        string  `json:"route"`
-	Stream       bool    `json:"stream"`
-	Concurrency  int     `json:"concurrency"`
-	Rate         float64 `json:"rate,omitempty"`
-	MaxInflight  int     `json:"max_inflight,omitempty"`
-	MaxNewTokens Dist    `json:"max_new_tokens"`
-	PromptWords  Dist    `json:"prompt_words,omitzero"`
-	Prompts      int     `json:"prompts,omitempty"`
+	// (zero with a prompt file), Seed, Model (OpenAI routes only),
+	// MaxRequests (Config.Requests), Duration, Warmup and Timeout echo the
+	// Config, defaults applied, so that the run can be repeated from its
+	// JSON; Prompts is the number of file prompts.
+	URL          string        `json:"url"`
+	Route        string        `json:"route"`
+	Stream       bool          `json:"stream"`
+	Concurrency  int           `json:"concurrency"`
+	Rate         float64       `json:"rate,omitempty"`
+	MaxInflight  int           `json:"max_inflight,omitempty"`
+	MaxNewTokens Dist          `json:"max_new_tokens"`
+	PromptWords  Dist          `json:"prompt_words,omitzero"`
+	Prompts      int           `json:"prompts,omitempty"`
+	Seed         uint64        `json:"seed"`
+	Model        string        `json:"model,omitempty"`
+	MaxRequests  int           `json:"max_requests,omitempty"`
+	Duration     time.Duration `json:"-"`
+	Warmup       time.Duration `json:"-"`
+	Timeout      time.Duration `json:"-"`
 
 	// Requests is the number of measured requests that finished: OK plus
 	// the sum of Errors.
@@ -154,8 +162,8 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 	}{s.Count, millis(s.Min), millis(s.Mean), millis(s.P50), millis(s.P90), millis(s.P99), millis(s.Max)})
 }
 
-// MarshalJSON adds Elapsed, in seconds to the microsecond, to the tagged
-// fields and rounds rates to three decimals.
+// MarshalJSON adds Elapsed, Duration, Warmup and Timeout, in seconds to
+// the microsecond, to the tagged fields and rounds rates to three decimals.
 func (r Report) MarshalJSON() ([]byte, error) {
 	type plain Report // without this method
 	p := plain(r)
@@ -164,9 +172,15 @@ func (r Report) MarshalJSON() ([]byte, error) {
 	p.EventsPerSec = round3(p.EventsPerSec)
 	return json.Marshal(struct {
 		plain
-		ElapsedSeconds float64 `json:"elapsed_s"`
-	}{p, math.Round(r.Elapsed.Seconds()*1e6) / 1e6})
+		DurationSeconds float64 `json:"duration_s"`
+		WarmupSeconds   float64 `json:"warmup_s"`
+		TimeoutSeconds  float64 `json:"timeout_s"`
+		ElapsedSeconds  float64 `json:"elapsed_s"`
+	}{p, seconds(r.Duration), seconds(r.Warmup), seconds(r.Timeout), seconds(r.Elapsed)})
 }
+
+// seconds converts d to seconds, to the microsecond.
+func seconds(d time.Duration) float64 { return math.Round(d.Seconds()*1e6) / 1e6 }
 
 // millis converts d to milliseconds, to the microsecond.
 func millis(d time.Duration) float64 { return round3(float64(d) / 1e6) }

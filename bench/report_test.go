@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 func TestPercentile(t *testing.T) {
@@ -182,6 +184,28 @@ func TestWriteTextOpenLoop(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("got\n%s\nwant it to contain %q", out, want)
+		}
+	}
+}
+
+// TestRunJSONParameters checks that a run's JSON holds what it takes to
+// run it again; it once lacked the seed and the times.
+func TestRunJSONParameters(t *testing.T) {
+	cfg := serve(t, jsonHandler(&recorder{}, fasthttp.StatusOK, `{"choices":[{"text":"a"}],"usage":{"completion_tokens":1}}`))
+	cfg.Route = RouteCompletions
+	cfg.Requests = 2
+	cfg.Duration = time.Minute
+	cfg.Warmup = time.Millisecond
+	cfg.Timeout = 1500 * time.Millisecond
+	cfg.Seed = 42
+	var b bytes.Buffer
+	if err := run(t, cfg).WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"seed": 42`, `"model": "default"`, `"max_requests": 2`, `"duration_s": 60,`,
+		`"warmup_s": 0.001,`, `"timeout_s": 1.5,`, `"route": "/v1/completions"`, `"stream": false`, `"concurrency": 1`} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("got\n%s\nwant it to contain %q", b.String(), want)
 		}
 	}
 }

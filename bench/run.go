@@ -267,6 +267,11 @@ func (r *runner) report() *Report {
 		Concurrency:    r.cfg.Concurrency,
 		MaxNewTokens:   r.cfg.MaxNewTokens,
 		Prompts:        len(r.cfg.Prompts),
+		Seed:           r.cfg.Seed,
+		MaxRequests:    r.cfg.Requests,
+		Duration:       r.cfg.Duration,
+		Warmup:         r.cfg.Warmup,
+		Timeout:        r.cfg.Timeout,
 		Errors:         make(map[string]int),
 		WarmupRequests: int(r.warm.Load()),
 		Interrupted:    r.interrupted.Load(),
@@ -274,6 +279,9 @@ func (r *runner) report() *Report {
 	}
 	if len(r.cfg.Prompts) == 0 {
 		rep.PromptWords = r.cfg.PromptWords
+	}
+	if r.cfg.Route != RouteGenerate {
+		rep.Model = r.cfg.Model
 	}
 	if r.cfg.openLoop() {
 		rep.Rate, rep.MaxInflight = r.cfg.Rate, r.cfg.MaxInflight
