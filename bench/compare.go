@@ -37,8 +37,14 @@ func ParseTarget(s string) (Target, error) {
 type Comparison struct {
 	// Rounds is the number of rounds each target had, and Round the
 	// measured length of each (a first round also had the warm-up).
-	Rounds int
-	Round  time.Duration
+	// Planned is the number of rounds planned: more than Rounds when the
+	// comparison was interrupted, in which case the figures are those of
+	// the Rounds complete turns of every target, so that they compare like
+	// with like; interrupted in the first, they are what each target did
+	// before, and Rounds is zero.
+	Rounds  int
+	Planned int
+	Round   time.Duration
 	// MaxRound is Config.Round, default applied: the longest round asked
 	// for, from which Rounds and Round were planned.
 	MaxRound time.Duration
@@ -79,8 +85,8 @@ func Compare(ctx context.Context, cfg Config, targets []Target) (*Comparison, er
 		rs = append(rs, r)
 	}
 	n, d := planRounds(cfg.Duration, cfg.Round)
-	interrupted := compareRounds(ctx, &cfg, rs, n, d)
-	c := &Comparison{Rounds: n, Round: d, MaxRound: cfg.Round}
+	done, interrupted := compareRounds(ctx, &cfg, rs, n, d)
+	c := &Comparison{Rounds: done, Planned: n, Round: d, MaxRound: cfg.Round}
 	for _, r := range rs {
 		rep := r.report()
 		rep.Interrupted = rep.Interrupted || interrupted
@@ -123,13 +129,17 @@ func planRounds(total, round time.Duration) (n int, d time.Duration) {
 	return n, total / time.Duration(n)
 }
 
-// compareRounds runs n rounds of d on each runner, in turns, and
-// reports whether ctx ended the comparison early.
-func compareRounds(ctx context.Context, cfg *Config, rs []*runner, n int, d time.Duration) bool {
+// compareRounds runs n rounds of d on each runner, in turns, and returns
+// how many rounds every runner completed and whether ctx ended the
+// comparison early. Cut short after a complete round, it takes every
+// runner back to the end of the last one: a target that had one more turn
+// than another, or part of one, would not compare with it.
+func compareRounds(ctx context.Context, cfg *Config, rs []*runner, n int, d time.Duration) (done int, interrupted bool) {
+	marks := make([]mark, len(rs))
 	for i := range n {
 		for _, r := range rs {
 			if ctx.Err() != nil {
-				return true
+				break
 			}
 			var warmup time.Duration
 			if i == 0 {
@@ -138,6 +148,23 @@ func compareRounds(ctx context.Context, cfg *Config, rs []*runner, n int, d time
 			r.label = fmt.Sprintf("%s %d/%d  ", r.name, i+1, n)
 			r.round(warmup, d)
 		}
+		if ctx.Err() != nil {
+			break
+		}
+		done = i + 1
+		if done < n {
+			for j, r := range rs {
+				marks[j] = r.mark()
+			}
+		}
 	}
-	return ctx.Err() != nil
+	if ctx.Err() == nil {
+		return done, false
+	}
+	if done > 0 {
+		for j, r := range rs {
+			r.rollback(marks[j])
+		}
+	}
+	return done, true
 }

@@ -16,10 +16,11 @@ import (
 func (c Comparison) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Rounds   int       `json:"rounds"`
+		Planned  int       `json:"rounds_planned"`
 		Round    float64   `json:"round_s"`
 		MaxRound float64   `json:"max_round_s"`
 		Targets  []*Report `json:"targets"`
-	}{c.Rounds, seconds(c.Round), seconds(c.MaxRound), c.Reports})
+	}{c.Rounds, c.Planned, seconds(c.Round), seconds(c.MaxRound), c.Reports})
 }
 
 // WriteJSON writes c as one indented JSON object.
@@ -39,7 +40,8 @@ type figure struct {
 
 // WriteText writes c as one compact table for people: a row per figure, a
 // column per target, and after each target but the first its ratio to the
-// first. A figure no target has is left out.
+// first. A figure no target has is left out. Ratios are "-" when no round
+// was complete: the targets then ran for unequal times.
 func (c *Comparison) WriteText(w io.Writer) error {
 	if len(c.Reports) == 0 {
 		panic("BUG: a comparison without reports")
@@ -68,7 +70,7 @@ func (c *Comparison) WriteText(w io.Writer) error {
 			}
 			fmt.Fprintf(&b, "%*s", widths[i], cell)
 			if i > 0 {
-				fmt.Fprintf(&b, "%*s", ratioWidth(c.Reports, i), ratio(v, ok, base, baseOK))
+				fmt.Fprintf(&b, "%*s", ratioWidth(c.Reports, i), ratio(v, ok && c.Rounds > 0, base, baseOK))
 			}
 		}
 		b.WriteByte('\n')
@@ -80,12 +82,15 @@ func (c *Comparison) WriteText(w io.Writer) error {
 // writeHeader writes what was compared, how, and each target.
 func (c *Comparison) writeHeader(b *bytes.Buffer) {
 	first := c.Reports[0]
-	rounds := "rounds"
-	if c.Rounds == 1 {
-		rounds = "round"
+	rounds := fmt.Sprintf("%d rounds", c.Rounds)
+	switch {
+	case c.Planned > c.Rounds:
+		rounds = fmt.Sprintf("%d of %d rounds", c.Rounds, c.Planned)
+	case c.Rounds == 1:
+		rounds = "1 round"
 	}
-	fmt.Fprintf(b, "%-12s %s (%s); %d %s of %.2f s per target, in turns\n", "compare",
-		first.Route, first.loadText(), c.Rounds, rounds, c.Round.Seconds())
+	fmt.Fprintf(b, "%-12s %s (%s); %s of %.2f s per target, in turns\n", "compare",
+		first.Route, first.loadText(), rounds, c.Round.Seconds())
 	fmt.Fprintf(b, "%-12s %s\n", "workload", first.workloadText())
 	lag := false
 	for _, r := range c.Reports {
@@ -95,8 +100,11 @@ func (c *Comparison) writeHeader(b *bytes.Buffer) {
 	if lag {
 		fmt.Fprintf(b, "%-12s %s\n", "lag", lagNote)
 	}
-	if first.Interrupted {
-		fmt.Fprintf(b, "%-12s %s\n", "interrupted", "yes: figures cover the requests finished before")
+	switch {
+	case first.Interrupted && c.Rounds > 0:
+		fmt.Fprintf(b, "%-12s %s\n", "interrupted", "yes: figures cover the rounds every target completed")
+	case first.Interrupted:
+		fmt.Fprintf(b, "%-12s %s\n", "interrupted", "yes, in the first round: figures cover the requests finished before, no ratios")
 	}
 }
 
@@ -144,24 +152,24 @@ func compareFigures(rs []*Report) []figure {
 	for _, s := range []struct {
 		name string
 		get  func(r *Report) Summary
-		max  bool
 	}{
-		{"latency", func(r *Report) Summary { return r.Latency }, true},
-		{"ttft", func(r *Report) Summary { return r.TTFT }, false},
-		{"itl", func(r *Report) Summary { return r.ITL }, false},
-		{"lag", func(r *Report) Summary { return r.EventLag }, true},
+		{"latency", func(r *Report) Summary { return r.Latency }},
+		{"ttft", func(r *Report) Summary { return r.TTFT }},
+		{"itl", func(r *Report) Summary { return r.ITL }},
+		{"lag", func(r *Report) Summary { return r.EventLag }},
 	} {
 		if s.name == "ttft" && !rs[0].Stream {
 			continue // the latency of a non-stream request
 		}
-		fs = append(fs, summaryFigures(rs, s.name, s.get, s.max)...)
+		fs = append(fs, summaryFigures(rs, s.name, s.get)...)
 	}
 	return fs
 }
 
-// summaryFigures lists the p50, p90, p99 (and max if withMax) rows of a
-// duration summary, or none when no report has samples of it.
-func summaryFigures(rs []*Report, name string, get func(r *Report) Summary, withMax bool) []figure {
+// summaryFigures lists the p50, p90, p99 and max rows of a duration
+// summary, as the single-target table has them, or none when no report has
+// samples of it.
+func summaryFigures(rs []*Report, name string, get func(r *Report) Summary) []figure {
 	if !slices.ContainsFunc(rs, func(r *Report) bool { return get(r).Count > 0 }) {
 		return nil
 	}
@@ -172,13 +180,10 @@ func summaryFigures(rs []*Report, name string, get func(r *Report) Summary, with
 			return float64(pick(s)), s.Count > 0
 		}, ms}
 	}
-	fs := []figure{
+	return []figure{
 		row("p50", func(s Summary) time.Duration { return s.P50 }),
 		row("p90", func(s Summary) time.Duration { return s.P90 }),
 		row("p99", func(s Summary) time.Duration { return s.P99 }),
+		row("max", func(s Summary) time.Duration { return s.Max }),
 	}
-	if withMax {
-		fs = append(fs, row("max", func(s Summary) time.Duration { return s.Max }))
-	}
-	return fs
 }

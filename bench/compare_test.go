@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"strconv"
@@ -139,7 +140,7 @@ func TestComparisonText(t *testing.T) {
 		MaxNewTokens: Fixed(32), PromptWords: Fixed(8),
 		Requests: 400, OK: 400, Errors: map[string]int{}, RequestsPerSec: 200, OutputTokensPerSec: 6400, EventsPerSec: 6400,
 		Latency: Summary{Count: 400, P50: 10 * time.Millisecond, P90: 12 * time.Millisecond, P99: 20 * time.Millisecond, Max: 30 * time.Millisecond},
-		TTFT:    Summary{Count: 400, P50: time.Millisecond, P90: time.Millisecond, P99: 2 * time.Millisecond},
+		TTFT:    Summary{Count: 400, P50: time.Millisecond, P90: time.Millisecond, P99: 2 * time.Millisecond, Max: 5 * time.Millisecond},
 		ITL:     Summary{Count: 12400, P50: 300 * time.Microsecond, P90: 400 * time.Microsecond, P99: 500 * time.Microsecond},
 	}
 	other := *base
@@ -176,8 +177,74 @@ func TestComparisonText(t *testing.T) {
 	checkRow(t, out, "itl p99 ms", "0.500", "0.500", "1.000")
 	checkRow(t, out, "lag p50 ms", "-", "2.00", "-")
 	checkRow(t, out, "lag max ms", "-", "9.00", "-")
-	if strings.Contains(out, "ttft max") || strings.Contains(out, "interrupted") {
-		t.Fatalf("got\n%s\nwant no ttft max row and no interruption", out)
+	// As in the single-target table; they were once left out.
+	checkRow(t, out, "ttft max ms", "5.00", "5.00", "1.000")
+	checkRow(t, out, "itl max ms", "0.000", "0.000", "-")
+	if strings.Contains(out, "interrupted") {
+		t.Fatalf("got\n%s\nwant no interruption", out)
+	}
+}
+
+// TestCompareInterrupted cuts a comparison in the second round of its
+// second target. It once reported the rounds planned, and the first
+// target's two turns against the second's one: the figures must be those
+// of the one round both completed.
+func TestCompareInterrupted(t *testing.T) {
+	tr := &turns{}
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	hanging := make(chan struct{}, 1)
+	b := tr.handler("b", 0)
+	targets, cfg := serveTargets(t, []string{"a", "b"}, tr.handler("a", 0), func(ctx *fasthttp.RequestCtx) {
+		if n, _ := tr.stints(); n >= 3 { // a b a: b's second round
+			select {
+			case hanging <- struct{}{}:
+			default:
+			}
+			<-hang
+			return
+		}
+		b(ctx)
+	})
+	cfg.Duration = 3 * minRound
+	cfg.Round = minRound
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-hanging:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	c, err := Compare(ctx, cfg, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Rounds != 1 || c.Planned != 3 {
+		t.Fatalf("got %d of %d rounds; want 1 of 3", c.Rounds, c.Planned)
+	}
+	tr.mu.Lock()
+	first := map[string]int{} // requests of each target's first turn
+	for i, name := range tr.seq {
+		if i > 0 && tr.seq[i-1] != name && name == "a" {
+			break
+		}
+		first[name]++
+	}
+	tr.mu.Unlock()
+	for _, r := range c.Reports {
+		if !r.Interrupted || r.Requests != first[r.Name] || r.OK != r.Requests || r.Requests == 0 {
+			t.Fatalf("%s: got %d requests (%d ok), interrupted %v; want the %d of its first round, all ok, interrupted",
+				r.Name, r.Requests, r.OK, r.Interrupted, first[r.Name])
+		}
+	}
+	var out bytes.Buffer
+	if err := c.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "1 of 3 rounds"; !strings.Contains(out.String(), want) {
+		t.Fatalf("got\n%s\nwant it to contain %q", out.String(), want)
 	}
 }
 

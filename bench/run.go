@@ -219,6 +219,38 @@ func (r *runner) admit(now time.Time) (send, measured bool) {
 	return true, true
 }
 
+// mark is a runner's figures at the end of a round, for Compare to go back
+// to when a later round is cut short.
+type mark struct {
+	tallies         []tally // of pool.all, in order
+	elapsed, window time.Duration
+	dropped         int
+	warm            int64
+}
+
+// mark returns the runner's figures; every worker has stopped.
+func (r *runner) mark() mark {
+	m := mark{elapsed: r.elapsed, window: r.window, dropped: r.dropped, warm: r.warm.Load()}
+	for _, w := range r.pool.all {
+		m.tallies = append(m.tallies, w.snapshot())
+	}
+	return m
+}
+
+// rollback brings the figures back to m, taken earlier; workers added since
+// had measured nothing then. Every worker has stopped.
+func (r *runner) rollback(m mark) {
+	r.elapsed, r.window, r.dropped = m.elapsed, m.window, m.dropped
+	r.warm.Store(m.warm)
+	for i, w := range r.pool.all {
+		if i < len(m.tallies) {
+			w.tally = m.tallies[i]
+		} else {
+			w.tally = tally{errs: make(map[string]int)}
+		}
+	}
+}
+
 // pool holds a runner's workers. Only the goroutine driving the load calls
 // grow and get; put may be called from any goroutine. A worker taken with
 // get belongs to whoever took it until it is put back.

@@ -426,7 +426,7 @@ func TestMeasuredTime(t *testing.T) {
 		requests int
 		busy     time.Duration
 	}{{10, time.Second}, {1, 3 * time.Second}, {0, 0}} {
-		r.pool.all = append(r.pool.all, &worker{requests: w.requests, busy: w.busy})
+		r.pool.all = append(r.pool.all, &worker{tally: tally{requests: w.requests, busy: w.busy}})
 	}
 	// 10/s and 1/3 per s: 11 requests at 31/3 per s.
 	if got, want := r.measuredTime(), 33*time.Second/31; got.Round(time.Microsecond) != want.Round(time.Microsecond) {

@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -51,6 +52,15 @@ type worker struct {
 	gaps   []time.Duration // between token events of the current request
 	lags   []time.Duration // of the stamped events of the current request
 
+	tally
+	first time.Time // start of the round's first measured request
+	last  time.Time // end of the round's last measured request
+}
+
+// tally is what a worker has measured. A copy (with its own errs) is a
+// snapshot to go back to: appends after it do not change the elements it
+// sees.
+type tally struct {
 	requests, ok int
 	errs         map[string]int
 	tokens       int64
@@ -60,9 +70,14 @@ type worker struct {
 	ttft         []time.Duration
 	itl          []time.Duration
 	lag          []time.Duration
-	first        time.Time     // start of the round's first measured request
-	last         time.Time     // end of the round's last measured request
 	busy         time.Duration // closed loop: first to last, summed over rounds
+}
+
+// snapshot returns a copy of t that later requests leave unchanged.
+func (t *tally) snapshot() tally {
+	s := *t
+	s.errs = maps.Clone(t.errs)
+	return s
 }
 
 // outcome is how one request went.
@@ -76,7 +91,7 @@ type outcome struct {
 }
 
 func newWorker(r *runner) *worker {
-	w := &worker{r: r, errs: make(map[string]int)}
+	w := &worker{r: r, tally: tally{errs: make(map[string]int)}}
 	w.rng = rand.New(&w.pcg)
 	w.req.Header.SetMethod(fasthttp.MethodPost)
 	w.req.SetRequestURI(r.t.uri)
