@@ -32,7 +32,7 @@ func serveTargets(t *testing.T, names []string, hs ...fasthttp.RequestHandler) (
 	}
 	return targets, Config{
 		Timeout: 5 * time.Second,
-		Dial: func(addr string) (net.Conn, error) {
+		Dial: func(_ context.Context, addr string) (net.Conn, error) {
 			ln, ok := lns[addr]
 			if !ok {
 				return nil, fmt.Errorf("no fake endpoint at %s", addr)

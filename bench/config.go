@@ -1,13 +1,13 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"time"
-
-	"github.com/valyala/fasthttp"
 )
 
 // Routes a run can target.
@@ -102,9 +102,11 @@ type Config struct {
 
 	// Timeout bounds each request, a whole stream included. Zero means 60 s.
 	Timeout time.Duration
-	// Dial connects to the target address ("host:port"). Nil means TCP;
-	// tests pass an in-memory dialer.
-	Dial fasthttp.DialFunc
+	// Dial connects to the target address ("host:port"), and must give up
+	// when ctx, the run's, is done: an interrupted run waits for it. Nil
+	// means TCP over IPv4 or IPv6, within Timeout; tests pass an in-memory
+	// dialer.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// Progress, when not nil, gets a one-line progress display rewritten
 	// with '\r' about four times a second and cleared at the end. It is
 	// written from one goroutine only, and never after Run returns.

@@ -93,7 +93,7 @@ func TestRunConnectError(t *testing.T) {
 	rep := run(t, Config{
 		URL:      "http://fake.test",
 		Requests: 2,
-		Dial:     func(string) (net.Conn, error) { return nil, errors.New("connection refused") },
+		Dial:     func(context.Context, string) (net.Conn, error) { return nil, errors.New("connection refused") },
 	})
 	checkCounts(t, rep, 2, 0)
 	if rep.Errors[KindConnect] != 2 {
@@ -231,5 +231,49 @@ func TestRunEmptyEvent(t *testing.T) {
 	checkCounts(t, rep, 2, 2)
 	if rep.Events != 4 || rep.OutputTokens != 4 {
 		t.Fatalf("got %d events, %d tokens; want 4, 4 (the empty events skipped)", rep.Events, rep.OutputTokens)
+	}
+}
+
+// TestRunCancelWhileDialling cancels the run while every client is still
+// connecting: Run must return at once, the dials ended by its context.
+func TestRunCancelWhileDialling(t *testing.T) {
+	dialling := make(chan struct{}, 1)
+	cfg := Config{
+		URL:         "http://fake.test",
+		Concurrency: 2,
+		Duration:    time.Minute,
+		Timeout:     time.Minute,
+		Dial: func(ctx context.Context, _ string) (net.Conn, error) {
+			select {
+			case dialling <- struct{}{}:
+			default:
+			}
+			<-ctx.Done() // a target that never answers the SYN
+			return nil, ctx.Err()
+		},
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan *Report, 1)
+	go func() {
+		rep, err := Run(ctx, cfg)
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		done <- rep
+	}()
+	select {
+	case <-dialling:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no client dialled")
+	}
+	cancel()
+	select {
+	case rep := <-done:
+		if !rep.Interrupted || rep.Requests != 0 {
+			t.Fatalf("got %d requests, interrupted %v; want none, interrupted", rep.Requests, rep.Interrupted)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after its context was cancelled")
 	}
 }

@@ -2,7 +2,9 @@ package bench
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -71,7 +73,7 @@ func TestRunFakeEventLag(t *testing.T) {
 			t.Cleanup(func() { _ = s.Close() })
 			rep := run(t, Config{
 				URL: "http://agg.test", Route: tc.route, Stream: true, Requests: 6, Concurrency: 2,
-				MaxNewTokens: Fixed(5), Timeout: 5 * time.Second, Dial: n.Dial,
+				MaxNewTokens: Fixed(5), Timeout: 5 * time.Second, Dial: func(_ context.Context, addr string) (net.Conn, error) { return n.Dial(addr) },
 			})
 			checkCounts(t, rep, 6, 6)
 			if rep.Events != 6*tc.events || int64(rep.EventLag.Count) != rep.Events || rep.OutputTokens != 30 {

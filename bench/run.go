@@ -60,7 +60,7 @@ type runner struct {
 // newRunner prepares the load cfg describes on target tg; cfg has its
 // defaults and is shared, read-only, by every runner of a Compare.
 func newRunner(ctx context.Context, cfg *Config, tg Target) (*runner, error) {
-	t, err := newTarget(tg.URL, cfg.Route, cfg.Dial, cfg.maxConns(), cfg.Timeout)
+	t, err := newTarget(ctx, tg.URL, cfg.Route, cfg.Dial, cfg.maxConns(), cfg.Timeout)
 	if err != nil {
 		return nil, err
 	}

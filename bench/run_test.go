@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"strings"
 	"sync"
@@ -254,9 +255,9 @@ func TestRunKeepAlive(t *testing.T) {
 		cfg := serve(t, streamOrJSON(rc, stream, events, nil))
 		var dials atomic.Int32
 		dial := cfg.Dial
-		cfg.Dial = func(addr string) (net.Conn, error) {
+		cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
 			dials.Add(1)
-			return dial(addr)
+			return dial(ctx, addr)
 		}
 		cfg.Stream = stream
 		cfg.Concurrency = 2

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -26,7 +27,7 @@ func serve(t *testing.T, h fasthttp.RequestHandler) Config {
 	return Config{
 		URL:     "http://fake.test",
 		Timeout: 5 * time.Second,
-		Dial:    func(string) (net.Conn, error) { return ln.Dial() },
+		Dial:    func(context.Context, string) (net.Conn, error) { return ln.Dial() },
 	}
 }
 

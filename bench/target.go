@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -26,7 +27,8 @@ var errInterrupted = errors.New("run interrupted")
 type target struct {
 	uri  string
 	hc   *fasthttp.HostClient
-	dial fasthttp.DialFunc
+	ctx  context.Context // the run's: it ends the dials, which fasthttp cannot
+	dial func(ctx context.Context, addr string) (net.Conn, error)
 
 	mu     sync.Mutex
 	conns  map[*trackedConn]struct{}
@@ -34,8 +36,8 @@ type target struct {
 }
 
 // newTarget parses rawURL and builds a client sized for concurrency
-// connections.
-func newTarget(rawURL, route string, dial fasthttp.DialFunc, concurrency int, timeout time.Duration) (*target, error) {
+// connections, whose dials end with ctx.
+func newTarget(ctx context.Context, rawURL, route string, dial func(context.Context, string) (net.Conn, error), concurrency int, timeout time.Duration) (*target, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("cannot parse url %q: %w", rawURL, err)
@@ -58,10 +60,15 @@ func newTarget(rawURL, route string, dial fasthttp.DialFunc, concurrency int, ti
 		addr = net.JoinHostPort(u.Hostname(), port)
 	}
 	if dial == nil {
-		dial = func(addr string) (net.Conn, error) { return fasthttp.DialDualStackTimeout(addr, timeout) }
+		// fasthttp's dialers take no context, and a connect to a host that
+		// drops SYNs (or a full backlog) would hold an interrupted run for
+		// the whole timeout. "tcp" tries IPv4 and IPv6.
+		d := &net.Dialer{Timeout: timeout}
+		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
 	}
 	t := &target{
 		uri:   u.Scheme + "://" + u.Host + strings.TrimSuffix(u.EscapedPath(), "/") + route,
+		ctx:   ctx,
 		dial:  dial,
 		conns: make(map[*trackedConn]struct{}),
 	}
@@ -96,7 +103,7 @@ func (e *dialError) Unwrap() error { return e.err }
 
 // dialTracked dials and remembers the connection until it is closed.
 func (t *target) dialTracked(addr string) (net.Conn, error) {
-	c, err := t.dial(addr)
+	c, err := t.dial(t.ctx, addr)
 	if err != nil {
 		return nil, &dialError{err}
 	}
