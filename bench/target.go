@@ -17,8 +17,13 @@ import (
 // server cannot exhaust the generator's memory.
 const maxResponseBodySize = 64 << 20
 
-// errInterrupted refuses new connections once the run was cancelled.
-var errInterrupted = errors.New("run interrupted")
+var (
+	// errInterrupted refuses new connections once the run was cancelled.
+	errInterrupted = errors.New("run interrupted")
+	// errStaleConn refuses to send a request on a kept-alive connection
+	// the target has already closed.
+	errStaleConn = errors.New("the target closed the idle connection")
+)
 
 // target is one endpoint under load: the URI every request goes to and a
 // HostClient whose connections are tracked, so that a cancelled run can cut
@@ -85,11 +90,19 @@ func newTarget(ctx context.Context, rawURL, route string, dial func(context.Cont
 		// Below the 5 s after which SGLang servers drop idle connections
 		// (PROTOCOL.md §7), so a pause never leaves a dead one pooled.
 		MaxIdleConnDuration: 3 * time.Second,
-		// POSTs are not retried anyway; say so, as a retried request
-		// would be measured as one.
-		MaxIdemponentCallAttempts: 1,
-		MaxResponseBodySize:       maxResponseBodySize,
-		DisablePathNormalizing:    true,
+		// Retry only a request that never left: trackedConn refuses to
+		// write on a connection the target closed while it was idle (a
+		// shorter keep-alive than ours, or one answer per connection),
+		// as net/http retries on errServerClosedIdle. A request that may
+		// have reached the target is never sent twice. Each attempt
+		// closes one stale connection, so concurrency+1 attempts reach a
+		// new one.
+		MaxIdemponentCallAttempts: concurrency + 1,
+		RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
+			return false, errors.Is(err, errStaleConn)
+		},
+		MaxResponseBodySize:    maxResponseBodySize,
+		DisablePathNormalizing: true,
 	}
 	return t, nil
 }
@@ -134,10 +147,34 @@ func (t *target) close() {
 	}
 }
 
-// trackedConn is a connection its target can close from outside.
+// trackedConn is a connection its target can close from outside, and that
+// checks it is still open before a request is written on it again. One
+// request at a time uses it.
 type trackedConn struct {
 	net.Conn
-	t *target
+	t        *target
+	answered bool // bytes were read since the last write: it was used
+}
+
+// Read notes that the connection has carried an answer.
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.answered = true
+	}
+	return n, err
+}
+
+// Write refuses the first write of a request on a kept-alive connection
+// the target has closed: nothing is sent, so the request can go on another.
+func (c *trackedConn) Write(p []byte) (int, error) {
+	if c.answered {
+		c.answered = false
+		if peerClosed(c.Conn) {
+			return 0, errStaleConn
+		}
+	}
+	return c.Conn.Write(p)
 }
 
 // Close closes the connection and forgets it.
