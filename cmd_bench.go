@@ -37,7 +37,7 @@ type benchCmd struct {
 	Model        string     `help:"The model field on OpenAI routes." default:"default"`
 
 	Timeout time.Duration `help:"Longest a request may take." default:"60s"`
-	JSON    string        `help:"Also write the report (with --compare, every target's) as JSON to this file ('-' for standard output)." placeholder:"FILE"`
+	JSON    string        `help:"Also write the report (with --compare, every target's) as JSON to this file, created before the load starts; '-' writes it to standard output, and the table to standard error." placeholder:"FILE"`
 	Quiet   bool          `help:"No progress line (there is none when standard error is not a terminal)." short:"q"`
 }
 
@@ -52,45 +52,192 @@ func (c *benchCmd) Validate() error {
 	return nil
 }
 
-// Run runs the load until done or interrupted, then prints the report.
+// Run runs the load until done or interrupted, then prints the report. It
+// fails after the report when the run was interrupted (exit status 128 +
+// the signal, as shells report a process killed by it) or when some target
+// answered no request successfully, so that a script, or a mistyped port,
+// cannot take either for a good run.
 func (c *benchCmd) Run() error {
+	ctx, stop := catchSignals(os.Exit)
+	defer stop()
+	return c.run(ctx, os.Stdout, os.Stderr)
+}
+
+// report is what Run prints: a *bench.Report or a *bench.Comparison.
+type report interface {
+	WriteText(io.Writer) error
+	WriteJSON(io.Writer) error
+}
+
+// run does Run's work, writing to stdout and stderr.
+func (c *benchCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	cfg, err := c.config()
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if len(c.Compare) > 0 {
-		return c.compare(ctx, cfg)
-	}
-	report, err := bench.Run(ctx, cfg)
+	table, jsonOut, err := c.outputs(stdout, stderr)
 	if err != nil {
 		return err
 	}
-	if err := report.WriteText(os.Stdout); err != nil {
+	defer jsonOut.Close()
+	var rep report
+	var reports []*bench.Report
+	if len(c.Compare) > 0 {
+		cmp, err := c.compare(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		rep, reports = cmp, cmp.Reports
+	} else {
+		r, err := bench.Run(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		rep, reports = r, []*bench.Report{r}
+	}
+	if err := rep.WriteText(table); err != nil {
 		return err
 	}
-	return c.writeJSON(report)
+	if jsonOut != nil {
+		if err := rep.WriteJSON(jsonOut); err != nil {
+			return fmt.Errorf("cannot write the JSON report: %w", err)
+		}
+		if err := jsonOut.Close(); err != nil {
+			return fmt.Errorf("cannot write the JSON report: %w", err)
+		}
+	}
+	return outcome(ctx, reports)
 }
 
 // compare runs the load on the --compare targets in turn.
-func (c *benchCmd) compare(ctx context.Context, cfg bench.Config) error {
+func (c *benchCmd) compare(ctx context.Context, cfg bench.Config) (*bench.Comparison, error) {
 	targets := make([]bench.Target, len(c.Compare))
 	for i, s := range c.Compare {
 		t, err := bench.ParseTarget(s)
 		if err != nil {
-			return fmt.Errorf("--compare: %w", err)
+			return nil, fmt.Errorf("--compare: %w", err)
 		}
 		targets[i] = t
 	}
-	cmp, err := bench.Compare(ctx, cfg, targets)
+	return bench.Compare(ctx, cfg, targets)
+}
+
+// outputs returns where the table goes and the JSON report's file, if any.
+// The file is created now, as a shell redirection would be, so that a bad
+// path fails before any load rather than losing a long run's report. With
+// '-' the JSON takes standard output and the table moves to standard
+// error, so the output is JSON alone and a person still sees the table.
+func (c *benchCmd) outputs(stdout, stderr io.Writer) (table io.Writer, jsonOut *jsonFile, err error) {
+	switch c.JSON {
+	case "":
+		return stdout, nil, nil
+	case "-":
+		return stderr, &jsonFile{Writer: stdout}, nil
+	}
+	f, err := os.Create(c.JSON)
 	if err != nil {
-		return err
+		return nil, nil, fmt.Errorf("cannot write the JSON report: %w", err)
 	}
-	if err := cmp.WriteText(os.Stdout); err != nil {
-		return err
+	return stdout, &jsonFile{Writer: f, f: f}, nil
+}
+
+// jsonFile is where the JSON report goes: a file, closed once, or standard
+// output, never closed. A nil *jsonFile is no JSON report.
+type jsonFile struct {
+	io.Writer
+	f *os.File
+}
+
+// Close closes the file, if any, once; a nil jsonFile is fine.
+func (j *jsonFile) Close() error {
+	if j == nil || j.f == nil {
+		return nil
 	}
-	return c.writeJSON(cmp)
+	f := j.f
+	j.f = nil
+	return f.Close()
+}
+
+// exitError fails a run that printed its report, with an exit status of
+// its own (kong exits with ExitCode).
+type exitError struct {
+	msg  string
+	code int
+}
+
+func (e *exitError) Error() string { return e.msg }
+func (e *exitError) ExitCode() int { return e.code }
+
+// signalError is the cause of a run's context cancelled by a signal.
+type signalError struct{ sig syscall.Signal }
+
+func (e signalError) Error() string {
+	name := e.sig.String()
+	switch e.sig {
+	case syscall.SIGINT:
+		name = "SIGINT"
+	case syscall.SIGTERM:
+		name = "SIGTERM"
+	}
+	return "interrupted by " + name
+}
+
+// exitCode is the status of a run interrupted by the signal: 128 + its
+// number (130 for SIGINT, 143 for SIGTERM).
+func (e signalError) exitCode() int { return 128 + int(e.sig) }
+
+// outcome returns the error a finished run exits with, after its report:
+// the interrupting signal's, or one when a target had no request succeed.
+func outcome(ctx context.Context, reports []*bench.Report) error {
+	var se signalError
+	if errors.As(context.Cause(ctx), &se) {
+		return &exitError{msg: se.Error(), code: se.exitCode()}
+	}
+	if ctx.Err() != nil {
+		return &exitError{msg: "interrupted", code: 128 + int(syscall.SIGINT)}
+	}
+	for _, r := range reports {
+		if r.OK == 0 {
+			target := r.URL
+			if r.Name != "" {
+				target = r.Name
+			}
+			return &exitError{msg: fmt.Sprintf("no request to %s succeeded", target), code: 1}
+		}
+	}
+	return nil
+}
+
+// catchSignals returns a context the first SIGINT or SIGTERM cancels, with
+// a signalError as its cause, so the run stops and prints what it has. A
+// second one calls exit at once, as that can take a while (requests are
+// cut, but a stuck write can hold them). stop gives the signals back their
+// default action.
+func catchSignals(exit func(code int)) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		for first := true; ; first = false {
+			select {
+			case sig := <-sigs:
+				se := signalError{sig.(syscall.Signal)}
+				if !first {
+					exit(se.exitCode())
+					return
+				}
+				cancel(se)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel(nil)
+	}
 }
 
 // config converts the flags, reading the prompt file if any.
@@ -133,23 +280,4 @@ func (c *benchCmd) config() (bench.Config, error) {
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// writeJSON writes the JSON report where --json says, if anywhere.
-func (c *benchCmd) writeJSON(report interface{ WriteJSON(io.Writer) error }) error {
-	switch c.JSON {
-	case "":
-		return nil
-	case "-":
-		return report.WriteJSON(os.Stdout)
-	}
-	f, err := os.Create(c.JSON)
-	if err != nil {
-		return fmt.Errorf("cannot write the JSON report: %w", err)
-	}
-	if err := report.WriteJSON(f); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("cannot write the JSON report: %w", err)
-	}
-	return f.Close()
 }

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// serveBench runs a fake /generate endpoint on a loopback port and returns
+// its URL and a count of the requests it got.
+func serveBench(t *testing.T) (string, *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int32
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		n.Add(1)
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"text":" a","meta_info":{"completion_tokens":1}}`)
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return "http://" + ln.Addr().String(), &n
+}
+
+// runBench parses args as `pdlb bench ARGS` and runs it with ctx.
+func runBench(t *testing.T, ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	c, _, err := parse(t, append([]string{"bench", "-q", "--timeout", "5s"}, args...)...)
+	if err != nil {
+		t.Fatalf("cannot parse %q: %v", args, err)
+	}
+	var out, errOut bytes.Buffer
+	err = c.Bench.run(ctx, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+// exitCode is the status kong exits with for err.
+func exitCode(err error) int {
+	var e interface{ ExitCode() int }
+	if errors.As(err, &e) {
+		return e.ExitCode()
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+// TestBenchJSONStdout checks that `--json -` leaves standard output JSON
+// alone: the table once came first on it.
+func TestBenchJSONStdout(t *testing.T) {
+	url, _ := serveBench(t)
+	stdout, stderr, err := runBench(t, t.Context(), url, "-n", "2", "--json", "-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct{ OK int }
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || rep.OK != 2 {
+		t.Fatalf("got stdout %q (ok %d, %v); want the JSON report of 2 ok requests alone", stdout, rep.OK, err)
+	}
+	if !strings.Contains(stderr, "throughput") {
+		t.Fatalf("got stderr %q; want the table", stderr)
+	}
+}
+
+// TestBenchJSONBadPath checks that a JSON file that cannot be created
+// fails the run before any load: it once failed after the whole run.
+func TestBenchJSONBadPath(t *testing.T) {
+	url, requests := serveBench(t)
+	path := filepath.Join(t.TempDir(), "missing", "r.json")
+	_, _, err := runBench(t, t.Context(), url, "-n", "2", "--json", path)
+	if err == nil || !strings.Contains(err.Error(), "cannot write the JSON report") {
+		t.Fatalf("got error %v; want one about the JSON report", err)
+	}
+	if got := requests.Load(); got != 0 {
+		t.Fatalf("the target got %d requests; want none", got)
+	}
+}
+
+func TestBenchJSONFile(t *testing.T) {
+	url, _ := serveBench(t)
+	path := filepath.Join(t.TempDir(), "r.json")
+	stdout, _, err := runBench(t, t.Context(), url, "-n", "2", "--json", path)
+	if err != nil || !strings.Contains(stdout, "throughput") {
+		t.Fatalf("got error %v, stdout %q; want none, the table", err, stdout)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || !json.Valid(b) {
+		t.Fatalf("got %q, %v; want the JSON report", b, err)
+	}
+}
+
+// TestBenchExitStatus checks the status after the report: 1 when no
+// request succeeded (it was 0, so a mistyped port looked like a good run),
+// 128 + the signal when interrupted, 0 otherwise.
+func TestBenchExitStatus(t *testing.T) {
+	url, _ := serveBench(t)
+	stdout, _, err := runBench(t, t.Context(), url, "-n", "2")
+	if code := exitCode(err); code != 0 || !strings.Contains(stdout, "throughput") {
+		t.Fatalf("reachable target: got status %d (%v); want 0 after the report", code, err)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	_ = ln.Close()
+	stdout, _, err = runBench(t, t.Context(), dead, "-n", "3")
+	if code := exitCode(err); code != 1 || !strings.Contains(stdout, "connect 3") {
+		t.Fatalf("dead target: got status %d (%v), stdout %q; want 1 after the report", code, err, stdout)
+	}
+	_, _, err = runBench(t, t.Context(), "--compare", "up="+url, "--compare", "down="+dead, "-d", "100ms", "--round", "100ms")
+	if code := exitCode(err); code != 1 || !strings.Contains(err.Error(), "down") {
+		t.Fatalf("compare with a dead target: got status %d (%v); want 1 naming it", code, err)
+	}
+
+	ctx, cancel := context.WithCancelCause(t.Context())
+	cancel(signalError{syscall.SIGINT})
+	stdout, _, err = runBench(t, ctx, url, "-d", "1m")
+	if code := exitCode(err); code != 130 || !strings.Contains(stdout, "throughput") {
+		t.Fatalf("interrupted: got status %d (%v), stdout %q; want 130 after the report", code, err, stdout)
+	}
+}
+
+// TestCatchSignals sends this process SIGINT twice: the first cancels the
+// context, the second exits at once (it was swallowed, and a run stuck
+// connecting could not be stopped).
+func TestCatchSignals(t *testing.T) {
+	exited := make(chan int, 1)
+	ctx, stop := catchSignals(func(code int) { exited <- code })
+	defer stop()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first SIGINT did not cancel the context")
+	}
+	var se signalError
+	if !errors.As(context.Cause(ctx), &se) || se.exitCode() != 130 {
+		t.Fatalf("got cause %v; want SIGINT", context.Cause(ctx))
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-exited:
+		if code != 130 {
+			t.Fatalf("got exit status %d; want 130", code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second SIGINT did not exit")
+	}
+}
