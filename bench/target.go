@@ -152,25 +152,36 @@ func (t *target) close() {
 // request at a time uses it.
 type trackedConn struct {
 	net.Conn
-	t        *target
-	answered bool // bytes were read since the last write: it was used
+	t *target
+	// answered is when bytes were last read, zero once a request is
+	// written: the connection carried an answer and waits for reuse.
+	answered time.Time
 }
+
+// staleCheckAfter is how long a connection must have been idle for its
+// next request to check first that the target has not closed it. Servers
+// keep idle connections for seconds (uvicorn 5 s), so a closed-loop client
+// going from answer to request at once skips the check, and its system
+// call. A variable for tests.
+var staleCheckAfter = 100 * time.Millisecond
 
 // Read notes that the connection has carried an answer.
 func (c *trackedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		c.answered = true
+		c.answered = time.Now()
 	}
 	return n, err
 }
 
 // Write refuses the first write of a request on a kept-alive connection
-// the target has closed: nothing is sent, so the request can go on another.
+// the target has closed while it was idle: nothing is sent, so the request
+// can go on another.
 func (c *trackedConn) Write(p []byte) (int, error) {
-	if c.answered {
-		c.answered = false
-		if peerClosed(c.Conn) {
+	if !c.answered.IsZero() {
+		idle := time.Since(c.answered)
+		c.answered = time.Time{}
+		if idle >= staleCheckAfter && peerClosed(c.Conn) {
 			return 0, errStaleConn
 		}
 	}
