@@ -135,14 +135,7 @@ func TestRunCancel(t *testing.T) {
 
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			done := make(chan *Report)
-			go func() {
-				rep, err := Run(ctx, cfg)
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-				done <- rep
-			}()
+			done := runAsync(t, ctx, cfg)
 			select {
 			case <-hanging:
 			case <-time.After(5 * time.Second):
@@ -254,14 +247,7 @@ func TestRunCancelWhileDialling(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	done := make(chan *Report, 1)
-	go func() {
-		rep, err := Run(ctx, cfg)
-		if err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		done <- rep
-	}()
+	done := runAsync(t, ctx, cfg)
 	select {
 	case <-dialling:
 	case <-time.After(5 * time.Second):

@@ -164,14 +164,7 @@ func TestRunOpenLoopTooFast(t *testing.T) {
 	cfg.MaxInflight = 2
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	done := make(chan *Report, 1)
-	go func() {
-		rep, err := Run(ctx, cfg)
-		if err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		done <- rep
-	}()
+	done := runAsync(t, ctx, cfg)
 	select {
 	case rep := <-done:
 		if rep.Interrupted || rep.Requests == 0 {

@@ -152,6 +152,20 @@ func inDist(d Dist, n int) bool {
 }
 
 // run calls Run and fails the test on an error.
+// runAsync runs cfg until ctx ends, in the background; its report comes on
+// the channel.
+func runAsync(t *testing.T, ctx context.Context, cfg Config) <-chan *Report {
+	done := make(chan *Report, 1)
+	go func() {
+		rep, err := Run(ctx, cfg)
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		done <- rep
+	}()
+	return done
+}
+
 func run(t *testing.T, cfg Config) *Report {
 	t.Helper()
 	rep, err := Run(t.Context(), cfg)
