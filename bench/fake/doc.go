@@ -68,6 +68,9 @@
 // counted in Stats.ClientGone, so a test sees a load balancer's
 // cancellation reach the worker.
 //
+// Bodies are read as SGLang's Python reads them: of duplicate keys in a
+// JSON object, the last wins, at any depth (jsonr.go).
+//
 // The hot path parses with pooled fastjson parsers and writes JSON by
 // appending bytes, so the fakes are not the bottleneck of a benchmark.
 package fake

@@ -144,7 +144,7 @@ func (s *Server) serveAbort(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	p := s.parsers.Get()
-	v, err := p.ParseBytes(ctx.PostBody())
+	v, err := loadJSON(p, ctx.PostBody())
 	if err != nil {
 		s.parsers.Put(p)
 		writeBadRequest(ctx, routeGenerate, "JSON decode error: "+err.Error())

@@ -76,7 +76,7 @@ func (s *Server) serveKVTransfer(ctx *fasthttp.RequestCtx) {
 	}
 	s.st.kvTransferHTTP.Add(1)
 	p := s.parsers.Get()
-	v, err := p.ParseBytes(ctx.PostBody())
+	v, err := loadJSON(p, ctx.PostBody())
 	var k roomKey
 	if err == nil {
 		k.room, err = roomField(v)

@@ -181,7 +181,7 @@ func (s *Server) getPrefillInfo(c *call, n *Network, addr string, old bool, dead
 func (s *Server) parsePrefillInfo(body []byte, old bool) (prefillInfo, error) {
 	p := s.parsers.Get()
 	defer s.parsers.Put(p)
-	v, err := p.ParseBytes(body)
+	v, err := loadJSON(p, body)
 	if err != nil {
 		return prefillInfo{}, fmt.Errorf("cannot parse prefill parallel info: %w", err)
 	}

@@ -95,7 +95,7 @@ func (s *Server) parse(rt route, body []byte) (*request, error) {
 	p := s.parsers.Get()
 	defer s.parsers.Put(p)
 	// Python's json.loads takes UTF-8 bytes behind a byte-order mark.
-	v, err := p.ParseBytes(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")))
+	v, err := loadJSON(p, bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")))
 	if err != nil {
 		return nil, badRequest("JSON decode error: " + err.Error())
 	}
