@@ -25,6 +25,11 @@ const (
 	DefaultBootstrapPort = 8998
 	DefaultKVTimeout     = 30 * time.Second
 	DefaultIdleTimeout   = 5 * time.Second
+	// DefaultHeartbeatInterval and DefaultHeartbeatMaxFailures are SGLang's
+	// SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL and
+	// SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE defaults.
+	DefaultHeartbeatInterval    = 5 * time.Second
+	DefaultHeartbeatMaxFailures = 2
 	// DefaultMaxHeaderSize is h11's limit on a request header, which
 	// SGLang's uvicorn keeps.
 	DefaultMaxHeaderSize = 16 << 10
@@ -130,6 +135,21 @@ type Config struct {
 	// DefaultKVTimeout.
 	KVTimeout time.Duration
 
+	// HeartbeatInterval is, on a decode, the time between two rounds of
+	// health polls (GET /health) of the bootstrap servers of the prefills
+	// whose parallel info a DP rank caches (heartbeat.go), SGLang's
+	// SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL. SGLang raises values below
+	// 2 s to 2 s; the fake takes any, so tests can be quick. Zero means
+	// DefaultHeartbeatInterval. Other roles ignore it.
+	HeartbeatInterval time.Duration
+
+	// HeartbeatMaxFailures is, on a decode, how many health polls of a
+	// prefill's bootstrap server must fail in a row before a DP rank drops
+	// that prefill's cached parallel info and fails the items waiting on
+	// it (heartbeat.go), SGLang's SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE.
+	// Zero means DefaultHeartbeatMaxFailures. Other roles ignore it.
+	HeartbeatMaxFailures int
+
 	// IdleTimeout is how long the HTTP API keeps an idle keep-alive
 	// connection; SGLang's uvicorn drops them after about 5 s (PROTOCOL.md
 	// §7), and Server.CloseIdleConnections drops them at once. Zero means
@@ -207,6 +227,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.KVTimeout <= 0 {
 		c.KVTimeout = DefaultKVTimeout
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.HeartbeatMaxFailures <= 0 {
+		c.HeartbeatMaxFailures = DefaultHeartbeatMaxFailures
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout

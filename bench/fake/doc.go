@@ -22,6 +22,14 @@
 // brings back the bug SGLang PR #22990 fixed in that resolution. So DP
 // fields a real deployment would reject fail here too.
 //
+// A decode polls GET /health on the bootstrap server of every prefill whose
+// info it caches, every Config.HeartbeatInterval (5 s), and after
+// Config.HeartbeatMaxFailures (2) failures in a row forgets that info and
+// fails the items still waiting for that prefill's KV with SGLang's "Lost
+// connection with prefill instance" (PROTOCOL.md §4, heartbeat.go). Only
+// then does it see a prefill restarted with another DP size: one back
+// sooner keeps its stale info, as in SGLang.
+//
 // With Config.ConditionalAgg a decode stands for SGLang's draft PR #34773
 // (PROTOCOL.md §6): a /generate item marked "do_local_prefill": true is
 // prefilled by the decode itself and answered as an aggregated server

@@ -83,23 +83,24 @@ func (s *Server) conflict(it *item) *failure {
 // then 0 for a prefill without DP, then bootstrap_room % dp_size. With
 // Config.FirstRequestBug, disagg_prefill_dp_rank comes first, and a decode
 // rank without the info fails the item instead of fetching it, so the
-// cache stays empty for the next one too.
-func (s *Server) resolvePrefillRank(c *call, n *Network, addr string, it *item, port int, deadline time.Time) (int, *failure) {
+// cache stays empty for the next one too. lost is closed if the health
+// polls drop the info the rank was resolved with (heartbeat.go).
+func (s *Server) resolvePrefillRank(c *call, n *Network, addr string, it *item, port int, deadline time.Time) (rank int, lost <-chan struct{}, f *failure) {
 	ic := &s.infos[it.dpRank]
 	if s.cfg.FirstRequestBug && it.prefillDPRank != noRank && !ic.cached(addr) {
 		s.st.firstRequestFailures.Add(1)
 		s.st.kvFailed.Add(1)
-		return 0, &failure{item: it.index, msg: decodeFailure("handshake", it, downReason(it, port))}
+		return 0, nil, &failure{item: it.index, msg: decodeFailure("handshake", it, downReason(it, port))}
 	}
-	info, err := s.prefillInfo(c, ic, n, addr, deadline)
+	info, lost, err := s.prefillInfo(c, ic, n, addr, deadline)
 	if err != nil {
-		return 0, s.handshakeFailure(c, it, addr, port, err)
+		return 0, nil, s.handshakeFailure(c, it, addr, port, err)
 	}
-	rank := prefillRankOf(info, it)
+	rank = prefillRankOf(info, it)
 	if rank >= 0 && rank < info.dpSize {
-		return rank, nil
+		return rank, lost, nil
 	}
-	return rank, s.lookupRank(c, n, addr, info, it, rank, deadline)
+	return rank, lost, s.lookupRank(c, n, addr, info, it, rank, deadline)
 }
 
 // prefillRankOf picks the prefill DP rank of it once the info is known. A
@@ -133,7 +134,7 @@ func (s *Server) lookupRank(c *call, n *Network, addr string, info prefillInfo, 
 		query = "/route?engine_rank=0&target_dp_group=" + r + "&target_pp_rank=0"
 	}
 	req.SetRequestURI("http://" + addr + query)
-	err := s.bootstrapCall(c, n, addr, req, resp, deadline)
+	err := s.bootstrapCall(c, nil, n, addr, req, resp, deadline)
 	if err == nil && resp.StatusCode() == fasthttp.StatusOK {
 		return nil
 	}

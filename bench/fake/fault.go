@@ -180,7 +180,9 @@ func (s *Server) Fault() Fault { return s.faults.Load().f }
 // connections closed), or listen again on the same address (down false).
 // Decodes then fail to fetch the prefill's parallel info, as SGLang's do;
 // decode DP ranks that cached it before still meet the prefill, as SGLang's
-// do until their bootstrap health polls give up. It is safe for concurrent
+// do until their bootstrap health polls give up (Config.HeartbeatMaxFailures
+// in a row, heartbeat.go): then they drop the info and fail the items
+// waiting on it. It is safe for concurrent
 // use; on a closed server it does nothing and returns nil. It fails on a
 // server that is not a started prefill, or when listening again fails.
 func (s *Server) SetBootstrapDown(down bool) error {

@@ -102,8 +102,10 @@ func (r *rendezvous) pending() int {
 }
 
 // meet arrives in room k on side sd and waits for the other leg, at most
-// timeout. stop, quit and peerQuit end the wait early; nil ones never do.
-func (r *rendezvous) meet(k roomKey, sd side, timeout time.Duration, stop, quit, peerQuit <-chan struct{}) meetResult {
+// timeout. stop and quit end the wait early as stopped, peerQuit (the other
+// server closing) and lost (its info dropped by the health polls) as
+// peerGone; nil ones never do.
+func (r *rendezvous) meet(k roomKey, sd side, timeout time.Duration, stop, quit, peerQuit, lost <-chan struct{}) meetResult {
 	m := r.arrive(k, sd)
 	if m == nil {
 		return duplicate
@@ -126,6 +128,8 @@ func (r *rendezvous) meet(k roomKey, sd side, timeout time.Duration, stop, quit,
 		res = stopped
 	case <-peerQuit:
 		res = peerGone
+	case <-lost:
+		res = peerGone
 	}
 	if r.leave(k, m) {
 		return met
@@ -137,7 +141,7 @@ func (r *rendezvous) meet(k roomKey, sd side, timeout time.Duration, stop, quit,
 // room on the DP rank the item was dispatched to.
 func (s *Server) sendKV(c *call, it *item) *failure {
 	start := time.Now()
-	res := s.kv.meet(roomKey{it.room, it.dpRank}, sidePrefill, s.cfg.KVTimeout, c.done, s.quit, nil)
+	res := s.kv.meet(roomKey{it.room, it.dpRank}, sidePrefill, s.cfg.KVTimeout, c.done, s.quit, nil, nil)
 	reason := ""
 	switch res {
 	case met:
@@ -156,7 +160,8 @@ func (s *Server) sendKV(c *call, it *item) *failure {
 
 // receiveKV is the decode leg of item it: resolve the prefill DP rank that
 // holds the KV (learning the prefill's parallel info on the way), then wait,
-// until deadline, for that rank to serve the room.
+// until deadline, for that rank to serve the room, or until the health polls
+// drop that info (heartbeat.go).
 func (s *Server) receiveKV(c *call, r *request, it *item, deadline time.Time) *failure {
 	ep := s.endpoint()
 	port := it.port
@@ -164,16 +169,16 @@ func (s *Server) receiveKV(c *call, r *request, it *item, deadline time.Time) *f
 		port = s.cfg.BootstrapPort // bootstrap_port null: SGLang uses its own
 	}
 	addr := joinHostPort(it.host, strconv.Itoa(port))
-	rank, f := s.resolvePrefillRank(c, ep.net, addr, it, port, deadline)
+	rank, lost, f := s.resolvePrefillRank(c, ep.net, addr, it, port, deadline)
 	if f != nil {
 		return f
 	}
 	k := roomKey{it.room, rank}
 	var res meetResult
 	if p := ep.net.prefill(addr); p != nil {
-		res = p.kv.meet(k, sideDecode, time.Until(deadline), c.done, s.quit, p.quit)
+		res = p.kv.meet(k, sideDecode, time.Until(deadline), c.done, s.quit, p.quit, lost)
 	} else {
-		res = s.meetRemote(c, ep.net, addr, k, deadline)
+		res = s.meetRemote(c, lost, ep.net, addr, k, deadline)
 	}
 	return s.receiveResult(res, r, it, port)
 }

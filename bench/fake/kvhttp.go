@@ -34,8 +34,9 @@ const callGrace = time.Second
 // errNoNetwork fails the KV transfers of a decode without a Network.
 var errNoNetwork = errors.New("no network to reach the bootstrap server")
 
-// meetRemote meets the prefill at addr over HTTP in room k.
-func (s *Server) meetRemote(c *call, n *Network, addr string, k roomKey, deadline time.Time) meetResult {
+// meetRemote meets the prefill at addr over HTTP in room k; closing lost
+// ends the wait as the prefill gone.
+func (s *Server) meetRemote(c *call, lost <-chan struct{}, n *Network, addr string, k roomKey, deadline time.Time) meetResult {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -50,7 +51,7 @@ func (s *Server) meetRemote(c *call, n *Network, addr string, k roomKey, deadlin
 	b = append(b, `,"timeout":`...)
 	b = appendFloat(b, max(time.Until(deadline), 0).Seconds())
 	req.SetBody(append(b, '}'))
-	if err := s.bootstrapCall(c, n, addr, req, resp, deadline.Add(callGrace)); err != nil {
+	if err := s.bootstrapCall(c, lost, n, addr, req, resp, deadline.Add(callGrace)); err != nil {
 		if s.stopped(c) {
 			return stopped
 		}
@@ -93,7 +94,7 @@ func (s *Server) serveKVTransfer(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusBadRequest, []byte(`{"status":"bad request"}`))
 		return
 	}
-	switch s.kv.meet(k, sideDecode, timeout, nil, s.quit, nil) {
+	switch s.kv.meet(k, sideDecode, timeout, nil, s.quit, nil, nil) {
 	case met:
 		writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
 	case duplicate:
@@ -125,13 +126,18 @@ func rankField(v *fastjson.Value) (int, error) {
 }
 
 // bootstrapCall sends req to the bootstrap server at addr on a connection
-// of its own and reads resp, by deadline. Aborting c or closing the server
-// closes the connection, so the call ends at once. A fresh connection per
-// call keeps no pool, hence no pool goroutine to outlive Close; these calls
-// are rare (once per address, or per item across processes).
-func (s *Server) bootstrapCall(c *call, n *Network, addr string, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+// of its own and reads resp, by deadline. Aborting c, closing lost or
+// closing the server closes the connection, so the call ends at once; c and
+// lost may be nil. A fresh connection per call keeps no pool, hence no pool
+// goroutine to outlive Close; these calls are rare (once per address, per
+// item across processes, or per health poll).
+func (s *Server) bootstrapCall(c *call, lost <-chan struct{}, n *Network, addr string, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
 	if n == nil {
 		return errNoNetwork
+	}
+	var done <-chan struct{} // nil: never
+	if c != nil {
+		done = c.done
 	}
 	conn, err := n.Dial(addr)
 	if err != nil {
@@ -143,7 +149,8 @@ func (s *Server) bootstrapCall(c *call, n *Network, addr string, req *fasthttp.R
 	go func() {
 		defer wg.Done()
 		select {
-		case <-c.done:
+		case <-done:
+		case <-lost:
 		case <-s.quit:
 		case <-finished:
 		}

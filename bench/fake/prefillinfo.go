@@ -17,8 +17,10 @@ import (
 // info from its bootstrap server and keeps it. While the prefill is not
 // fully registered (503, or nulls on the old API) the fetch is retried every
 // infoRetry until the item's deadline; a failure is not cached, so the next
-// request tries again. SGLang's first-request bug consults
-// disagg_prefill_dp_rank before this cache (dp.go).
+// request tries again. The rank keeps the info until its bootstrap server
+// fails Config.HeartbeatMaxFailures health polls in a row (heartbeat.go).
+// SGLang's first-request bug consults disagg_prefill_dp_rank before this
+// cache (dp.go).
 
 // infoRetry is how often a decode asks an unregistered prefill again.
 const infoRetry = 100 * time.Millisecond
@@ -37,17 +39,23 @@ type prefillInfo struct {
 }
 
 // infoEntry is a cached or in-flight fetch; ready is closed when info or
-// err is set.
+// err is set. lost is closed when the health polls drop the cached entry
+// (heartbeat.go): the items that resolved their prefill DP rank with it and
+// still wait for their KV then fail.
 type infoEntry struct {
 	ready chan struct{}
+	lost  chan struct{}
 	info  prefillInfo
 	err   error
 }
 
-// infoCache maps canonical bootstrap addresses to their prefill info.
+// infoCache maps canonical bootstrap addresses to their prefill info, and
+// counts the consecutive failed health polls of each address
+// (heartbeat.go).
 type infoCache struct {
-	mu sync.RWMutex
-	m  map[string]*infoEntry
+	mu    sync.RWMutex
+	m     map[string]*infoEntry
+	fails map[string]int // SGLang's heartbeat_failures; never reset by a drop
 }
 
 // errStopped ends a fetch whose call was aborted or whose server closed.
@@ -57,19 +65,20 @@ var errStopped = errors.New("request aborted or server closing")
 var errNotRegistered = errors.New("prefill server not fully registered yet")
 
 // prefillInfo returns the parallel info of the prefill at addr, from ic or
-// fetched over n into ic; concurrent first requests share one fetch.
-func (s *Server) prefillInfo(c *call, ic *infoCache, n *Network, addr string, deadline time.Time) (prefillInfo, error) {
+// fetched over n into ic, and the channel closed if the health polls drop
+// it; concurrent first requests share one fetch.
+func (s *Server) prefillInfo(c *call, ic *infoCache, n *Network, addr string, deadline time.Time) (prefillInfo, <-chan struct{}, error) {
 	e, owner := ic.entry(addr)
 	if owner {
 		s.fillInfo(c, ic, n, addr, e, deadline)
 	}
 	select {
 	case <-e.ready:
-		return e.info, e.err
+		return e.info, e.lost, e.err
 	case <-c.done:
 	case <-s.quit:
 	}
-	return prefillInfo{}, errStopped
+	return prefillInfo{}, nil, errStopped
 }
 
 // entry returns the entry of addr, creating it if needed; owner is true for
@@ -86,7 +95,7 @@ func (ic *infoCache) entry(addr string) (e *infoEntry, owner bool) {
 	if e = ic.m[addr]; e != nil {
 		return e, false
 	}
-	e = &infoEntry{ready: make(chan struct{})}
+	e = &infoEntry{ready: make(chan struct{}), lost: make(chan struct{})}
 	ic.m[addr] = e
 	return e, true
 }
@@ -98,6 +107,11 @@ func (ic *infoCache) cached(addr string) bool {
 	ic.mu.RLock()
 	e := ic.m[addr]
 	ic.mu.RUnlock()
+	return e.kept()
+}
+
+// kept reports whether e holds fetched info; e may be nil.
+func (e *infoEntry) kept() bool {
 	if e == nil {
 		return false
 	}
@@ -114,6 +128,7 @@ func (s *Server) fillInfo(c *call, ic *infoCache, n *Network, addr string, e *in
 	e.info, e.err = s.fetchPrefillInfo(c, n, addr, deadline)
 	if e.err == nil {
 		s.st.prefillInfoFetch.Add(1)
+		s.startHeartbeat()
 	} else {
 		ic.mu.Lock()
 		if ic.m[addr] == e {
@@ -166,7 +181,7 @@ func (s *Server) getPrefillInfo(c *call, n *Network, addr string, old bool, dead
 		query = oldRouteInfoQuery
 	}
 	req.SetRequestURI("http://" + addr + query)
-	if err := s.bootstrapCall(c, n, addr, req, resp, deadline); err != nil {
+	if err := s.bootstrapCall(c, nil, n, addr, req, resp, deadline); err != nil {
 		return prefillInfo{}, 0, err
 	}
 	status := resp.StatusCode()

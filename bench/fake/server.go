@@ -46,7 +46,10 @@ type Server struct {
 	ep        atomic.Pointer[endpoint]
 	startedAt atomic.Int64 // per cfg.Now, in Unix nanoseconds
 	kv        rendezvous
-	infos     []infoCache   // per DP rank: each rank has its own prefill_info_table
+	infos     []infoCache // per DP rank: each rank has its own prefill_info_table
+	hbMu      sync.Mutex  // guards hbStarted and hbDone (heartbeat.go)
+	hbStarted bool
+	hbDone    chan struct{} // closed when the health polls end
 	rr        atomic.Uint64 // round-robin dispatch to DP ranks
 	calls     sync.Map      // rid → *call, the in-flight generate requests
 	st        counters
@@ -75,6 +78,7 @@ func New(cfg Config) *Server {
 	s.infos = make([]infoCache, cfg.DPSize)
 	for i := range s.infos {
 		s.infos[i].m = make(map[string]*infoEntry)
+		s.infos[i].fails = make(map[string]int)
 	}
 	s.st.ranks = make([]atomic.Uint64, cfg.DPSize)
 	s.faults.Store(&faultState{changed: make(chan struct{})})
@@ -149,6 +153,7 @@ func (s *Server) Close() error {
 	for _, sl := range slots {
 		sl.conns.wait()
 	}
+	s.stopHeartbeat()
 	return errors.Join(errs...)
 }
 

@@ -61,6 +61,11 @@ type Stats struct {
 	// cached, as each DP rank keeps its own table.
 	PrefillInfoFetches uint64
 
+	// PrefillInfoDrops counts the prefill parallel infos a decode dropped
+	// because their bootstrap server failed Config.HeartbeatMaxFailures
+	// health polls in a row (heartbeat.go): once per DP rank and address.
+	PrefillInfoDrops uint64
+
 	// RankRequests counts, per DP rank (index), the request items
 	// dispatched to it: each prompt or sample of a batch counts on its own
 	// rank. Requests refused before dispatch (400) count nowhere. Its length
@@ -102,6 +107,7 @@ type counters struct {
 	unauthorized                                     atomic.Uint64
 	kvOK, kvFailed, aborts, localPrefills            atomic.Uint64
 	bootstrapRoute, kvTransferHTTP, prefillInfoFetch atomic.Uint64
+	prefillInfoDrops                                 atomic.Uint64
 	dpConflicts, firstRequestFailures                atomic.Uint64
 	faultsInjected, clientGone                       atomic.Uint64
 	inFlight                                         atomic.Int64
@@ -134,6 +140,7 @@ func (s *Server) Stats() Stats {
 		BootstrapRoute:     c.bootstrapRoute.Load(),
 		KVTransferHTTP:     c.kvTransferHTTP.Load(),
 		PrefillInfoFetches: c.prefillInfoFetch.Load(),
+		PrefillInfoDrops:   c.prefillInfoDrops.Load(),
 		RankRequests:       make([]uint64, len(c.ranks)),
 
 		DPConflicts:          c.dpConflicts.Load(),
