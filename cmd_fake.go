@@ -33,6 +33,8 @@ type fakeCmd struct {
 	FirstRequestBug      bool          `help:"Decode: fail a first request carrying disagg_prefill_dp_rank as SGLang did before PR #22990."`
 	DecodeConditionalAgg bool          `help:"Decode: serve requests marked do_local_prefill itself (SGLang PR #34773, --disaggregation-decode-enable-conditional-agg)."`
 	KVTimeout            time.Duration `help:"How long either side of a KV transfer waits for the other." default:"30s"`
+	HeartbeatInterval    time.Duration `help:"Decode: time between health polls of the bootstrap servers of the prefills it knows (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL)." default:"5s"`
+	HeartbeatMaxFailures int           `help:"Decode: failed health polls in a row after which it forgets a prefill's parallel info and fails the requests waiting on it (SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE)." default:"2"`
 	ClientWatchDelay     time.Duration `help:"How long a request runs before the server watches its client for going away (SGLang notices within seconds)." default:"1s"`
 
 	logFlags
@@ -106,5 +108,8 @@ func (c *fakeCmd) config(role fake.Role, bootstrapPort int) fake.Config {
 		ConditionalAgg:   c.DecodeConditionalAgg,
 		KVTimeout:        c.KVTimeout,
 		ClientWatchDelay: c.ClientWatchDelay,
+
+		HeartbeatInterval:    c.HeartbeatInterval,
+		HeartbeatMaxFailures: c.HeartbeatMaxFailures,
 	}
 }
