@@ -28,7 +28,8 @@ type Stats struct {
 	// KVTransfersOK and KVTransfersFailed count request items whose KV
 	// transfer succeeded or failed (timeout, unreachable bootstrap server,
 	// duplicate room, DP-rank conflict, first-request bug, prefill DP rank
-	// unknown to the bootstrap server), on whichever side this server is.
+	// unknown to the bootstrap server, prefill info dropped by the health
+	// polls), on whichever side this server is.
 	// Aborted items count in neither.
 	KVTransfersOK     uint64
 	KVTransfersFailed uint64
