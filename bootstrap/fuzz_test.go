@@ -258,7 +258,7 @@ func wantRequest(t *testing.T, body []byte) Request {
 }
 
 // wantRank is a decoded DP-rank value as Parse reads it; Parse rejects the
-// values that are neither integers, lists nor null.
+// values that are neither integers nor null.
 func wantRank(v any) DPRank {
 	if n, ok := v.(json.Number); ok {
 		if i, err := strconv.Atoi(string(n)); err == nil {

@@ -34,7 +34,7 @@ type Request struct {
 	HasReturnRoutedExperts bool
 
 	// PrefillDPRank is the client's disagg_prefill_dp_rank, set when it is an
-	// integer. A list (per batch item) is left to the workers and not set.
+	// integer.
 	PrefillDPRank DPRank
 	// RoutedDPRank is the client's routed_dp_rank, or its deprecated alias
 	// data_parallel_rank, under the same rules.
@@ -198,14 +198,21 @@ func batchSize(text, inputIDs []byte) (int, error) {
 }
 
 // ErrBadDPRank is wrapped by the error Parse returns for a DP-rank field
-// that is neither an integer, a list nor null.
+// that is neither an integer nor null.
 var ErrBadDPRank = errors.New("invalid DP rank")
 
 // dpRank reads a DP-rank member's raw value: an integer is a set rank;
-// absence, null or a list (per batch item, left to the workers) is no rank.
+// absence or null is no rank.
 func dpRank(name string, raw []byte) (DPRank, error) {
-	if raw == nil || string(raw) == "null" || raw[0] == '[' {
+	if raw == nil || string(raw) == "null" {
 		return DPRank{}, nil
+	}
+	if raw[0] == '[' {
+		// Not a rank per batch item: SGLang types these fields
+		// Optional[int] and gives a batch's every item the request's one
+		// value (GenerateReqInput.__getitem__), so a list would fail inside
+		// the workers, after pdlb had drawn rooms that ignore it.
+		return DPRank{}, fmt.Errorf("%w: %s must be an integer rank, one for the whole request (the items of a batch share it), got a list", ErrBadDPRank, name)
 	}
 	neg := raw[0] == '-'
 	digits := raw

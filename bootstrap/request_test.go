@@ -232,7 +232,7 @@ func TestParseDPRanks(t *testing.T) {
 		DPRank{Set: true}, DPRank{Set: true})
 	f(`{"disagg_prefill_dp_rank": 3, "data_parallel_rank": 1}`, DPRank{Set: true, Rank: 3}, DPRank{Set: true, Rank: 1})
 	f(`{"disagg_prefill_dp_rank": -2}`, DPRank{Set: true, Rank: -2}, none)
-	f(`{"disagg_prefill_dp_rank": null, "routed_dp_rank": [0, 1]}`, none, none)
+	f(`{"disagg_prefill_dp_rank": null, "routed_dp_rank": null}`, none, none)
 	f(`{"disagg_prefill_dp_rank": 1, "disagg_prefill_dp_rank": null}`, none, none)
 	f(`{"disagg_prefill_d\u0070_rank": 5}`, DPRank{Set: true, Rank: 5}, none)
 
@@ -248,6 +248,10 @@ func TestParseDPRanks(t *testing.T) {
 	bad(`{"routed_dp_rank": true}`)
 	bad(`{"routed_dp_rank": 1e3}`)
 	bad(`{"routed_dp_rank": 12345678901234567890}`)
+	// SGLang takes one rank per request, batches included.
+	bad(`{"text": ["a", "b"], "disagg_prefill_dp_rank": [1, 9]}`)
+	bad(`{"routed_dp_rank": [0, 1]}`)
+	bad(`{"data_parallel_rank": []}`)
 	// Invalid JSON is reported as such, whatever the rank looks like.
 	if _, err := Parse([]byte(`{"routed_dp_rank": "0", }`)); !errors.Is(err, ErrNotJSON) {
 		t.Fatalf("got %v; want ErrNotJSON", err)
