@@ -46,7 +46,9 @@ type Backend struct {
 	// epoch grows each time the worker drops pdlb's connections, as a
 	// restarted worker does; a decode's pairs are warmed again after.
 	epoch atomic.Uint64
-	// dpSize is a decode's dp_size, learned when its pairs are warmed.
+	// dpSize is the worker's dp_size, 0 while unknown: a prefill's is the
+	// bootstrap registry's, a decode's is learned when its pairs are warmed.
+	// Requests that name a DP rank go only to workers that have it.
 	dpSize atomic.Int32
 	// ranks is a prefill's load per DP rank (--prefill-dp-policy).
 	ranks atomic.Pointer[rankLoad]
@@ -190,6 +192,16 @@ func (b *Backend) available() bool {
 		(b.breaker == nil || b.breaker.Allow())
 }
 
+// takes reports whether b may serve a request that needs DP rank rank (-1
+// for none): b has that rank, or its dp_size is unknown.
+func (b *Backend) takes(rank int) bool {
+	if rank < 0 {
+		return true
+	}
+	n := int(b.dpSize.Load())
+	return n == 0 || rank < n
+}
+
 // confirmed reports whether b is available and known up, for /readiness.
 func (b *Backend) confirmed(checked bool) bool {
 	return b.available() && (!checked || health.State(b.health.Load()) == health.Up)
@@ -226,18 +238,20 @@ type Pool struct {
 	next     atomic.Uint32
 }
 
-// pick returns a backend for a new request, or nil when none is available.
-// Unavailable backends are skipped, and so are those in exclude (the ones
-// that already failed this request); when every backend is unavailable pick
-// returns nil rather than guess (Caddy's choice), so the caller can answer
-// 503 or fall back instead of sending work to a worker known to be down.
-func (p *Pool) pick(exclude []*Backend) *Backend {
+// pick returns a backend for a new request that needs DP rank rank (-1 for
+// none), or nil when none is available. Unavailable backends are skipped,
+// and so are those without the rank and those in exclude (the ones that
+// already failed this request): the policy chooses among the others. When
+// every backend is unavailable pick returns nil rather than guess (Caddy's
+// choice), so the caller can answer 503 or fall back instead of sending work
+// to a worker known to be down.
+func (p *Pool) pick(exclude []*Backend, rank int) *Backend {
 	n := len(p.backends)
 	if n == 0 {
 		return nil
 	}
 	if n == 1 {
-		if b := p.backends[0]; p.usable(b, exclude) {
+		if b := p.backends[0]; p.usable(b, exclude, rank) {
 			return b
 		}
 		return nil
@@ -247,7 +261,7 @@ func (p *Pool) pick(exclude []*Backend) *Backend {
 	case PolicyRoundRobin:
 		start = int(p.next.Add(1)-1) % n
 	case PolicyPowerOfTwo:
-		if b := p.pickLessLoaded(); b != nil && p.usable(b, exclude) {
+		if b := p.pickLessLoaded(exclude, rank); b != nil {
 			return b
 		}
 		start = rand.IntN(n)
@@ -255,7 +269,7 @@ func (p *Pool) pick(exclude []*Backend) *Backend {
 		start = rand.IntN(n)
 	}
 	for i := range n {
-		if b := p.backends[(start+i)%n]; p.usable(b, exclude) {
+		if b := p.backends[(start+i)%n]; p.usable(b, exclude, rank) {
 			return b
 		}
 	}
@@ -267,13 +281,27 @@ func (p *Pool) anyAvailable() bool {
 	return slices.ContainsFunc(p.backends, (*Backend).available)
 }
 
-func (p *Pool) usable(b *Backend, exclude []*Backend) bool {
-	return b.available() && !slices.Contains(exclude, b)
+func (p *Pool) usable(b *Backend, exclude []*Backend, rank int) bool {
+	return b.available() && b.takes(rank) && !slices.Contains(exclude, b)
+}
+
+// largestDPSize returns the largest dp_size among p's backends, and false
+// when some backend's is unknown.
+func (p *Pool) largestDPSize() (int, bool) {
+	largest := 0
+	for _, b := range p.backends {
+		n := int(b.dpSize.Load())
+		if n == 0 {
+			return 0, false
+		}
+		largest = max(largest, n)
+	}
+	return largest, true
 }
 
 // pickLessLoaded draws two distinct backends and returns the one with fewer
-// requests in flight, or nil if neither is available.
-func (p *Pool) pickLessLoaded() *Backend {
+// requests in flight, or nil if neither is usable.
+func (p *Pool) pickLessLoaded(exclude []*Backend, rank int) *Backend {
 	n := len(p.backends)
 	i := rand.IntN(n)
 	j := rand.IntN(n - 1)
@@ -282,12 +310,12 @@ func (p *Pool) pickLessLoaded() *Backend {
 	}
 	a, b := p.backends[i], p.backends[j]
 	switch {
-	case !a.available():
-		if b.available() {
+	case !p.usable(a, exclude, rank):
+		if p.usable(b, exclude, rank) {
 			return b
 		}
 		return nil
-	case !b.available():
+	case !p.usable(b, exclude, rank):
 		return a
 	case b.inflight.Load() < a.inflight.Load():
 		return b

@@ -19,7 +19,7 @@ func TestRoundRobinCycles(t *testing.T) {
 	p := testPool(PolicyRoundRobin, 3)
 	var got string
 	for range 6 {
-		got += p.pick(nil).addr
+		got += p.pick(nil, -1).addr
 	}
 	if got != "abcabc" {
 		t.Fatalf("got %q; want abcabc", got)
@@ -27,7 +27,7 @@ func TestRoundRobinCycles(t *testing.T) {
 	p.backends[1].health.Store(int32(health.Down))
 	got = ""
 	for range 4 {
-		got += p.pick(nil).addr
+		got += p.pick(nil, -1).addr
 	}
 	// b is skipped: its turns go to the next backend.
 	if got != "acca" {
@@ -40,7 +40,7 @@ func TestRandomReachesEveryBackend(t *testing.T) {
 		p := testPool(policy, 4)
 		seen := map[string]int{}
 		for range 4000 {
-			seen[p.pick(nil).addr]++
+			seen[p.pick(nil, -1).addr]++
 		}
 		for _, b := range p.backends {
 			if n := seen[b.addr]; n < 600 {
@@ -54,7 +54,7 @@ func TestPowerOfTwoAvoidsTheBusy(t *testing.T) {
 	p := testPool(PolicyPowerOfTwo, 2)
 	p.backends[0].inflight.Store(10)
 	for range 100 {
-		if b := p.pick(nil); b.addr != "b" {
+		if b := p.pick(nil, -1); b.addr != "b" {
 			t.Fatalf("picked the busy backend %s", b.addr)
 		}
 	}
@@ -69,7 +69,7 @@ func TestNothingAvailable(t *testing.T) {
 			for _, b := range p.backends {
 				b.health.Store(int32(health.Down))
 			}
-			if b := p.pick(nil); b != nil {
+			if b := p.pick(nil, -1); b != nil {
 				t.Fatalf("%s with %d down backends: picked %s", policy, n, b.addr)
 			}
 		}
@@ -111,15 +111,52 @@ func TestPickSkipsExcluded(t *testing.T) {
 		p := testPool(policy, 3)
 		exclude := []*Backend{p.backends[0], p.backends[2]}
 		for range 20 {
-			if b := p.pick(exclude); b != p.backends[1] {
+			if b := p.pick(exclude, -1); b != p.backends[1] {
 				t.Fatalf("%s: picked %v; want b, the only one not excluded", policy, b)
 			}
 		}
-		if b := p.pick(p.backends); b != nil {
+		if b := p.pick(p.backends, -1); b != nil {
 			t.Fatalf("%s: picked %s with every backend excluded", policy, b.addr)
 		}
 	}
-	if b := (&Pool{}).pick(nil); b != nil {
+	if b := (&Pool{}).pick(nil, -1); b != nil {
 		t.Fatalf("an empty pool picked %v", b)
+	}
+}
+
+// A request that needs a DP rank goes only to backends that have it, or
+// whose dp_size is unknown, by the pool's policy among them.
+func TestPickOnlyWhereTheRankExists(t *testing.T) {
+	for _, policy := range Policies {
+		p := testPool(policy, 4)
+		for i, n := range []int32{1, 4, 2, 4} {
+			p.backends[i].dpSize.Store(n)
+		}
+		seen := map[string]int{}
+		for range 400 {
+			seen[p.pick(nil, 3).addr]++
+		}
+		if seen["a"]+seen["c"] != 0 || seen["b"] == 0 || seen["d"] == 0 {
+			t.Fatalf("%s: picked %v for rank 3; want b and d (dp 4) only", policy, seen)
+		}
+		if b := p.pick(nil, 4); b != nil {
+			t.Fatalf("%s: picked %s for rank 4, which no backend has", policy, b.addr)
+		}
+		p.backends[2].dpSize.Store(0) // unknown: it may have the rank
+		if b := p.pick([]*Backend{p.backends[1], p.backends[3]}, 3); b != p.backends[2] {
+			t.Fatalf("%s: picked %v; want c, whose dp_size is unknown", policy, b)
+		}
+	}
+	p := testPool(PolicyRoundRobin, 4)
+	for i, n := range []int32{1, 2, 1, 2} {
+		p.backends[i].dpSize.Store(n)
+	}
+	var got string
+	for range 4 {
+		got += p.pick(nil, 1).addr
+	}
+	// As for a backend that is down, a turn skipped goes to the next one.
+	if got != "bbdd" {
+		t.Fatalf("got %q for rank 1; want bbdd", got)
 	}
 }

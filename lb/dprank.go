@@ -57,7 +57,8 @@ type answerError struct {
 
 // planDP places a request on a prefill DP rank: the client's own
 // disagg_prefill_dp_rank (checked against the prefill's dp_size, which
-// SGLang never does), else the --prefill-dp-policy's choice, else the
+// SGLang never does; selection chose a prefill that has it, so this catches
+// a registry change since), else the --prefill-dp-policy's choice, else the
 // client's routed_dp_rank, to which the room is aligned so that the prefill
 // does not find a follow_bootstrap_room conflict. A plan that tells the
 // decode a rank waits for the pair's warm-up (see warm.go).
@@ -100,6 +101,55 @@ func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadli
 		return dpPlan{rank: info.RoutedDPRank.Rank, size: size}, nil
 	}
 	return noPlan, nil
+}
+
+// rankNeeds returns the DP rank q's prefill and decode must have, -1 for
+// any, going by what planDP and inject send them. The prefill gets the
+// client's disagg_prefill_dp_rank as its routed_dp_rank; else the client's
+// routed_dp_rank, unless --prefill-dp-policy replaces it, as it does on a
+// prefill with dp_size > 1 (then any such prefill will do, and one without
+// DP only for rank 0). The decode gets the client's routed_dp_rank as it
+// is. SGLang range-checks routed_dp_rank on both (PROTOCOL.md §5).
+// Negative ranks are left for planDP and the workers to refuse.
+func (s *Server) rankNeeds(q *clientRequest) (prefill, decode int) {
+	prefill, decode = -1, -1
+	if routed := q.info.RoutedDPRank; routed.Set {
+		prefill, decode = routed.Rank, routed.Rank
+		if s.cfg.PrefillDPPolicy != DPPolicyOff && !(q.rt.batch && q.info.Batch >= 0) {
+			prefill = min(prefill, 1)
+		}
+	}
+	if hint := q.info.PrefillDPRank; hint.Set {
+		prefill = hint.Rank
+	}
+	return prefill, decode
+}
+
+// noWorkerFor answers q when pool has no worker for it: pdlb's 400 when no
+// worker of the pool has the DP rank q needs there (by the dp_size each
+// last reported), else the answer for a pool whose workers are all down,
+// since one that has the rank may come back.
+func (s *Server) noWorkerFor(q *clientRequest, pool *Pool, rank int, why decodeOnly) {
+	if rank >= 0 {
+		if largest, known := pool.largestDPSize(); known && rank >= largest {
+			s.answerError(q, noWorkerHasRank(q, pool.role, largest))
+			return
+		}
+		q.explain("no available " + pool.role + " has DP rank " + strconv.Itoa(rank))
+	}
+	s.serveDecodeOnly(q, why)
+}
+
+// noWorkerHasRank is the 400 for a request whose DP rank no worker of role
+// has, largest being their largest dp_size.
+func noWorkerHasRank(q *clientRequest, role string, largest int) *answerError {
+	field, rank := "routed_dp_rank", q.info.RoutedDPRank.Rank
+	if role == rolePrefill && q.info.PrefillDPRank.Set {
+		field, rank = "disagg_prefill_dp_rank", q.info.PrefillDPRank.Rank
+	}
+	size := strconv.Itoa(largest)
+	return &answerError{fasthttp.StatusBadRequest, reasonInvalidRequest,
+		field + "=" + strconv.Itoa(rank) + " out of range [0, " + size + "): the largest dp_size among the " + role + "s is " + size}
 }
 
 func rankOutOfRange(rank, size int, p *Backend) *answerError {

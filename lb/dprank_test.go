@@ -1,11 +1,16 @@
 package lb
 
 import (
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"pdlb/bench/fake"
 )
 
 // A list of ranks in a /generate batch is no per-item placement: SGLang
@@ -30,5 +35,149 @@ func TestListOfDPRanksIsRefused(t *testing.T) {
 	}
 	if n := p.Stats().GenerateRequests + d.Stats().GenerateRequests; n != 0 {
 		t.Fatalf("%d refused requests reached the workers", n)
+	}
+}
+
+// mixedDP starts prefills with dp_size 1, 2 and 2 and decodes with dp_size 1
+// and 2, then pdlb in front of them with cfg (warm-up on, so pdlb learns
+// the decodes' dp_size), and returns once every pair is warm.
+func (h *harness) mixedDP(cfg Config) (prefills, decodes []*fake.Server) {
+	h.t.Helper()
+	cfg.Prefill, cfg.Decode = nil, nil
+	for i, dp := range []int{1, 2, 2} {
+		addr := "prefill-" + strconv.Itoa(i) + ":30000"
+		prefills = append(prefills, h.fake(addr, fake.Config{Role: fake.RolePrefill, DPSize: dp, Tokens: 2, KVTimeout: 5 * time.Second}))
+		cfg.Prefill = append(cfg.Prefill, PrefillSpec{URL: "http://" + addr, BootstrapPort: 8998})
+	}
+	for i, dp := range []int{1, 2} {
+		addr := "decode-" + strconv.Itoa(i) + ":30010"
+		decodes = append(decodes, h.fake(addr, fake.Config{Role: fake.RoleDecode, DPSize: dp, Tokens: 2, KVTimeout: 5 * time.Second}))
+		cfg.Decode = append(cfg.Decode, "http://"+addr)
+	}
+	cfg.NoPrewarm = false
+	srv := h.start(cfg)
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range srv.prefills.backends {
+		for _, d := range srv.decodes.backends {
+			if err := srv.warm.ensure(srv.warm.pair(p, d), deadline); err != nil {
+				h.t.Fatal(err)
+			}
+		}
+	}
+	return prefills, decodes
+}
+
+func generations(servers []*fake.Server) []uint64 {
+	n := make([]uint64, len(servers))
+	for i, s := range servers {
+		n[i] = s.Stats().GenerateRequests
+	}
+	return n
+}
+
+// With prefills of different dp_size, a request that names a DP rank went
+// to any prefill and got pdlb's 400 (disagg_prefill_dp_rank) or a worker's
+// (routed_dp_rank) from those where the rank does not exist (tester hC,
+// item 3; SGLang #10174, #13052). It now goes only to workers that have the
+// rank, by each pool's policy, and gets a 400 only when none has.
+func TestMixedDPSizesPlaceRanksWhereTheyExist(t *testing.T) {
+	for _, policy := range Policies {
+		t.Run(policy, func(t *testing.T) {
+			h := newHarness(t)
+			cfg := defaultConfig()
+			cfg.PrefillPolicy, cfg.DecodePolicy = policy, policy
+			prefills, decodes := h.mixedDP(cfg)
+			const n = 60
+			for _, tc := range []struct {
+				name, path, body string
+				headers          []string
+				// decodeRanked: the rank applies to the decode too.
+				decodeRanked bool
+			}{
+				{"disagg_prefill_dp_rank", "/generate", `{"text": "a", "disagg_prefill_dp_rank": 1}`, nil, false},
+				{"routed_dp_rank", "/generate", `{"text": "a", "routed_dp_rank": 1}`, nil, true},
+				{"data_parallel_rank", "/v1/completions", `{"prompt": "a", "data_parallel_rank": 1}`, nil, true},
+				{"header", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "a"}]}`, []string{"X-Data-Parallel-Rank", "1"}, true},
+			} {
+				p0, d0 := generations(prefills), generations(decodes)
+				for range n {
+					if r := h.post(tc.path, tc.body, tc.headers...); r.status != fasthttp.StatusOK {
+						t.Fatalf("%s: got %d %s", tc.name, r.status, r.body)
+					}
+				}
+				p1, d1 := generations(prefills), generations(decodes)
+				if p1[0] != p0[0] || p1[1] == p0[1] || p1[2] == p0[2] {
+					t.Fatalf("%s: the prefills (dp 1, 2, 2) served %v → %v; want only, and both, dp-2 ones", tc.name, p0, p1)
+				}
+				if tc.decodeRanked && (d1[0] != d0[0] || d1[1]-d0[1] != n) {
+					t.Fatalf("%s: the decodes (dp 1, 2) served %v → %v; want the dp-2 one alone", tc.name, d0, d1)
+				}
+			}
+			// Rank 0 exists everywhere: every worker takes its share.
+			p0, d0 := generations(prefills), generations(decodes)
+			for range n {
+				if r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 0, "routed_dp_rank": 0}`); r.status != fasthttp.StatusOK {
+					t.Fatalf("rank 0: got %d %s", r.status, r.body)
+				}
+			}
+			p1, d1 := generations(prefills), generations(decodes)
+			for i := range p1 {
+				if p1[i] == p0[i] {
+					t.Fatalf("rank 0: the prefills served %v → %v; want every one", p0, p1)
+				}
+			}
+			for i := range d1 {
+				if d1[i] == d0[i] {
+					t.Fatalf("rank 0: the decodes served %v → %v; want every one", d0, d1)
+				}
+			}
+		})
+	}
+}
+
+// A rank that no worker has gets pdlb's 400, naming the largest dp_size.
+func TestMixedDPSizesRefuseARankNoWorkerHas(t *testing.T) {
+	h := newHarness(t)
+	prefills, decodes := h.mixedDP(defaultConfig())
+	p0, d0 := generations(prefills), generations(decodes)
+	for _, tc := range []struct{ body, want string }{
+		{`{"text": "a", "disagg_prefill_dp_rank": 2}`, "disagg_prefill_dp_rank=2 out of range [0, 2)"},
+		{`{"text": "a", "routed_dp_rank": 2}`, "routed_dp_rank=2 out of range [0, 2)"},
+		{`{"text": "a", "disagg_prefill_dp_rank": 0, "routed_dp_rank": 5}`, "routed_dp_rank=5 out of range [0, 2)"},
+	} {
+		r := h.post("/generate", tc.body)
+		msg := gjson.GetBytes(r.body, "error.message").String()
+		if r.status != fasthttp.StatusBadRequest || !strings.Contains(msg, tc.want) {
+			t.Fatalf("%s: got %d %s; want a 400 saying %q", tc.body, r.status, r.body, tc.want)
+		}
+	}
+	if p1, d1 := generations(prefills), generations(decodes); !slices.Equal(p0, p1) || !slices.Equal(d0, d1) {
+		t.Fatalf("refused requests reached the workers: prefills %v → %v, decodes %v → %v", p0, p1, d0, d1)
+	}
+}
+
+// With --prefill-dp-policy, a client's routed_dp_rank stays the decode's,
+// and the prefill gets the policy's rank instead: any prefill with DP will
+// do, but not one without, which would refuse the client's rank.
+func TestMixedDPSizesWithADPPolicy(t *testing.T) {
+	h := newHarness(t)
+	cfg := defaultConfig()
+	cfg.PrefillDPPolicy = DPPolicyRoundRobin
+	prefills, decodes := h.mixedDP(cfg)
+	p0, d0 := generations(prefills), generations(decodes)
+	const n = 40
+	for range n {
+		if r := h.post("/v1/completions", `{"prompt": "a", "routed_dp_rank": 1}`); r.status != fasthttp.StatusOK {
+			t.Fatalf("got %d %s", r.status, r.body)
+		}
+	}
+	p1, d1 := generations(prefills), generations(decodes)
+	if p1[0] != p0[0] || d1[0] != d0[0] || d1[1]-d0[1] != n {
+		t.Fatalf("prefills (dp 1, 2, 2) served %v → %v, decodes (dp 1, 2) %v → %v; want the dp-2 ones alone", p0, p1, d0, d1)
+	}
+	for _, p := range prefills {
+		if c := p.Stats().DPConflicts; c != 0 {
+			t.Fatalf("%d follow_bootstrap_room conflicts", c)
+		}
 	}
 }

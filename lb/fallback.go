@@ -109,11 +109,13 @@ func (s *Server) serveDecodeOnly(q *clientRequest, why decodeOnly) {
 // fallback worker.
 func (s *Server) pickDecodeOnly(q *clientRequest, why decodeOnly) (b *Backend, local bool) {
 	if s.cfg.DecodeLocalPrefill && !s.noLocalPrefill.Load() && q.rt.path == "/generate" && why != noDecode {
-		if d := q.pick(s.decodes); d != nil {
+		if d := q.pick(s.decodes, q.decodeRank); d != nil {
 			return d, true
 		}
 	}
-	return q.pick(s.fallbacks), false
+	// The fallback workers' DP ranks are their own business: pdlb sends
+	// them the client's request as it is.
+	return q.pick(s.fallbacks, -1), false
 }
 
 // localPrefillUnsupported turns local prefill off after a decode refused it:

@@ -28,6 +28,9 @@ type clientRequest struct {
 	// permit is held while the request counts against
 	// --max-concurrent-requests; whoever answers releases it.
 	permit bool
+	// prefillRank and decodeRank are the DP ranks the request's prefill
+	// and decode must have, -1 for any (see rankNeeds).
+	prefillRank, decodeRank int
 
 	// unreachable are workers that could not be reached for this request:
 	// never picked again. failed are workers that failed it otherwise (a
@@ -81,6 +84,7 @@ func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []
 		s.answerError(&q, &answerError{fasthttp.StatusBadRequest, reasonInvalidRequest, err.Error()})
 		return
 	}
+	q.prefillRank, q.decodeRank = s.rankNeeds(&q)
 	if aerr := s.admit(&q); aerr != nil {
 		s.answerError(&q, aerr)
 		return
@@ -135,16 +139,17 @@ func (s *Server) answerError(q *clientRequest, e *answerError) {
 	}
 }
 
-// pick chooses a worker of pool for q's next attempt: one that has not
-// failed q if possible, never one q could not reach.
-func (q *clientRequest) pick(pool *Pool) *Backend {
+// pick chooses a worker of pool for q's next attempt, with DP rank rank
+// (-1 for any): one that has not failed q if possible, never one q could
+// not reach.
+func (q *clientRequest) pick(pool *Pool, rank int) *Backend {
 	if len(q.failed) > 0 {
 		both := append(slices.Clip(q.unreachable), q.failed...)
-		if b := pool.pick(both); b != nil {
+		if b := pool.pick(both, rank); b != nil {
 			return b
 		}
 	}
-	return pool.pick(q.unreachable)
+	return pool.pick(q.unreachable, rank)
 }
 
 // remember records a failed attempt, so the next one goes elsewhere.
@@ -158,11 +163,16 @@ func (q *clientRequest) remember(out outcome) {
 			q.failed = append(q.failed, out.peer)
 		}
 	}
-	if out.why != "" {
+	q.explain(out.why)
+}
+
+// explain adds why to what the answer says when nothing is left to try.
+func (q *clientRequest) explain(why string) {
+	if why != "" {
 		if q.why != "" {
 			q.why += "; "
 		}
-		q.why += out.why
+		q.why += why
 	}
 }
 
@@ -171,14 +181,14 @@ func (q *clientRequest) remember(out outcome) {
 func (s *Server) servePD(q *clientRequest) {
 	cold := false
 	for attempt := 0; ; attempt++ {
-		p := q.pick(s.prefills)
+		p := q.pick(s.prefills, q.prefillRank)
 		if p == nil {
-			s.serveDecodeOnly(q, noPrefill)
+			s.noWorkerFor(q, s.prefills, q.prefillRank, noPrefill)
 			return
 		}
-		d := q.pick(s.decodes)
+		d := q.pick(s.decodes, q.decodeRank)
 		if d == nil {
-			s.serveDecodeOnly(q, noDecode)
+			s.noWorkerFor(q, s.decodes, q.decodeRank, noDecode)
 			return
 		}
 		plan, aerr := s.planDP(q.info, q.rt, p, d, q.deadline)

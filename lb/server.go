@@ -292,6 +292,10 @@ func (s *Server) buildRegistry(log zerolog.Logger) {
 		Log:             log.With().Str("component", "bootstrap").Logger(),
 		Now:             s.cfg.Now,
 		OnChange: func(i int, st *bootstrap.State) {
+			if st.Ready {
+				// Selection reads it from here (Backend.takes).
+				s.prefills.backends[i].dpSize.Store(int32(st.Info.DPSize))
+			}
 			s.followBootstrap(i, st)
 			if s.warm != nil && st.Ready {
 				s.warm.prewarm(i)
