@@ -29,6 +29,11 @@ type fetched struct {
 func (r *Registry) refresh(ctx context.Context, t *target) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return r.refreshLocked(ctx, t)
+}
+
+// refreshLocked refreshes t, whose mu the caller holds.
+func (r *Registry) refreshLocked(ctx context.Context, t *target) error {
 	t.refreshes.Inc()
 	f, err := r.fetch(ctx, t)
 	if err != nil {

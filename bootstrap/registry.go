@@ -255,6 +255,21 @@ func (r *Registry) Refresh(ctx context.Context, i int) error {
 	return r.refresh(ctx, r.targets[i])
 }
 
+// Recheck refreshes target i as Refresh does, unless its State has changed
+// since Generation seen: it is for a caller that found the State it read
+// wrong (a prefill refused a DP rank that State gave it), so that the many
+// callers who find the same State wrong at once cause one refresh, and
+// none of them acts on that State again.
+func (r *Registry) Recheck(ctx context.Context, i int, seen uint64) error {
+	t := r.targets[i]
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.state.Load().Generation != seen {
+		return nil
+	}
+	return r.refreshLocked(ctx, t)
+}
+
 // Poke asks Run to refresh target i now, for example after a request to it
 // failed. It never blocks; pokes made while one is pending merge, and a
 // poke made while Run is not running waits for it.

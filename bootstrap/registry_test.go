@@ -271,3 +271,32 @@ func TestRegistryWaitReady(t *testing.T) {
 		t.Fatal("WaitReady did not return once ctx was cancelled")
 	}
 }
+
+// Recheck refreshes a target found wrong only if nobody has since: the many
+// requests that find a restarted prefill's State stale at once share one
+// refresh.
+func TestRegistryRecheck(t *testing.T) {
+	nw := fake.NewNetwork()
+	p := startPrefill(t, nw, prefillAPI, fake.Config{DPSize: 4})
+	clk := newClock()
+	r := newRegistry(nw, Config{Targets: []Target{{APIAddr: prefillAPI, Port: DefaultPort}}, Now: clk.Now})
+	old := mustRefresh(t, r, 0)
+
+	closePrefill(t, p)
+	startPrefill(t, nw, prefillAPI, fake.Config{DPSize: 2})
+	clk.Add(time.Second)
+	if err := r.Recheck(testContext(t), 0, old.Generation+1); err != nil || r.State(0) != old {
+		t.Fatalf("got %v and %+v; want no refresh for a caller that saw a newer State", err, r.State(0))
+	}
+	if err := r.Recheck(testContext(t), 0, old.Generation); err != nil {
+		t.Fatal(err)
+	}
+	st := r.State(0)
+	if st.Info.DPSize != 2 || st.Generation != old.Generation+1 || !st.Updated.Equal(clk.Now()) {
+		t.Fatalf("got %+v; want the restarted prefill's dp_size 2, refreshed now", st)
+	}
+	clk.Add(time.Second)
+	if err := r.Recheck(testContext(t), 0, old.Generation); err != nil || r.State(0) != st {
+		t.Fatalf("got %v and %+v; want no second refresh for the same stale State", err, r.State(0))
+	}
+}

@@ -181,3 +181,49 @@ func TestMixedDPSizesWithADPPolicy(t *testing.T) {
 		}
 	}
 }
+
+// A prefill that restarts with a smaller dp_size is known by its old one
+// until the registry reads it again; pdlb picked ranks it no longer had, and
+// the clients got the prefill's 400 (tester hC, item 2). A refused rank now
+// makes pdlb read the prefill again and place the request anew.
+func TestPrefillRestartedWithFewerRanks(t *testing.T) {
+	h := newHarness(t)
+	p, _ := h.pair(fake.Config{DPSize: 4, Tokens: 2}, fake.Config{DPSize: 4, Tokens: 2})
+	cfg := defaultConfig()
+	cfg.PrefillDPPolicy = DPPolicyRoundRobin
+	cfg.BootstrapRefresh = time.Hour // the registry reads the prefill once, unless asked
+	srv := h.start(cfg)
+	h.waitBootstrap()
+	const body = `{"prompt": "a", "max_tokens": 2}`
+	for range 4 {
+		if r := h.post("/v1/completions", body); r.status != fasthttp.StatusOK {
+			t.Fatalf("before the restart: got %d %s", r.status, r.body)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p = h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, DPSize: 2, Tokens: 2, KVTimeout: 5 * time.Second})
+	for i := range 8 {
+		b := body
+		if i%2 == 1 {
+			b = `{"prompt": "a", "max_tokens": 2, "stream": true}`
+		}
+		r := h.post("/v1/completions", b)
+		if r.status != fasthttp.StatusOK || strings.Contains(string(r.body), `"error"`) {
+			t.Fatalf("request %d after the restart: got %d %s", i, r.status, r.body)
+		}
+	}
+	if n := p.Stats().DPConflicts; n != 0 {
+		t.Fatalf("%d follow_bootstrap_room conflicts", n)
+	}
+	if st := srv.registry.State(0); st.Info.DPSize != 2 {
+		t.Fatalf("the registry says dp_size %d; want 2", st.Info.DPSize)
+	}
+	// The client's own rank is checked against the prefill as it is now.
+	r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 3}`)
+	if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != fasthttp.StatusBadRequest ||
+		!strings.Contains(msg, "disagg_prefill_dp_rank=3 out of range [0, 2)") {
+		t.Fatalf("got %d %s; want pdlb's 400 for a rank the prefill no longer has", r.status, r.body)
+	}
+}

@@ -38,9 +38,11 @@ type exchange struct {
 	// plan is the request's prefill DP-rank placement.
 	plan dpPlan
 	// coldRetry allows one more attempt when the decode says it has not
-	// cached the prefill's info (see warm.go); mayRetry allows another
-	// attempt when a worker cannot be reached.
+	// cached the prefill's info (see warm.go); rankRetry, when the prefill
+	// refuses its DP rank (see servePD); mayRetry, when a worker cannot be
+	// reached.
 	coldRetry bool
+	rankRetry bool
 	mayRetry  bool
 	// single marks an exchange with one call, the decode leg: to a fallback
 	// worker, or to a decode that prefills locally (local).
@@ -152,7 +154,7 @@ func (x *exchange) unref() {
 	x.prefillWaited = false
 	x.decodeStreams.Store(false)
 	x.single, x.local, x.merge, x.permit = false, false, false, false
-	x.coldRetry, x.mayRetry = false, false // a decode-only exchange sets only mayRetry
+	x.coldRetry, x.rankRetry, x.mayRetry = false, false, false // a decode-only exchange sets only mayRetry
 	x.requestID = x.requestID[:0]
 	// A rare huge request must not pin its buffers in the pool.
 	if cap(x.body) > maxPooledBuffer {

@@ -2,6 +2,7 @@ package lb
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -63,6 +64,8 @@ const (
 	retryFailed
 	// retryRefusedNoRoom: a decode refused a local-prefill request.
 	retryRefusedNoRoom
+	// retryStaleRank: the prefill refused its DP rank as out of range.
+	retryStaleRank
 )
 
 // serveGenerate is the path shared by /generate, /v1/completions and
@@ -179,7 +182,7 @@ func (q *clientRequest) explain(why string) {
 // servePD pairs a prefill and a decode for q, trying again on a warmed
 // pair, or on other workers, while nothing has reached the client.
 func (s *Server) servePD(q *clientRequest) {
-	cold := false
+	cold, rechecked := false, false
 	for attempt := 0; ; attempt++ {
 		p := q.pick(s.prefills, q.prefillRank)
 		if p == nil {
@@ -199,6 +202,7 @@ func (s *Server) servePD(q *clientRequest) {
 		x := s.newExchange(q, 3)
 		x.plan = plan
 		x.coldRetry = !cold && s.warm != nil
+		x.rankRetry = !rechecked
 		x.mayRetry = attempt < s.cfg.MaxRetries
 		x.merge = q.info.HasReturnLogprob || q.info.HasReturnRoutedExperts
 		x.inject(q.body, q.info, p)
@@ -208,6 +212,7 @@ func (s *Server) servePD(q *clientRequest) {
 		}
 		x.decode.prepare(q.ctx, d, x.body, q.deadline, q.id)
 		x.prefill.again, x.decode.again = slices.Contains(q.failed, p), slices.Contains(q.failed, d)
+		seen := s.registry.State(p.index).Generation // what the attempt went by
 		out := x.serve(q)
 		switch out.retry {
 		case answered:
@@ -218,6 +223,11 @@ func (s *Server) servePD(q *clientRequest) {
 			cold = true
 			s.coldRetries.Inc()
 			s.warm.pair(p, d).markCold()
+		case retryStaleRank:
+			// pdlb's own stale knowledge must not become the client's 400.
+			rechecked = true
+			s.staleRankRetries.Inc()
+			s.recheckPrefill(p, seen, q.deadline)
 		default:
 			s.retries.Inc()
 			q.remember(out)
@@ -251,14 +261,18 @@ func (x *exchange) retryAfter(body []byte) outcome {
 
 // retryOnFailure says whether the exchange failed in a way that another
 // attempt may fix, nothing having reached the client: a worker that could
-// not be reached, a transport failure, a 5xx. A 4xx is the client's and is
+// not be reached, a transport failure, a 5xx, or a prefill that refused a
+// DP rank pdlb's registry gave it. Any other 4xx is the client's and is
 // never retried; nor is a timeout, which has used up the request's time.
 // decodeBody is the decode's answer, if it gave one.
 func (x *exchange) retryOnFailure(decodeBody []byte) outcome {
+	c := x.culprit()
+	if x.rankRetry && c == &x.prefill && x.refusedRank(c) {
+		return outcome{retry: retryStaleRank, backend: c.backend}
+	}
 	if !x.mayRetry {
 		return outcome{}
 	}
-	c := x.culprit()
 	var kind retryKind
 	switch {
 	case c.err != nil && isUnreachable(c.err):
@@ -296,6 +310,36 @@ func (s *Server) canServeAgain(b *Backend) bool {
 		pool = s.fallbacks
 	}
 	return pool.anyAvailable() || (b.role != roleFallback && s.fallbacks.anyAvailable())
+}
+
+// rankRangeMarker is in SGLang's refusal of a routed_dp_rank the worker
+// does not have: "routed_dp_rank=R out of range [0, D)" (PROTOCOL.md §5).
+var rankRangeMarker = []byte("_dp_rank=")
+
+// refusedRank reports whether c's worker refused the request's DP rank.
+func (x *exchange) refusedRank(c *call) bool {
+	body := c.resp.Body()
+	return c.err == nil && c.resp.StatusCode() == fasthttp.StatusBadRequest &&
+		bytes.Contains(body, rankRangeMarker) && bytes.Contains(body, []byte(" out of range [0, "))
+}
+
+// recheckPrefill has the registry read prefill p again, unless it has
+// changed since Generation seen, and returns when it has (and its OnChange
+// has updated what selection knows of p). servePD calls it when p refused
+// the DP rank an attempt sent it: p has fewer ranks than the registry
+// says, having restarted since the registry last read it (every 5 s),
+// unless p's dp_size was unknown. The next attempt is placed by what the
+// registry says now: on a rank p has, on another prefill, or answered with
+// pdlb's own 400 when no prefill has the client's rank. Nothing has reached
+// the client: the prefill refused at once, cancelling the decode before it
+// had the KV cache. The one refresh that the many requests refused at once
+// share costs a few bootstrap calls.
+func (s *Server) recheckPrefill(p *Backend, seen uint64, deadline time.Time) {
+	ctx, cancel := context.WithDeadline(s.ctx, deadline)
+	defer cancel()
+	// A failed read leaves the prefill not ready, which the next attempt
+	// goes by; the registry logs it.
+	_ = s.registry.Recheck(ctx, p.index, seen)
 }
 
 // kvTransferMarker is in the error of a decode whose KV transfer failed:

@@ -52,10 +52,13 @@ type Server struct {
 	notFound       *route
 	errorsByReason [numReasons]*metrics.Counter
 	coldRetries    *metrics.Counter
-	decodeOnly     [numDecodeOnly]*metrics.Counter
-	exchanges      sync.Pool
-	retries        *metrics.Counter
-	aborts         *metrics.Counter
+	// staleRankRetries counts attempts made again after a prefill refused
+	// a DP rank the registry gave it.
+	staleRankRetries *metrics.Counter
+	decodeOnly       [numDecodeOnly]*metrics.Counter
+	exchanges        sync.Pool
+	retries          *metrics.Counter
+	aborts           *metrics.Counter
 	// noLocalPrefill is set once a decode showed it cannot prefill locally.
 	noLocalPrefill atomic.Bool
 	admission      admission
@@ -104,6 +107,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		s.errorsByReason[r] = s.ms.NewCounter(fmt.Sprintf(`pdlb_request_errors_total{reason=%q}`, r))
 	}
 	s.coldRetries = s.ms.NewCounter(`pdlb_cold_pair_retries_total`)
+	s.staleRankRetries = s.ms.NewCounter(`pdlb_stale_dp_rank_retries_total`)
 	s.retries = s.ms.NewCounter(`pdlb_retries_total`)
 	s.aborts = s.ms.NewCounter(`pdlb_abort_requests_total`)
 	s.admission = newAdmission(&s.cfg)
