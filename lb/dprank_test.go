@@ -227,3 +227,38 @@ func TestPrefillRestartedWithFewerRanks(t *testing.T) {
 		t.Fatalf("got %d %s; want pdlb's 400 for a rank the prefill no longer has", r.status, r.body)
 	}
 }
+
+// Without warm-ups, pdlb does not know a decode's dp_size until the decode
+// refuses a client's routed_dp_rank: it then reads the decode's dp_size and
+// tries a decode that has the rank, instead of passing the 400 on.
+func TestDecodeRefusingARankIsLearned(t *testing.T) {
+	h := newHarness(t)
+	p := h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, DPSize: 4, Tokens: 2, KVTimeout: 5 * time.Second})
+	var decodes []*fake.Server
+	cfg := defaultConfig() // no warm-up
+	cfg.Decode = nil
+	cfg.DecodePolicy = PolicyRoundRobin
+	for i, dp := range []int{1, 2} {
+		addr := "decode-" + strconv.Itoa(i) + ":30010"
+		decodes = append(decodes, h.fake(addr, fake.Config{Role: fake.RoleDecode, DPSize: dp, Tokens: 2, KVTimeout: 5 * time.Second}))
+		cfg.Decode = append(cfg.Decode, "http://"+addr)
+	}
+	h.start(cfg)
+	h.waitBootstrap()
+	for range 6 {
+		if r := h.post("/v1/completions", `{"prompt": "a", "routed_dp_rank": 1}`); r.status != fasthttp.StatusOK {
+			t.Fatalf("got %d %s", r.status, r.body)
+		}
+	}
+	if n := decodes[1].Stats().GenerateRequests; n != 6 {
+		t.Fatalf("the dp-2 decode served %d of 6", n)
+	}
+	if n := p.Stats().DPConflicts; n != 0 {
+		t.Fatalf("%d follow_bootstrap_room conflicts", n)
+	}
+	r := h.post("/v1/completions", `{"prompt": "a", "routed_dp_rank": 2}`)
+	if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != fasthttp.StatusBadRequest ||
+		!strings.Contains(msg, "routed_dp_rank=2 out of range [0, 2): the largest dp_size among the decodes is 2") {
+		t.Fatalf("got %d %s; want pdlb's 400 naming the decodes' largest dp_size", r.status, r.body)
+	}
+}

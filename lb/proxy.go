@@ -38,7 +38,7 @@ type exchange struct {
 	// plan is the request's prefill DP-rank placement.
 	plan dpPlan
 	// coldRetry allows one more attempt when the decode says it has not
-	// cached the prefill's info (see warm.go); rankRetry, when the prefill
+	// cached the prefill's info (see warm.go); rankRetry, when a worker
 	// refuses its DP rank (see servePD); mayRetry, when a worker cannot be
 	// reached.
 	coldRetry bool

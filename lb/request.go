@@ -64,7 +64,7 @@ const (
 	retryFailed
 	// retryRefusedNoRoom: a decode refused a local-prefill request.
 	retryRefusedNoRoom
-	// retryStaleRank: the prefill refused its DP rank as out of range.
+	// retryStaleRank: a worker refused its DP rank as out of range.
 	retryStaleRank
 )
 
@@ -227,7 +227,11 @@ func (s *Server) servePD(q *clientRequest) {
 			// pdlb's own stale knowledge must not become the client's 400.
 			rechecked = true
 			s.staleRankRetries.Inc()
-			s.recheckPrefill(p, seen, q.deadline)
+			if out.backend == p {
+				s.recheckPrefill(p, seen, q.deadline)
+			} else {
+				s.relearnDecode(d, q.deadline)
+			}
 		default:
 			s.retries.Inc()
 			q.remember(out)
@@ -261,13 +265,13 @@ func (x *exchange) retryAfter(body []byte) outcome {
 
 // retryOnFailure says whether the exchange failed in a way that another
 // attempt may fix, nothing having reached the client: a worker that could
-// not be reached, a transport failure, a 5xx, or a prefill that refused a
-// DP rank pdlb's registry gave it. Any other 4xx is the client's and is
-// never retried; nor is a timeout, which has used up the request's time.
+// not be reached, a transport failure, a 5xx, or a worker that refused a
+// DP rank pdlb thought it had. Any other 4xx is the client's and is never
+// retried; nor is a timeout, which has used up the request's time.
 // decodeBody is the decode's answer, if it gave one.
 func (x *exchange) retryOnFailure(decodeBody []byte) outcome {
 	c := x.culprit()
-	if x.rankRetry && c == &x.prefill && x.refusedRank(c) {
+	if x.rankRetry && x.refusedRank(c) {
 		return outcome{retry: retryStaleRank, backend: c.backend}
 	}
 	if !x.mayRetry {
@@ -340,6 +344,16 @@ func (s *Server) recheckPrefill(p *Backend, seen uint64, deadline time.Time) {
 	// A failed read leaves the prefill not ready, which the next attempt
 	// goes by; the registry logs it.
 	_ = s.registry.Recheck(ctx, p.index, seen)
+}
+
+// relearnDecode reads decode d's dp_size again when d refused the client's
+// routed_dp_rank: pdlb did not know it (it learns it when warming d's
+// pairs), or d restarted with fewer ranks since. The next attempt goes to a
+// decode that has the rank, or gets pdlb's own 400 if none has.
+func (s *Server) relearnDecode(d *Backend, deadline time.Time) {
+	ctx, cancel := context.WithDeadline(s.ctx, deadline)
+	defer cancel()
+	d.learnDPSize(ctx)
 }
 
 // kvTransferMarker is in the error of a decode whose KV transfer failed:

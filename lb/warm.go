@@ -230,7 +230,7 @@ func (w *warmer) generate(pr *pair, st *bootstrap.State, decodeRank int, routed 
 }
 
 // learnDPSize reads the decode's dp_size from its /server_info; 1 when it
-// does not say.
+// does not say. A failed read returns 1 and leaves what b knew.
 func (b *Backend) learnDPSize(ctx context.Context) int {
 	timeout := controlTimeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -241,7 +241,9 @@ func (b *Backend) learnDPSize(ctx context.Context) int {
 	if v := gjson.GetBytes(a.body, "dp_size"); a.ok() && v.Type == gjson.Number && v.Int() > 1 && v.Int() <= 1024 {
 		n = int(v.Int())
 	}
-	b.dpSize.Store(int32(n))
+	if a.ok() {
+		b.dpSize.Store(int32(n))
+	}
 	return n
 }
 
