@@ -64,10 +64,14 @@ type answerError struct {
 // decode a rank waits for the pair's warm-up (see warm.go).
 func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadline time.Time) (dpPlan, *answerError) {
 	hinted := info.PrefillDPRank.Set
-	if hinted && info.PrefillDPRank.Rank < 0 {
-		return noPlan, rankOutOfRange(info.PrefillDPRank.Rank, -1, p)
-	}
 	st := s.registry.State(p.index)
+	if hinted && info.PrefillDPRank.Rank < 0 {
+		size := 0
+		if st.Ready {
+			size = st.Info.DPSize
+		}
+		return noPlan, rankOutOfRange(info.PrefillDPRank.Rank, size, p)
+	}
 	batch := rt.batch && info.Batch >= 0
 	wantsPolicy := !hinted && !batch && s.cfg.PrefillDPPolicy != DPPolicyOff && st.Ready && st.Info.DPSize > 1
 	if (hinted || wantsPolicy) && s.warm != nil {
@@ -152,8 +156,10 @@ func noWorkerHasRank(q *clientRequest, role string, largest int) *answerError {
 		field + "=" + strconv.Itoa(rank) + " out of range [0, " + size + "): the largest dp_size among the " + role + "s is " + size}
 }
 
+// rankOutOfRange is the 400 for a rank prefill p does not have; size is
+// its dp_size, 0 if unknown (then only a negative rank is known to be out).
 func rankOutOfRange(rank, size int, p *Backend) *answerError {
-	valid := "[0, dp_size)"
+	valid := "(ranks start at 0)"
 	if size > 0 {
 		valid = "[0, " + strconv.Itoa(size) + ")"
 	}
