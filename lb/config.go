@@ -266,7 +266,6 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports the first problem with c, phrased for a command line user.
 // isHeaderName reports whether name is an HTTP field name: a token of
 // RFC 9110 §5.6.2.
 func isHeaderName(name string) bool {
@@ -281,6 +280,7 @@ func isHeaderName(name string) bool {
 	return true
 }
 
+// Validate reports the first problem with c, phrased for a command line user.
 func (c *Config) Validate() error {
 	if len(c.Prefill) == 0 {
 		return fmt.Errorf("at least one prefill worker is required (--prefill URL)")
@@ -306,6 +306,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("invalid fallback URL: %w", err)
 		}
 	}
+	if err := c.checkDuplicates(); err != nil {
+		return err
+	}
 	if c.PDMinPromptTokens < 0 {
 		return fmt.Errorf("the minimum prompt length for PD cannot be negative")
 	}
@@ -321,6 +324,43 @@ func (c *Config) Validate() error {
 	}
 	if c.PrefillDPPolicy != "" && !slices.Contains(DPPolicies, c.PrefillDPPolicy) {
 		return fmt.Errorf("unknown prefill DP policy %q; want one of %v", c.PrefillDPPolicy, DPPolicies)
+	}
+	return nil
+}
+
+// checkDuplicates refuses a worker listed twice. A backend's metrics, logs
+// and health state are keyed by its host:port, so two URLs that name one
+// (http://h:p and http://h:p/, or https://h:p) would clash; and an SGLang
+// server has one role, so one listed in two pools is a mistake as well.
+func (c *Config) checkDuplicates() error {
+	seen := make(map[string]string) // host:port → "--role URL"
+	add := func(role, raw string) error {
+		w, err := parseWorkerURL(raw)
+		if err != nil {
+			panic("BUG: checkDuplicates on an unchecked URL: " + err.Error())
+		}
+		key := strings.ToLower(w.addr) // host names are case-insensitive
+		this := "--" + role + " " + raw
+		if first, ok := seen[key]; ok {
+			return fmt.Errorf("worker %s is listed twice: %s and %s", w.addr, first, this)
+		}
+		seen[key] = this
+		return nil
+	}
+	for _, p := range c.Prefill {
+		if err := add(rolePrefill, p.URL); err != nil {
+			return err
+		}
+	}
+	for _, d := range c.Decode {
+		if err := add(roleDecode, d); err != nil {
+			return err
+		}
+	}
+	for _, f := range c.Fallback {
+		if err := add(roleFallback, f); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -1,0 +1,43 @@
+package lb
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+)
+
+// A worker listed twice is a usage error naming it; pdlb used to panic on
+// the clash of its metric names (tester report hC, item 1).
+func TestValidateRefusesDuplicateWorkers(t *testing.T) {
+	f := func(name string, mutate func(*Config), want string) {
+		t.Helper()
+		cfg := defaultConfig()
+		mutate(&cfg)
+		err := cfg.Validate()
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: got %q; want no error", name, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: got %v; want an error containing %q", name, err, want)
+		}
+		if want != "" {
+			// New must refuse it too, rather than panic.
+			if _, err := New(cfg, zerolog.Nop()); err == nil {
+				t.Errorf("%s: New accepted it", name)
+			}
+		}
+	}
+	f("prefill twice", func(c *Config) { c.Prefill = append(c.Prefill, c.Prefill[0]) },
+		"worker prefill-0:30000 is listed twice: --prefill http://prefill-0:30000 and --prefill http://prefill-0:30000")
+	f("trailing slash", func(c *Config) { c.Decode = append(c.Decode, "http://decode-0:30010/") },
+		"--decode http://decode-0:30010 and --decode http://decode-0:30010/")
+	f("other scheme", func(c *Config) { c.Decode = append(c.Decode, "https://decode-0:30010") },
+		"worker decode-0:30010 is listed twice")
+	f("host case", func(c *Config) { c.Decode = append(c.Decode, "DECODE-0:30010") }, "is listed twice")
+	f("default port", func(c *Config) { c.Fallback = []string{"http://agg", "agg:80"} },
+		"--fallback http://agg and --fallback agg:80")
+	f("two pools", func(c *Config) { c.Fallback = []string{"http://decode-0:30010"} },
+		"--decode http://decode-0:30010 and --fallback http://decode-0:30010")
+	f("distinct", func(c *Config) { c.Decode = append(c.Decode, "http://decode-0:30011", "http://decode-1:30010") }, "")
+}
