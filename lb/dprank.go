@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -81,7 +82,11 @@ func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadli
 				// back to mini_lb's placement rather than fail.
 				return noPlan, nil
 			}
-			return noPlan, &answerError{fasthttp.StatusServiceUnavailable, reasonNotWarm, err.Error()}
+			r := reasonNotWarm
+			if errors.Is(err, errShutdown) {
+				r = reasonShutdown
+			}
+			return noPlan, &answerError{fasthttp.StatusServiceUnavailable, r, err.Error()}
 		}
 		st = s.registry.State(p.index)
 	}

@@ -31,6 +31,7 @@ const (
 	reasonOverloaded
 	reasonUnauthorized
 	reasonInternal
+	reasonShutdown
 	numReasons
 )
 
@@ -51,6 +52,7 @@ var reasonNames = [numReasons]string{
 	reasonOverloaded:         "overloaded",
 	reasonUnauthorized:       "unauthorized",
 	reasonInternal:           "internal",
+	reasonShutdown:           "shutdown",
 }
 
 func (r reason) String() string { return reasonNames[r] }
@@ -152,10 +154,18 @@ func dropClient(ctx *fasthttp.RequestCtx) {
 // errClientGone cancels the calls of a client that went away.
 var errClientGone = errors.New("client closed the connection")
 
+// errShutdown cancels the calls still running when the shutdown grace
+// period ends (Server.Shutdown): the failure paths then answer the client
+// with it, a 503 or a stream's error event, instead of leaving the process
+// exit to cut the connection without a word.
+var errShutdown = errors.New("pdlb is shutting down and its grace period is over; retry on another instance")
+
 // classify maps a call error to the status, reason and message the client
 // sees. role and addr name the backend.
 func classify(err error, role, addr string) (int, reason, string) {
 	switch {
+	case errors.Is(err, errShutdown):
+		return fasthttp.StatusServiceUnavailable, reasonShutdown, errShutdown.Error()
 	case isTimeout(err):
 		return fasthttp.StatusGatewayTimeout, reasonBackendTimeout,
 			"timed out waiting for " + role + " backend " + addr

@@ -68,6 +68,8 @@ func (s *Server) admit(q *clientRequest) *answerError {
 		return overloaded("no slot freed up within " + a.timeout.String())
 	case <-left:
 		return &answerError{statusClientGone, reasonClientGone, "the client went away while queued"}
+	case <-s.cut:
+		return &answerError{fasthttp.StatusServiceUnavailable, reasonShutdown, errShutdown.Error()}
 	}
 }
 

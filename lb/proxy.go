@@ -26,6 +26,8 @@ type exchange struct {
 	start     time.Time
 	refs      atomic.Int32
 	requestID []byte
+	// slot is x's place in Server.flight, -1 when it is not there.
+	slot int
 
 	// body is the client body with the bootstrap fields spliced in, as the
 	// decode gets it; prefillBody is the prefill's when a DP-rank plan makes
@@ -112,7 +114,7 @@ type call struct {
 }
 
 func newExchange(s *Server) *exchange {
-	x := &exchange{s: s}
+	x := &exchange{s: s, slot: -1}
 	x.prefill = call{x: x, peer: &x.decode}
 	x.decode = call{x: x, peer: &x.prefill}
 	for _, c := range []*call{&x.prefill, &x.decode} {
@@ -136,6 +138,7 @@ func (x *exchange) unref() {
 	if x.refs.Add(-1) > 0 {
 		return
 	}
+	x.s.untrack(x)
 	for _, c := range []*call{&x.prefill, &x.decode} {
 		c.releaseRequest()
 		c.body, c.respBody = nil, nil
@@ -198,6 +201,7 @@ func (s *Server) newExchange(q *clientRequest, refs int32) *exchange {
 
 // serve runs the exchange, streamed or not.
 func (x *exchange) serve(q *clientRequest) outcome {
+	x.s.track(x)
 	if q.info.Stream {
 		x.relay.mergeLogprobs = q.info.ReturnLogprob && !x.single
 		x.relay.batch = q.rt.batch && q.info.Batch >= 0
@@ -367,6 +371,23 @@ func (c *call) abort(reason error) {
 	}
 }
 
+// cutShort cancels both calls: pdlb is shutting down (Server.cutInflight).
+// The decode goes first, so that its failure names the shutdown rather than
+// its cancelled prefill.
+func (x *exchange) cutShort() {
+	x.decode.abort(errShutdown)
+	x.prefill.abort(errShutdown)
+}
+
+// cause is what ended c's answer early: err, unless pdlb cut the call at
+// shutdown, which closed its connection under the read that failed.
+func (c *call) cause(err error) error {
+	if reason := c.cancel.err(); errors.Is(reason, errShutdown) {
+		return reason
+	}
+	return err
+}
+
 // clientGone reports whether the exchange's calls were cancelled because
 // its client went away.
 func (x *exchange) clientGone() bool {
@@ -498,6 +519,9 @@ func (c *call) describe() (int, reason, string) {
 }
 
 func (x *exchange) logFailure(c *call, msg string) {
+	if errors.Is(c.cancel.err(), errShutdown) {
+		return // Shutdown logs them all at once
+	}
 	x.s.log.Warn().Bytes("request_id", x.requestID).Str("route", x.rt.path).
 		Str("role", c.backend.role).Str("backend", c.backend.addr).Err(c.err).Msg(msg)
 }

@@ -376,6 +376,6 @@ func (x *exchange) pairFailed(failure []byte) *Backend {
 // another attempt.
 func retriable(err error) bool {
 	var peer *errPeerFailed
-	return !errors.Is(err, fasthttp.ErrTimeout) && !errors.Is(err, errClientGone) &&
+	return !errors.Is(err, fasthttp.ErrTimeout) && !errors.Is(err, errClientGone) && !errors.Is(err, errShutdown) &&
 		!errors.As(err, &peer) && !errors.Is(err, fasthttp.ErrBodyTooLarge)
 }

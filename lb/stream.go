@@ -99,7 +99,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 		if c := x.culprit(); c != d {
 			x.respondFailed(ctx, c)
 		} else {
-			status, r, msg := classify(err, d.backend.role, d.backend.addr)
+			status, r, msg := classify(d.cause(err), d.backend.role, d.backend.addr)
 			x.logFailure(d, msg)
 			x.s.writeError(ctx, status, r, msg)
 		}
@@ -206,7 +206,7 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 		}
 	}
 	if err != nil {
-		status, r, msg := classify(err, d.backend.role, d.backend.addr)
+		status, r, msg := classify(d.cause(err), d.backend.role, d.backend.addr)
 		x.logFailure(d, msg)
 		x.s.writeError(ctx, status, r, msg)
 	} else {
@@ -659,6 +659,8 @@ func (r *relay) brokenEvent() []byte {
 	status, rsn, msg := fasthttp.StatusBadGateway, reasonStreamBroken, "decode backend "+d.backend.addr+" ended the stream early"
 	var peer *errPeerFailed
 	switch {
+	case errors.Is(d.cancel.err(), errShutdown):
+		status, rsn, msg = classify(errShutdown, d.backend.role, d.backend.addr)
 	case errors.As(d.cancel.err(), &peer) && peer.role == rolePrefill:
 		// The prefill failed just before the decode's first event was
 		// seen (after it, a prefill no longer cancels the decode); its
@@ -675,8 +677,10 @@ func (r *relay) brokenEvent() []byte {
 		d.broke = true // it ended without [DONE]
 	}
 	x.s.errorsByReason[rsn].Inc()
-	x.s.log.Warn().Bytes("request_id", x.requestID).Str("route", x.rt.path).
-		Str("backend", d.backend.addr).Err(r.readErr).Msg(msg)
+	if rsn != reasonShutdown { // Shutdown logs those all at once
+		x.s.log.Warn().Bytes("request_id", x.requestID).Str("route", x.rt.path).
+			Str("backend", d.backend.addr).Err(r.readErr).Msg(msg)
+	}
 	r.status = status
 	r.merged = appendSSEError(r.merged[:0], status, msg)
 	return r.merged

@@ -113,6 +113,8 @@ func (w *warmer) ensure(pr *pair, deadline time.Time) error {
 		}
 		select {
 		case <-w.start(pr):
+		case <-w.s.cut:
+			return errShutdown
 		case <-wait.C:
 			why := "its warm-up is still running"
 			if st := w.s.registry.State(pr.p.index); !st.Ready {

@@ -1,0 +1,153 @@
+package lb
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bench/fake"
+)
+
+// expired is a context whose time is up: Shutdown given it cuts at once.
+func expired() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+// shutdownCut shuts srv down with no grace and checks that it reports one
+// request cut.
+func shutdownCut(t *testing.T, srv *Server) {
+	t.Helper()
+	var cut *CutError
+	if err := srv.Shutdown(expired()); !errors.As(err, &cut) || cut.Requests != 1 {
+		t.Fatalf("Shutdown: got %v; want a CutError of 1 request", err)
+	}
+}
+
+// checkCutAccounted checks that one request of route was counted and
+// logged as cut by the shutdown, with status 503.
+func checkCutAccounted(t *testing.T, srv *Server, logs *syncBuffer, route string) {
+	t.Helper()
+	var m bytes.Buffer
+	srv.ms.WritePrometheus(&m)
+	for _, want := range []string{
+		`pdlb_request_errors_total{reason="shutdown"} 1`,
+		`pdlb_requests_total{route="` + route + `",code="503"} 1`,
+	} {
+		if !strings.Contains(m.String(), want+"\n") {
+			t.Errorf("metrics lack %s:\n%s", want, m.String())
+		}
+	}
+	var access, cutLine bool
+	for line := range strings.Lines(logs.String()) {
+		switch gjson.Get(line, "message").String() {
+		case "request":
+			access = gjson.Get(line, "route").String() == route && gjson.Get(line, "status").Int() == 503
+		case "shutdown grace period over: cutting the requests in flight":
+			cutLine = gjson.Get(line, "requests").Int() == 1
+		}
+	}
+	if !access || !cutLine {
+		t.Errorf("got log %s; want an access line with status 503 and the count of requests cut", logs.String())
+	}
+}
+
+// When the grace period ends, a stream in flight ends as a broken stream
+// does: an SSE error event, [DONE] and the chunked body's end; and it is
+// counted and logged. It used to be cut mid-chunk, unaccounted (tester
+// report hC, item 4).
+func TestShutdownCutsStreams(t *testing.T) {
+	h := newHarness(t)
+	gate := make(chan struct{}, 1)
+	gate <- struct{}{}
+	h.pair(fake.Config{}, fake.Config{TokenGate: gate})
+	var logs syncBuffer
+	cfg := defaultConfig()
+	cfg.AccessLog = true
+	srv := h.startLogged(cfg, zerolog.New(&logs))
+	conn, err := h.nw.Dial("pdlb:8000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	sendRequest(t, conn, "/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 3}}`)
+	br := bufio.NewReader(conn)
+	var got []byte
+	for !bytes.Contains(got, []byte("data:")) { // the first token's event
+		b, err := br.ReadByte()
+		if err != nil {
+			t.Fatalf("got %q, then %v; want the first event", got, err)
+		}
+		got = append(got, b)
+	}
+	shutdownCut(t, srv)
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, rest...)
+	errEvent := "data: " + string(appendErrorJSON(nil, fasthttp.StatusServiceUnavailable, errShutdown.Error())) + "\n\n"
+	if !bytes.HasSuffix(got, []byte(errEvent+"data: [DONE]\n\n\r\n0\r\n\r\n")) {
+		t.Fatalf("got %q; want the stream to end with the shutdown's error event, [DONE] and the body's end", got)
+	}
+	checkCutAccounted(t, srv, &logs, "/generate")
+}
+
+// When the grace period ends, a non-stream request that has not been
+// answered gets a 503 JSON error rather than a closed connection, and is
+// counted and logged (tester report hC, item 4).
+func TestShutdownAnswersRequestsInFlight(t *testing.T) {
+	h := newHarness(t)
+	arrived := make(chan struct{}, 1)
+	h.pair(fake.Config{}, fake.Config{TokenGate: make(chan struct{}), OnRequest: func(path string, _ []byte) {
+		if path == "/generate" {
+			arrived <- struct{}{}
+		}
+	}})
+	var logs syncBuffer
+	cfg := defaultConfig()
+	cfg.AccessLog = true
+	srv := h.startLogged(cfg, zerolog.New(&logs))
+	type answer struct {
+		status     int
+		body       string
+		retryAfter string
+		err        error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetRequestURI("http://pdlb:8000/generate")
+		req.SetBodyString(`{"text": "a"}`)
+		err := h.cl.DoTimeout(req, resp, 10*time.Second)
+		answered <- answer{resp.StatusCode(), string(resp.Body()), string(resp.Header.Peek("Retry-After")), err}
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request did not reach the decode")
+	}
+	shutdownCut(t, srv)
+	a := <-answered
+	if a.err != nil || a.status != fasthttp.StatusServiceUnavailable || a.retryAfter == "" ||
+		gjson.Get(a.body, "error.message").String() != errShutdown.Error() ||
+		gjson.Get(a.body, "error.type").String() != "service_unavailable" {
+		t.Fatalf("got %d %s (Retry-After %q, error %v); want a 503 JSON error saying pdlb is shutting down",
+			a.status, a.body, a.retryAfter, a.err)
+	}
+	checkCutAccounted(t, srv, &logs, "/generate")
+}
