@@ -227,7 +227,16 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 		}
 	}
 	log.Info().Str("version", version).Msg("pdlb starting")
-	return serveUntilSignal(srv, ln, time.Duration(c.ShutdownGracePeriodSecs)*time.Second, log)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	status, err := serveUntilSignal(srv, ln, time.Duration(c.ShutdownGracePeriodSecs)*time.Second, sigs, log)
+	if err != nil {
+		return err
+	}
+	if status != 0 {
+		os.Exit(status) // serveUntilSignal has logged why
+	}
+	return nil
 }
 
 // defaultGCPercent is pdlb's garbage collection target unless GOGC sets one.
@@ -263,23 +272,43 @@ func serveAdmin(srv *lb.Server, addr string, pprof bool, log zerolog.Logger) err
 	return nil
 }
 
-func serveUntilSignal(srv *lb.Server, ln net.Listener, grace time.Duration, log zerolog.Logger) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+// serveUntilSignal serves until the first of sigs, then drains for grace.
+// Another signal during the drain ends it at once: an operator's second
+// Ctrl-C or TERM means now. It returns the exit status: 0 when every
+// request finished, 1 when some were cut, at the grace period's end or by
+// the second signal.
+func serveUntilSignal(srv *lb.Server, ln net.Listener, grace time.Duration, sigs <-chan os.Signal, log zerolog.Logger) (int, error) {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	var sig os.Signal
 	select {
 	case err := <-served:
-		return err
-	case <-ctx.Done():
+		return 0, err
+	case sig = <-sigs:
 	}
-	log.Info().Dur("grace", grace).Msg("shutting down: draining requests in flight")
+	log.Info().Str("signal", sig.String()).Dur("grace", grace).
+		Msg("shutting down: draining requests in flight; a second signal exits at once")
 	drain, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	if err := srv.Shutdown(drain); err != nil {
-		log.Warn().Err(err).Msg("grace period over with requests still in flight")
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(drain) }()
+	select {
+	case err := <-shut:
+		var cut *lb.CutError
+		switch {
+		case errors.As(err, &cut):
+			log.Warn().Int("cut", cut.Requests).Msg("stopped, with requests cut at the end of the grace period")
+			return 1, nil
+		case err != nil:
+			log.Warn().Err(err).Msg("stopped")
+			return 1, nil
+		}
+		log.Info().Msg("stopped")
+		return 0, nil
+	case sig = <-sigs:
+		log.Warn().Str("signal", sig.String()).Msg("exiting at once: a second signal during the drain")
+		return 1, nil
 	}
-	return nil
 }
 
 func isPolicy(p string) bool { return contains(lb.Policies, p) }
