@@ -214,14 +214,13 @@ func (b *Backend) succeeded() {
 	}
 }
 
-// failed's err is the transport error, or nil when the worker answered
-// with status.
+// failed's status is the worker's answer, 0 when it gave none; err is
+// what went wrong besides: the transport error, or why a streamed answer
+// broke off. The ejection's log line names the failure that caused it.
 func (b *Backend) failed(err error, status int) {
 	if b.breaker != nil && b.breaker.Failure() {
-		ev := b.log.Warn()
-		if err != nil {
-			ev = ev.Err(err)
-		} else {
+		ev := b.log.Warn().Err(err)
+		if status != 0 {
 			ev = ev.Int("status", status)
 		}
 		ev.Msg("ejecting the worker after consecutive failures")

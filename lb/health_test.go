@@ -189,6 +189,32 @@ func TestBreakerEjectsAFailingWorker(t *testing.T) {
 	}
 }
 
+// The ejection's log line names the failure that caused it: a decode whose
+// stream broke off was ejected with "status":200 and no error (tester
+// report hC, item 7).
+func TestEjectionNamesItsCause(t *testing.T) {
+	h := newHarness(t)
+	_, d := h.pair(fake.Config{}, fake.Config{})
+	if err := d.SetFault(fake.Fault{Kind: fake.FaultCut, Events: 1}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := defaultConfig()
+	cfg.Breaker = BreakerConfig{Threshold: 1, MinBackoff: time.Hour}
+	var logs syncBuffer
+	h.startLogged(cfg, zerolog.New(&logs))
+	s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 3}}`)
+	s.rest()
+	for line := range strings.Lines(logs.String()) {
+		if gjson.Get(line, "message").String() == "ejecting the worker after consecutive failures" {
+			if gjson.Get(line, "status").Int() != 200 || !strings.HasPrefix(gjson.Get(line, "error").String(), "the stream broke off: ") {
+				t.Fatalf("got %s; want the status and why the stream broke off", line)
+			}
+			return
+		}
+	}
+	t.Fatalf("no ejection in the log:\n%s", logs.String())
+}
+
 // A prefill whose bootstrap server is not ready can take no KV transfer.
 func TestPrefillWithoutBootstrapIsTakenOut(t *testing.T) {
 	h := newHarness(t)

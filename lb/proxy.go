@@ -93,9 +93,9 @@ type call struct {
 	deadline    time.Time
 	firstByteBy time.Time
 	// stream hands the response body to the relay instead of buffering it;
-	// broke is set by the relay when that body broke off.
+	// broke is set by the relay to why that body broke off, if it did.
 	stream bool
-	broke  bool
+	broke  error
 	err    error
 	// again is set when the worker already failed this client request on
 	// an earlier attempt: failing it again is no news for the worker's
@@ -146,7 +146,7 @@ func (x *exchange) unref() {
 		c.resp.Reset()
 		c.cancel.reset()
 		c.err = nil
-		c.stream, c.broke, c.again = false, false, false
+		c.stream, c.broke, c.again = false, nil, false
 		c.firstByteBy = time.Time{}
 		if c.releaseBody != nil {
 			panic("BUG: an exchange was released with a stream still open")
@@ -337,12 +337,17 @@ func (c *call) end() {
 	}
 	own := c.cancel.err() == nil && !errors.Is(c.err, errGaveUp)
 	switch status := c.resp.StatusCode(); {
-	case c.err == nil && status < fasthttp.StatusInternalServerError && !c.broke:
+	case c.err == nil && status < fasthttp.StatusInternalServerError && c.broke == nil:
 		b.succeeded() // a 4xx too: the worker works, the request was wrong
+	case own && c.err != nil:
+		b.errors.Inc()
+		if !c.again {
+			b.failed(c.err, 0)
+		}
 	case own:
 		b.errors.Inc()
 		if !c.again {
-			b.failed(c.err, status)
+			b.failed(c.broke, status)
 		}
 	}
 	if c.err != nil || c.resp.StatusCode() >= fasthttp.StatusBadRequest {

@@ -3,6 +3,7 @@ package lb
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -84,6 +85,9 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 	err := x.relay.prime(d.respBody)
 	x.watcher.disarm()
 	if err != nil {
+		if d.cancel.err() == nil {
+			d.broke = fmt.Errorf("the stream broke off before its first event: %w", err)
+		}
 		d.endStream(false)
 		<-d.done
 		if x.clientGone() {
@@ -651,6 +655,9 @@ func (r *relay) clientGone() {
 	r.x.prefill.abort(errClientGone)
 }
 
+// errNoDone is why a stream that ended without its [DONE] broke off.
+var errNoDone = errors.New("the stream ended without [DONE]")
+
 // brokenEvent describes why the decode's stream ended early, as an SSE error
 // event followed by [DONE].
 func (r *relay) brokenEvent() []byte {
@@ -672,9 +679,11 @@ func (r *relay) brokenEvent() []byte {
 		if isConnDrop(r.readErr) || errors.Is(r.readErr, io.ErrUnexpectedEOF) {
 			msg = "decode backend " + d.backend.addr + " closed the connection in the middle of the stream"
 		}
-		d.broke = d.cancel.err() == nil // counts against the decode
+		if d.cancel.err() == nil { // counts against the decode
+			d.broke = fmt.Errorf("the stream broke off: %w", r.readErr)
+		}
 	default:
-		d.broke = true // it ended without [DONE]
+		d.broke = errNoDone
 	}
 	x.s.errorsByReason[rsn].Inc()
 	if rsn != reasonShutdown { // Shutdown logs those all at once
