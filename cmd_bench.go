@@ -276,7 +276,7 @@ func (c *benchCmd) config() (bench.Config, error) {
 }
 
 // isTerminal reports whether f is a terminal, where a redrawn progress line
-// makes sense (in a log file it is noise).
+// or colour makes sense (in a log file they are noise).
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0

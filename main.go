@@ -94,10 +94,18 @@ type logFlags struct {
 	LogFormat string `help:"Log format: json, or console for people." default:"json" enum:"json,console"`
 }
 
+// logTimeFormat is RFC 3339 to the millisecond: lines of one second
+// (an ejection, the retry it caused, their access lines) must sort.
+const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
 // logger builds the root logger all components derive theirs from.
 func (f *logFlags) logger(w io.Writer) zerolog.Logger {
+	// zerolog's time format is a process global; only main sets it.
+	zerolog.TimeFieldFormat = logTimeFormat
 	if f.LogFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+		// Colour codes are for a terminal; in a file they are noise.
+		file, ok := w.(*os.File)
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !ok || !isTerminal(file)}
 	}
 	level, err := zerolog.ParseLevel(strings.Replace(f.LogLevel, "warning", "warn", 1))
 	if err != nil {

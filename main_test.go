@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -264,5 +266,30 @@ func TestParsePair(t *testing.T) {
 	}
 	if _, _, err := parse(t, "pair", "--listen", "127.0.0.1:1", "--prefill", "127.0.0.1:2"); err == nil {
 		t.Error("pair without --decode parsed; want an error")
+	}
+}
+
+// JSON log lines are timed to the millisecond; console lines written to
+// anything but a terminal carry no colour codes (tester report hC, item 7).
+func TestLogFormats(t *testing.T) {
+	var out bytes.Buffer
+	log := (&logFlags{LogLevel: "info", LogFormat: "json"}).logger(&out)
+	log.Info().Msg("a")
+	if !regexp.MustCompile(`^\{"level":"info","time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(Z|[+-]\d\d:\d\d)","message":"a"\}\n$`).Match(out.Bytes()) {
+		t.Errorf("got %q; want a time to the millisecond", out.String())
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	log = (&logFlags{LogLevel: "info", LogFormat: "console"}).logger(f)
+	log.Warn().Str("k", "v").Msg("b")
+	written, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(written, []byte("\x1b[")) || !bytes.Contains(written, []byte("WRN b k=v")) {
+		t.Errorf("got %q; want a console line without colour codes", written)
 	}
 }
