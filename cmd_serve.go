@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/alecthomas/kong"
 	"github.com/rs/zerolog"
 
@@ -207,7 +208,7 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 	for _, w := range warnings {
 		log.Warn().Msg(w)
 	}
-	applyGCPercent()
+	applyProcessSettings()
 	srv, err := lb.New(cfg, log)
 	if err != nil {
 		return err
@@ -248,6 +249,15 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 // extra collections did not show in the non-stream throughput (README,
 // Performance).
 const defaultGCPercent = 50
+
+// applyProcessSettings applies what pdlb sets for the whole process: the
+// garbage collection target, and # HELP and # TYPE lines on /metrics, which
+// the metrics library keeps in a global: without them Prometheus takes
+// every series for untyped.
+func applyProcessSettings() {
+	applyGCPercent()
+	metrics.ExposeMetadata(true)
+}
 
 // applyGCPercent sets defaultGCPercent unless the GOGC environment variable
 // chose a target, which the Go runtime has applied already.

@@ -4,12 +4,14 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 
 	"pdlb/lb"
@@ -174,5 +176,32 @@ func TestServeCutsAtTheEndOfTheGracePeriod(t *testing.T) {
 	answer, _ := io.ReadAll(conn)
 	if !strings.HasPrefix(string(answer), "HTTP/1.1 503 ") {
 		t.Errorf("got %q; want a 503", answer)
+	}
+}
+
+// /metrics says each metric's type, so that Prometheus does not take them
+// all for untyped (tester report hC, item 10).
+func TestMetricsHaveTypes(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	applyProcessSettings()
+	defer metrics.ExposeMetadata(false)
+	srv, err := lb.New(lb.Config{
+		Prefill: []lb.PrefillSpec{{URL: "http://p:1"}},
+		Decode:  []string{"http://d:1"},
+	}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	srv.Metrics().WritePrometheus(&out)
+	for _, want := range []string{
+		"# TYPE pdlb_request_errors_total counter\n",
+		"# TYPE pdlb_backend_ejections_total counter\n",
+		"# TYPE pdlb_backend_inflight gauge\n",
+		"# TYPE pdlb_request_duration_seconds histogram\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, out.String())
+		}
 	}
 }

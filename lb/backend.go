@@ -66,6 +66,8 @@ type Backend struct {
 
 	requests *metrics.Counter
 	errors   *metrics.Counter
+	// ejections counts the breaker's openings; nil without a breaker.
+	ejections *metrics.Counter
 }
 
 // workerURL is a parsed worker address.
@@ -178,7 +180,7 @@ func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.
 		return 0
 	})
 	if b.breaker != nil {
-		ms.NewGauge(`pdlb_backend_ejections_total{`+labels+`}`, func() float64 { return float64(b.breaker.Ejections()) })
+		b.ejections = ms.NewCounter(`pdlb_backend_ejections_total{` + labels + `}`)
 	}
 	return b, nil
 }
@@ -219,6 +221,7 @@ func (b *Backend) succeeded() {
 // broke off. The ejection's log line names the failure that caused it.
 func (b *Backend) failed(err error, status int) {
 	if b.breaker != nil && b.breaker.Failure() {
+		b.ejections.Inc()
 		ev := b.log.Warn().Err(err)
 		if status != 0 {
 			ev = ev.Int("status", status)

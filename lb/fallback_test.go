@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -228,5 +229,19 @@ func TestDecodeWithoutLocalPrefill(t *testing.T) {
 				t.Fatalf("no configuration error was logged:\n%s", logs.String())
 			}
 		}
+	}
+}
+
+// pdlb_decode_only_total counts requests that skipped remote prefill, by
+// why; a "pd" series, always 0, was exposed too (tester report hC, item 10).
+func TestDecodeOnlyMetricHasNoPDSeries(t *testing.T) {
+	srv, err := New(defaultConfig(), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	srv.ms.WritePrometheus(&out)
+	if m := out.String(); strings.Contains(m, `pdlb_decode_only_total{reason="pd"}`) || !strings.Contains(m, `pdlb_decode_only_total{reason="header"}`) {
+		t.Fatalf("got %s; want the decode-only reasons only", m)
 	}
 }

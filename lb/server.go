@@ -121,7 +121,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	s.admission = newAdmission(&s.cfg)
 	s.ms.NewGauge(`pdlb_requests_queued`, func() float64 { return float64(s.admission.queued.Load()) })
 	s.ms.NewGauge(`pdlb_requests_admitted`, func() float64 { return float64(len(s.admission.slots)) })
-	for w := range numDecodeOnly {
+	for w := pdMode + 1; w < numDecodeOnly; w++ { // PD requests are not decode-only
 		s.decodeOnly[w] = s.ms.NewCounter(fmt.Sprintf(`pdlb_decode_only_total{reason=%q}`, w))
 	}
 	if err := s.buildPools(); err != nil {
