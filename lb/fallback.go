@@ -134,16 +134,16 @@ func (s *Server) nowhereToGo(q *clientRequest, why decodeOnly) *answerError {
 	var msg string
 	switch why {
 	case noPrefill:
-		msg = "no prefill backend is available"
+		msg = "no prefill backend is available" + s.whyPoolOut(s.prefills)
 	case noDecode:
-		msg = "no decode backend is available"
+		msg = "no decode backend is available" + s.whyPoolOut(s.decodes)
 	default:
 		msg = "the request is decode-only (" + why.String() + ")"
 	}
 	if len(s.fallbacks.backends) == 0 {
 		msg += ", and no fallback backend is configured (--fallback)"
 	} else {
-		msg += ", and no fallback backend is available"
+		msg += ", and no fallback backend is available" + s.whyPoolOut(s.fallbacks)
 	}
 	if s.cfg.DecodeLocalPrefill && s.noLocalPrefill.Load() {
 		msg += "; the decodes cannot prefill locally (they lack SGLang PR #34773)"

@@ -3,6 +3,9 @@ package lb
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -113,4 +116,76 @@ func (s *Server) checkOnce(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(s.ctx, timeout)
 	defer cancel()
 	s.checker.CheckOnce(ctx)
+}
+
+// whyOut says why b is out of selection, "" if it is not. It is for the
+// 503 of a request that found a whole pool out, and only built then.
+func (s *Server) whyOut(b *Backend) string {
+	switch {
+	case b.bootstrapDown.Load():
+		st := s.registry.State(b.index)
+		server := "bootstrap server"
+		if addr := net.JoinHostPort(b.host, strconv.Itoa(st.Port)); st.Port > 0 && !strings.Contains(st.Err, addr) {
+			server += " " + addr
+		}
+		return server + " not ready: " + st.Err
+	case health.State(b.health.Load()) == health.Down:
+		if e := s.probeError(b); e != "" {
+			return "failed its health check (" + e + ")"
+		}
+		return "failed its health check"
+	case b.breaker != nil && !b.breaker.Allow():
+		return "ejected after consecutive failures"
+	}
+	return ""
+}
+
+// probeError is why b's last health probe failed, "" if it did not.
+func (s *Server) probeError(b *Backend) string {
+	if s.checker == nil {
+		return ""
+	}
+	i := b.index // the checker's targets are allBackends
+	switch b.role {
+	case roleDecode:
+		i += len(s.prefills.backends)
+	case roleFallback:
+		i += len(s.prefills.backends) + len(s.decodes.backends)
+	}
+	return s.checker.LastError(i)
+}
+
+// maxWhyOut bounds the workers a 503 names, so that a large pool does not
+// make a long answer.
+const maxWhyOut = 3
+
+// whyPoolOut lists why p's workers are out, as " (addr: why; ...)",
+// or "" when none is (they failed this request instead, which the answer
+// says apart).
+func (s *Server) whyPoolOut(p *Pool) string {
+	var b strings.Builder
+	n := 0
+	for _, w := range p.backends {
+		why := s.whyOut(w)
+		if why == "" {
+			continue
+		}
+		if n++; n > maxWhyOut {
+			continue
+		}
+		if n == 1 {
+			b.WriteString(" (")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(w.addr + ": " + why)
+	}
+	if n == 0 {
+		return ""
+	}
+	if n > maxWhyOut {
+		b.WriteString("; " + strconv.Itoa(n-maxWhyOut) + " more")
+	}
+	b.WriteString(")")
+	return b.String()
 }

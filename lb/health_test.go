@@ -239,6 +239,51 @@ func TestPrefillWithoutBootstrapIsTakenOut(t *testing.T) {
 	}
 }
 
+// The 503 of a pool with every worker out says why each is out; it said
+// only "no prefill backend is available" (tester report hC, item 8).
+func TestEmptyPoolSaysWhy(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		setUp func(t *testing.T, h *harness)
+		want  string
+	}{
+		{"bootstrap not ready", func(t *testing.T, h *harness) {
+			h.pair(fake.Config{RegisterDelay: time.Hour}, fake.Config{})
+			srv := h.start(checkedConfig())
+			if err := srv.registry.Refresh(context.Background(), 0); err == nil {
+				t.Fatalf("the bootstrap server says it is registered")
+			}
+		}, "no prefill backend is available (prefill-0:30000: bootstrap server not ready: cannot fetch parallel info from bootstrap server prefill-0:8998: "},
+		{"health check failed", func(t *testing.T, h *harness) {
+			h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill})
+			sick := &sickWorker{}
+			sick.healthStatus.Store(fasthttp.StatusServiceUnavailable)
+			h.backend("decode-0:30010", sick.handle)
+			srv := h.start(checkedConfig())
+			waitFirstRound(t, srv)
+			srv.checkOnce(5 * time.Second)
+		}, "no decode backend is available (decode-0:30010: failed its health check (GET /health returned status 503; want 200))" +
+			", and no fallback backend is configured (--fallback)"},
+		{"ejected", func(t *testing.T, h *harness) {
+			var served atomic.Int32
+			h.backend("prefill-0:30000", failing(&served, fasthttp.StatusInternalServerError, `{}`))
+			h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode})
+			cfg := defaultConfig()
+			cfg.Breaker = BreakerConfig{Threshold: 1, MinBackoff: time.Hour}
+			h.start(cfg)
+		}, "no prefill backend is available (prefill-0:30000: ejected after consecutive failures)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			c.setUp(t, h)
+			r := h.post("/generate", `{"text": "a"}`)
+			if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(msg, c.want) {
+				t.Fatalf("got %d %s; want a 503 saying %q", r.status, r.body, c.want)
+			}
+		})
+	}
+}
+
 // A worker not yet probed may be picked, but does not make pdlb ready.
 func TestUnprobedWorkersAreUsableButNotReady(t *testing.T) {
 	p := testPool(PolicyRandom, 1)
