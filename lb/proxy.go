@@ -26,8 +26,11 @@ type exchange struct {
 	start     time.Time
 	refs      atomic.Int32
 	requestID []byte
-	// slot is x's place in Server.flight, -1 when it is not there.
-	slot int
+	// slot is x's place in Server.flight, -1 when it is not there; guarded
+	// by Server.flightMu. finished is set once the client has its answer
+	// (finish), by the request side.
+	slot     int
+	finished bool
 
 	// body is the client body with the bootstrap fields spliced in, as the
 	// decode gets it; prefillBody is the prefill's when a DP-rank plan makes
@@ -138,7 +141,10 @@ func (x *exchange) unref() {
 	if x.refs.Add(-1) > 0 {
 		return
 	}
-	x.s.untrack(x)
+	if !x.finished { // an attempt given up for another
+		x.s.untrack(x)
+	}
+	x.finished = false
 	for _, c := range []*call{&x.prefill, &x.decode} {
 		c.releaseRequest()
 		c.body, c.respBody = nil, nil
@@ -534,6 +540,10 @@ func (x *exchange) logFailure(c *call, msg string) {
 // finish accounts the request once its answer is complete, and frees its
 // admission slot.
 func (x *exchange) finish(status int) {
+	// A prefill call may go on a little (orphanPrefillGrace), but the
+	// client is answered: nothing is left for a shutdown to cut.
+	x.finished = true
+	x.s.untrack(x)
 	if x.permit {
 		x.permit = false
 		x.s.releasePermit()

@@ -348,10 +348,11 @@ func (s *Server) track(x *exchange) {
 
 // untrack forgets x, if track recorded it.
 func (s *Server) untrack(x *exchange) {
-	if x.slot < 0 {
+	s.flightMu.Lock()
+	if x.slot < 0 { // another's untrack may move x: read under the lock
+		s.flightMu.Unlock()
 		return
 	}
-	s.flightMu.Lock()
 	last := len(s.flight) - 1
 	moved := s.flight[last]
 	s.flight[x.slot], moved.slot = moved, x.slot
