@@ -271,6 +271,10 @@ func TestEmptyPoolSaysWhy(t *testing.T) {
 			cfg := defaultConfig()
 			cfg.Breaker = BreakerConfig{Threshold: 1, MinBackoff: time.Hour}
 			h.start(cfg)
+			// The failure that ejects the only prefill is answered as it is.
+			if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusInternalServerError {
+				t.Fatalf("the request that ejects the prefill got %d %s; want its 500", r.status, r.body)
+			}
 		}, "no prefill backend is available (prefill-0:30000: ejected after consecutive failures)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
