@@ -73,11 +73,11 @@ func TestFlushCacheForwardsTimeout(t *testing.T) {
 func TestFlushCacheRefusedWhileRequestsRun(t *testing.T) {
 	h := newHarness(t)
 	gate := make(chan struct{})
-	_, d := h.pair(fake.Config{}, fake.Config{TokenGate: gate})
+	p, d := h.pair(fake.Config{}, fake.Config{TokenGate: gate})
 	h.start(defaultConfig())
 	done := make(chan reply, 1)
 	go func() { done <- h.post("/generate", `{"text": "a", "sampling_params": {"max_new_tokens": 1}}`) }()
-	waitFor(t, "the request to run on the decode", func() bool { return d.Stats().InFlight == 1 })
+	waitFor(t, "the request to run on the decode alone", func() bool { return d.Stats().InFlight == 1 && p.Stats().InFlight == 0 })
 
 	r := h.post("/flush_cache", "")
 	if r.status != fasthttp.StatusBadRequest || gjson.GetBytes(r.body, "error.code").Int() != 400 {
