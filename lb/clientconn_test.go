@@ -107,7 +107,7 @@ func TestReadAheadAllocatesNothing(t *testing.T) {
 		}
 	}
 	readOne() // fills the pool
-	if allocs := testing.AllocsPerRun(100, readOne); allocs != 0 {
+	if allocs := testing.AllocsPerRun(100, readOne); allocs != 0 && !raceEnabled {
 		t.Fatalf("a request read ahead costs %v allocations, want 0", allocs)
 	}
 }
@@ -447,7 +447,7 @@ func TestLargeAnswerIsHeldForOneWrite(t *testing.T) {
 		_, _ = c.Write(rest)
 		_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
 		_, _ = io.ReadFull(client, make([]byte, len(full)+len(rest)))
-	}); n > 1 { // the read buffer of the check
+	}); n > 1 && !raceEnabled { // the read buffer of the check
 		t.Fatalf("a held answer cost %.1f allocations; want none", n-1)
 	}
 }
