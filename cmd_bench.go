@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"os/signal"
 	"syscall"
 	"time"
@@ -35,6 +36,8 @@ type benchCmd struct {
 	Prompts      string     `help:"Send the prompts of this JSON Lines file round robin, verbatim: an object a line with a \"prompt\" string or a \"messages\" list, and optionally \"max_new_tokens\" or \"max_tokens\"." placeholder:"FILE"`
 	Seed         uint64     `help:"Seed for prompt text, drawn sizes and open-loop arrivals." placeholder:"N"`
 	Model        string     `help:"The model field on OpenAI routes." default:"default"`
+	Header       []string   `help:"Send this header with every request; repeat for more." placeholder:"'NAME: VALUE'" short:"H" sep:"none"`
+	APIKey       string     `help:"Send 'Authorization: Bearer KEY' with every request, for a target behind an API key (SGLang's, pdlb's or an OpenAI-style server's --api-key)." placeholder:"KEY"`
 
 	Timeout time.Duration `help:"Longest a request may take." default:"60s"`
 	JSON    string        `help:"Also write the report (with --compare, every target's) as JSON to this file, created before the load starts; '-' writes it to standard output, and the table to standard error." placeholder:"FILE"`
@@ -258,6 +261,16 @@ func (c *benchCmd) config() (bench.Config, error) {
 		Seed:         c.Seed,
 		Model:        c.Model,
 		Timeout:      c.Timeout,
+	}
+	for _, h := range c.Header {
+		name, value, ok := strings.Cut(h, ":")
+		if name = strings.TrimSpace(name); !ok || name == "" || strings.ContainsAny(name, " \t") {
+			return cfg, fmt.Errorf("--header %q: want 'NAME: VALUE'", h)
+		}
+		cfg.Headers = append(cfg.Headers, [2]string{name, strings.TrimSpace(value)})
+	}
+	if c.APIKey != "" {
+		cfg.Headers = append(cfg.Headers, [2]string{"Authorization", "Bearer " + c.APIKey})
 	}
 	if c.Prompts != "" {
 		f, err := os.Open(c.Prompts)

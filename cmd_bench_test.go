@@ -168,3 +168,33 @@ func TestCatchSignals(t *testing.T) {
 		t.Fatal("the second SIGINT did not exit")
 	}
 }
+
+// --header and --api-key reach the target with every request; a header
+// without a name is refused before any load.
+func TestBenchHeaders(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan [2]string, 8)
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		select {
+		case got <- [2]string{string(ctx.Request.Header.Peek("Authorization")), string(ctx.Request.Header.Peek("X-Team"))}:
+		default:
+		}
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"text":" a","meta_info":{"completion_tokens":1}}`)
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	url := "http://" + ln.Addr().String()
+	if _, _, err := runBench(t, t.Context(), url, "-n", "2", "--api-key", "k1", "-H", "X-Team:  blue "); err != nil {
+		t.Fatal(err)
+	}
+	if h := <-got; h != [2]string{"Bearer k1", "blue"} {
+		t.Fatalf("the target got Authorization %q, X-Team %q; want %q, %q", h[0], h[1], "Bearer k1", "blue")
+	}
+	if _, _, err := runBench(t, t.Context(), url, "-n", "1", "-H", "no colon"); err == nil || !strings.Contains(err.Error(), "want 'NAME: VALUE'") {
+		t.Fatalf("got %v; want a refusal of the header", err)
+	}
+}

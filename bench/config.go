@@ -99,6 +99,10 @@ type Config struct {
 	// Model is the "model" field on the OpenAI routes. Empty means
 	// "default".
 	Model string
+	// Headers are sent with every request, as name and value (an
+	// Authorization for a target behind an API key, say). They replace
+	// the bench's own of the same name but Content-Length.
+	Headers [][2]string
 
 	// Timeout bounds each request, a whole stream included. Zero means 60 s.
 	Timeout time.Duration

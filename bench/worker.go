@@ -100,6 +100,9 @@ func newWorker(r *runner) *worker {
 		w.req.Header.Set(fasthttp.HeaderAccept, "text/event-stream")
 		w.resp.StreamBody = true // kept by HostClient.Do across requests
 	}
+	for _, h := range r.cfg.Headers {
+		w.req.Header.Set(h[0], h[1])
+	}
 	return w
 }
 
