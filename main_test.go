@@ -270,7 +270,7 @@ func TestParsePair(t *testing.T) {
 }
 
 // JSON log lines are timed to the millisecond; console lines written to
-// anything but a terminal carry no colour codes (tester report hC, item 7).
+// anything but a terminal carry no colour codes.
 func TestLogFormats(t *testing.T) {
 	var out bytes.Buffer
 	log := (&logFlags{LogLevel: "info", LogFormat: "json"}).logger(&out)

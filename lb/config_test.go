@@ -8,7 +8,7 @@ import (
 )
 
 // A worker listed twice is a usage error naming it; pdlb used to panic on
-// the clash of its metric names (tester report hC, item 1).
+// the clash of its metric names.
 func TestValidateRefusesDuplicateWorkers(t *testing.T) {
 	f := func(name string, mutate func(*Config), want string) {
 		t.Helper()

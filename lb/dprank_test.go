@@ -15,7 +15,7 @@ import (
 
 // A list of ranks in a /generate batch is no per-item placement: SGLang
 // gives every item the request's one value. pdlb drew rooms that ignored
-// the list and sent it on unchecked (tester report hA, item 10); it now
+// the list and sent it on unchecked; it now
 // refuses it, before any worker sees it.
 func TestListOfDPRanksIsRefused(t *testing.T) {
 	h := newHarness(t)
@@ -77,9 +77,9 @@ func generations(servers []*fake.Server) []uint64 {
 
 // With prefills of different dp_size, a request that names a DP rank went
 // to any prefill and got pdlb's 400 (disagg_prefill_dp_rank) or a worker's
-// (routed_dp_rank) from those where the rank does not exist (tester hC,
-// item 3; SGLang #10174, #13052). It now goes only to workers that have the
-// rank, by each pool's policy, and gets a 400 only when none has.
+// (routed_dp_rank) from those where the rank does not exist (SGLang #10174,
+// #13052). It now goes only to workers that have the rank, by each pool's
+// policy, and gets a 400 only when none has.
 func TestMixedDPSizesPlaceRanksWhereTheyExist(t *testing.T) {
 	for _, policy := range Policies {
 		t.Run(policy, func(t *testing.T) {
@@ -184,7 +184,7 @@ func TestMixedDPSizesWithADPPolicy(t *testing.T) {
 
 // A prefill that restarts with a smaller dp_size is known by its old one
 // until the registry reads it again; pdlb picked ranks it no longer had, and
-// the clients got the prefill's 400 (tester hC, item 2). A refused rank now
+// the clients got the prefill's 400. A refused rank now
 // makes pdlb read the prefill again and place the request anew.
 func TestPrefillRestartedWithFewerRanks(t *testing.T) {
 	h := newHarness(t)

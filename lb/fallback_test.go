@@ -233,7 +233,7 @@ func TestDecodeWithoutLocalPrefill(t *testing.T) {
 }
 
 // pdlb_decode_only_total counts requests that skipped remote prefill, by
-// why; a "pd" series, always 0, was exposed too (tester report hC, item 10).
+// why; a "pd" series, always 0, was exposed too.
 func TestDecodeOnlyMetricHasNoPDSeries(t *testing.T) {
 	srv, err := New(defaultConfig(), zerolog.Nop())
 	if err != nil {

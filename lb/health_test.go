@@ -190,8 +190,7 @@ func TestBreakerEjectsAFailingWorker(t *testing.T) {
 }
 
 // The ejection's log line names the failure that caused it: a decode whose
-// stream broke off was ejected with "status":200 and no error (tester
-// report hC, item 7).
+// stream broke off was ejected with "status":200 and no error.
 func TestEjectionNamesItsCause(t *testing.T) {
 	h := newHarness(t)
 	_, d := h.pair(fake.Config{}, fake.Config{})
@@ -240,7 +239,7 @@ func TestPrefillWithoutBootstrapIsTakenOut(t *testing.T) {
 }
 
 // The 503 of a pool with every worker out says why each is out; it said
-// only "no prefill backend is available" (tester report hC, item 8).
+// only "no prefill backend is available".
 func TestEmptyPoolSaysWhy(t *testing.T) {
 	for _, c := range []struct {
 		name  string

@@ -312,7 +312,7 @@ func (s *Server) abortRequest(b *Backend, rid string) {
 	s.aborts.Inc()
 	s.live.Add(1)
 	go func() {
-		defer s.live.Done()
+		defer s.live.Add(-1)
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 		defer fasthttp.ReleaseRequest(req)
 		defer fasthttp.ReleaseResponse(resp)

@@ -176,7 +176,7 @@ func (x *exchange) unref() {
 		x.scratch = nil
 	}
 	x.s.exchanges.Put(x)
-	x.s.live.Done()
+	x.s.live.Add(-1)
 }
 
 // orphanPrefillGrace is how long a prefill may still take once its decode

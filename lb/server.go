@@ -63,8 +63,10 @@ type Server struct {
 	noLocalPrefill atomic.Bool
 	admission      admission
 	// live counts exchanges not yet released, and the aborts they sent: a
-	// call may outlive the client's answer, and a drain waits for it.
-	live sync.WaitGroup
+	// call may outlive the client's answer, and a drain waits for it. A
+	// counter, not a WaitGroup: warm-ups start during a drain, and a
+	// WaitGroup may not go up from zero while it is waited on.
+	live atomic.Int64
 	// flight holds the exchanges serving clients, each at its slot, for
 	// Shutdown to cut when the grace period is over; cutting is set, and
 	// cut closed, then.

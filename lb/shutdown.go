@@ -57,7 +57,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	select {
 	case err = <-drained:
 	case <-ctx.Done():
-		n := s.cutInflight()
+		s.cutInflight()
 		t := time.NewTimer(cutGrace)
 		select {
 		case err = <-drained:
@@ -67,8 +67,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			err = fmt.Errorf("clients still being answered %s after the grace period: %w", cutGrace, ctx.Err())
 		}
 		t.Stop()
-		if n > 0 {
-			err = &CutError{Requests: n}
+		// Counted as they are answered, whatever they waited on: a call,
+		// a slot, a warm-up.
+		if n := s.errorsByReason[reasonShutdown].Get(); n > 0 {
+			err = &CutError{Requests: int(n)}
 		}
 	}
 	s.cancel()
@@ -78,24 +80,21 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // cutInflight cancels the exchanges in flight with errShutdown, and those
 // that start from now on; their failure paths answer the clients. Requests
-// waiting for an admission slot or a pair warm-up get errShutdown too. It
-// returns how many requests it cut.
-func (s *Server) cutInflight() int {
+// waiting for an admission slot or a pair warm-up get errShutdown too.
+func (s *Server) cutInflight() {
 	s.flightMu.Lock()
 	defer s.flightMu.Unlock()
 	if s.cutting {
-		return 0
+		return
 	}
 	s.cutting = true
 	close(s.cut)
 	for _, x := range s.flight {
 		x.cutShort()
 	}
-	n := len(s.flight) + int(s.admission.queued.Load())
-	if n > 0 {
+	if n := len(s.flight) + int(s.admission.queued.Load()); n > 0 {
 		s.log.Warn().Int("requests", n).Msg("shutdown grace period over: cutting the requests in flight")
 	}
-	return n
 }
 
 // track records x as serving a client until untrack, so that a shutdown can
@@ -128,16 +127,16 @@ func (s *Server) untrack(x *exchange) {
 }
 
 // waitExchanges waits until every exchange has been released, or ctx ends.
+// It polls, as fasthttp's own shutdown does: a drain is no hot path.
 func (s *Server) waitExchanges(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		s.live.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for s.live.Load() > 0 {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	return nil
 }

@@ -64,8 +64,7 @@ func checkCutAccounted(t *testing.T, srv *Server, logs *syncBuffer, route string
 
 // When the grace period ends, a stream in flight ends as a broken stream
 // does: an SSE error event, [DONE] and the chunked body's end; and it is
-// counted and logged. It used to be cut mid-chunk, unaccounted (tester
-// report hC, item 4).
+// counted and logged. It used to be cut mid-chunk, unaccounted.
 func TestShutdownCutsStreams(t *testing.T) {
 	h := newHarness(t)
 	gate := make(chan struct{}, 1)
@@ -106,7 +105,7 @@ func TestShutdownCutsStreams(t *testing.T) {
 
 // When the grace period ends, a non-stream request that has not been
 // answered gets a 503 JSON error rather than a closed connection, and is
-// counted and logged (tester report hC, item 4).
+// counted and logged.
 func TestShutdownAnswersRequestsInFlight(t *testing.T) {
 	h := newHarness(t)
 	arrived := make(chan struct{}, 1)
@@ -150,4 +149,35 @@ func TestShutdownAnswersRequestsInFlight(t *testing.T) {
 			a.status, a.body, a.retryAfter, a.err)
 	}
 	checkCutAccounted(t, srv, &logs, "/generate")
+}
+
+// A request still waiting for an admission slot when the grace period ends
+// is cut and answered too, and counted with the one holding the slot.
+func TestShutdownCutsQueuedRequests(t *testing.T) {
+	h := newHarness(t)
+	inDecode, release := make(chan struct{}, 2), make(chan struct{})
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString(`{}`) })
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		inDecode <- struct{}{}
+		<-release // at the test's end: pdlb cuts the call before
+	})
+	t.Cleanup(func() { close(release) }) // before the backend stops
+	cfg := defaultConfig()
+	cfg.MaxConcurrentRequests = 1
+	cfg.QueueTimeout = 20 * time.Second
+	srv := h.start(cfg)
+	answers := make(chan reply, 2)
+	go func() { answers <- h.post("/generate", `{"text": "holds the slot"}`) }()
+	<-inDecode
+	go func() { answers <- h.post("/generate", `{"text": "queued"}`) }()
+	waitFor(t, "the second request to queue", func() bool { return srv.admission.queued.Load() == 1 })
+	var cut *CutError
+	if err := srv.Shutdown(expired()); !errors.As(err, &cut) || cut.Requests != 2 {
+		t.Fatalf("Shutdown: got %v; want a CutError of 2 requests", err)
+	}
+	for range 2 {
+		if r := <-answers; r.status != fasthttp.StatusServiceUnavailable || gjson.GetBytes(r.body, "error.message").String() != errShutdown.Error() {
+			t.Fatalf("got %d %s; want the shutdown's 503", r.status, r.body)
+		}
+	}
 }
