@@ -255,16 +255,18 @@ func (r *Registry) Refresh(ctx context.Context, i int) error {
 	return r.refresh(ctx, r.targets[i])
 }
 
-// Recheck refreshes target i as Refresh does, unless its State has changed
-// since Generation seen: it is for a caller that found the State it read
-// wrong (a prefill refused a DP rank that State gave it), so that the many
-// callers who find the same State wrong at once cause one refresh, and
-// none of them acts on that State again.
-func (r *Registry) Recheck(ctx context.Context, i int, seen uint64) error {
+// Recheck refreshes target i as Refresh does, unless a State newer than
+// seen has been published since: it is for a caller that found the State
+// it read wrong (a prefill refused a DP rank that State gave it), so that
+// the many callers who find the same State wrong at once cause one
+// refresh, and none of them acts on that State again. Every refresh
+// publishes a State, changed or not, so callers queued behind one do not
+// refresh again.
+func (r *Registry) Recheck(ctx context.Context, i int, seen *State) error {
 	t := r.targets[i]
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.state.Load().Generation != seen {
+	if t.state.Load() != seen {
 		return nil
 	}
 	return r.refreshLocked(ctx, t)

@@ -285,10 +285,7 @@ func TestRegistryRecheck(t *testing.T) {
 	closePrefill(t, p)
 	startPrefill(t, nw, prefillAPI, fake.Config{DPSize: 2})
 	clk.Add(time.Second)
-	if err := r.Recheck(testContext(t), 0, old.Generation+1); err != nil || r.State(0) != old {
-		t.Fatalf("got %v and %+v; want no refresh for a caller that saw a newer State", err, r.State(0))
-	}
-	if err := r.Recheck(testContext(t), 0, old.Generation); err != nil {
+	if err := r.Recheck(testContext(t), 0, old); err != nil {
 		t.Fatal(err)
 	}
 	st := r.State(0)
@@ -296,7 +293,20 @@ func TestRegistryRecheck(t *testing.T) {
 		t.Fatalf("got %+v; want the restarted prefill's dp_size 2, refreshed now", st)
 	}
 	clk.Add(time.Second)
-	if err := r.Recheck(testContext(t), 0, old.Generation); err != nil || r.State(0) != st {
+	if err := r.Recheck(testContext(t), 0, old); err != nil || r.State(0) != st {
 		t.Fatalf("got %v and %+v; want no second refresh for the same stale State", err, r.State(0))
+	}
+	// A refresh that finds nothing new still publishes a State: the callers
+	// that queued behind it, having read the one before, do not refresh.
+	if err := r.Recheck(testContext(t), 0, st); err != nil {
+		t.Fatal(err)
+	}
+	again := r.State(0)
+	if again == st || again.Generation != st.Generation {
+		t.Fatalf("got %+v; want a new State of the same generation", again)
+	}
+	clk.Add(time.Second)
+	if err := r.Recheck(testContext(t), 0, st); err != nil || r.State(0) != again {
+		t.Fatalf("got %v and %+v; want no refresh for a caller behind one that found nothing new", err, r.State(0))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -50,6 +51,10 @@ type Backend struct {
 	// bootstrap registry's, a decode's is learned when its pairs are warmed.
 	// Requests that name a DP rank go only to workers that have it.
 	dpSize atomic.Int32
+	// dpReads counts a decode's reads of its /server_info for dpSize, done
+	// one at a time under dpReadMu (relearnDecode).
+	dpReads  atomic.Uint64
+	dpReadMu sync.Mutex
 	// ranks is a prefill's load per DP rank (--prefill-dp-policy).
 	ranks atomic.Pointer[rankLoad]
 

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -260,5 +262,34 @@ func TestDecodeRefusingARankIsLearned(t *testing.T) {
 	if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != fasthttp.StatusBadRequest ||
 		!strings.Contains(msg, "routed_dp_rank=2 out of range [0, 2): the largest dp_size among the decodes is 2") {
 		t.Fatalf("got %d %s; want pdlb's 400 naming the decodes' largest dp_size", r.status, r.body)
+	}
+}
+
+// The requests a decode refuses at once for a DP rank share one read of its
+// /server_info, as those a prefill refuses share one registry refresh.
+func TestRefusedRanksShareOneRead(t *testing.T) {
+	h := newHarness(t)
+	var reads atomic.Int32
+	release := make(chan struct{})
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString(`{}`) })
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) == "/server_info" {
+			reads.Add(1)
+			<-release
+		}
+		ctx.SetBodyString(`{"dp_size": 2}`)
+	})
+	srv := h.start(defaultConfig())
+	d := srv.decodes.backends[0]
+	seen := d.dpReads.Load()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { srv.relearnDecode(d, seen, time.Now().Add(5*time.Second)) })
+	}
+	waitFor(t, "the first read", func() bool { return reads.Load() == 1 })
+	close(release)
+	wg.Wait()
+	if n := reads.Load(); n != 1 || d.dpSize.Load() != 2 {
+		t.Fatalf("got %d reads and dp_size %d; want 1 read, and 2", n, d.dpSize.Load())
 	}
 }

@@ -212,7 +212,8 @@ func (s *Server) servePD(q *clientRequest) {
 		}
 		x.decode.prepare(q.ctx, d, x.body, q.deadline, q.id)
 		x.prefill.again, x.decode.again = slices.Contains(q.failed, p), slices.Contains(q.failed, d)
-		seen := s.registry.State(p.index).Generation // what the attempt went by
+		// What the attempt went by, should a worker refuse its DP rank.
+		seen, seenDecode := s.registry.State(p.index), d.dpReads.Load()
 		out := x.serve(q)
 		switch out.retry {
 		case answered:
@@ -230,7 +231,7 @@ func (s *Server) servePD(q *clientRequest) {
 			if out.backend == p {
 				s.recheckPrefill(p, seen, q.deadline)
 			} else {
-				s.relearnDecode(d, q.deadline)
+				s.relearnDecode(d, seenDecode, q.deadline)
 			}
 		default:
 			s.retries.Inc()
@@ -327,8 +328,8 @@ func (x *exchange) refusedRank(c *call) bool {
 		bytes.Contains(body, rankRangeMarker) && bytes.Contains(body, []byte(" out of range [0, "))
 }
 
-// recheckPrefill has the registry read prefill p again, unless it has
-// changed since Generation seen, and returns when it has (and its OnChange
+// recheckPrefill has the registry read prefill p again, unless it has read
+// it since State seen, and returns when it has (and its OnChange
 // has updated what selection knows of p). servePD calls it when p refused
 // the DP rank an attempt sent it: p has fewer ranks than the registry
 // says, having restarted since the registry last read it (every 5 s),
@@ -338,7 +339,7 @@ func (x *exchange) refusedRank(c *call) bool {
 // the client: the prefill refused at once, cancelling the decode before it
 // had the KV cache. The one refresh that the many requests refused at once
 // share costs a few bootstrap calls.
-func (s *Server) recheckPrefill(p *Backend, seen uint64, deadline time.Time) {
+func (s *Server) recheckPrefill(p *Backend, seen *bootstrap.State, deadline time.Time) {
 	ctx, cancel := context.WithDeadline(s.ctx, deadline)
 	defer cancel()
 	// A failed read leaves the prefill not ready, which the next attempt
@@ -349,8 +350,15 @@ func (s *Server) recheckPrefill(p *Backend, seen uint64, deadline time.Time) {
 // relearnDecode reads decode d's dp_size again when d refused the client's
 // routed_dp_rank: pdlb did not know it (it learns it when warming d's
 // pairs), or d restarted with fewer ranks since. The next attempt goes to a
-// decode that has the rank, or gets pdlb's own 400 if none has.
-func (s *Server) relearnDecode(d *Backend, deadline time.Time) {
+// decode that has the rank, or gets pdlb's own 400 if none has. As with
+// recheckPrefill, the requests refused at once share one read: none is
+// made if d was read since seen (its count of reads then).
+func (s *Server) relearnDecode(d *Backend, seen uint64, deadline time.Time) {
+	d.dpReadMu.Lock()
+	defer d.dpReadMu.Unlock()
+	if d.dpReads.Load() != seen {
+		return
+	}
 	ctx, cancel := context.WithDeadline(s.ctx, deadline)
 	defer cancel()
 	d.learnDPSize(ctx)

@@ -246,6 +246,7 @@ func (b *Backend) learnDPSize(ctx context.Context) int {
 	if a.ok() {
 		b.dpSize.Store(int32(n))
 	}
+	b.dpReads.Add(1)
 	return n
 }
 
