@@ -135,21 +135,26 @@ func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, method, uri string, timeo
 			refusal = a.status
 		}
 	}
-	if passRefusal && refusal > 0 {
-		failStatus = refusal
-	}
 	if failed == 0 {
 		ctx.SetStatusCode(fasthttp.StatusOK)
 		return
 	}
-	s.log.Warn().Str("route", string(ctx.Path())).Int("failed", failed).Int("backends", len(answers)).
-		Msg("backends failed a fanned-out call")
+	// Workers that refused alike are passed on, not taken for failures.
+	verb := "refused"
+	if passRefusal && refusal > 0 {
+		failStatus = refusal
+	} else {
+		verb = "failed"
+		s.errorsByReason[reasonBackendFailed].Inc()
+		s.log.Warn().Str("route", string(ctx.Path())).Int("failed", failed).Int("backends", len(answers)).
+			Msg("backends failed a fanned-out call")
+	}
 	body, err := json.Marshal(struct {
 		Error    errorDetail     `json:"error"`
 		Backends []backendStatus `json:"backends"`
 	}{
 		Error: errorDetail{
-			Message: strconv.Itoa(failed) + " of " + strconv.Itoa(len(answers)) + " backends failed " + uri,
+			Message: strconv.Itoa(failed) + " of " + strconv.Itoa(len(answers)) + " backends " + verb + " " + uri,
 			Type:    errorType(failStatus),
 			Code:    failStatus,
 		},
@@ -158,7 +163,6 @@ func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, method, uri string, timeo
 	if err != nil {
 		panic("BUG: cannot marshal a backend report: " + err.Error())
 	}
-	s.errorsByReason[reasonBackendFailed].Inc()
 	ctx.SetStatusCode(failStatus)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(body)

@@ -80,8 +80,12 @@ func TestFlushCacheRefusedWhileRequestsRun(t *testing.T) {
 	waitFor(t, "the request to run on the decode alone", func() bool { return d.Stats().InFlight == 1 && p.Stats().InFlight == 0 })
 
 	r := h.post("/flush_cache", "")
-	if r.status != fasthttp.StatusBadRequest || gjson.GetBytes(r.body, "error.code").Int() != 400 {
-		t.Fatalf("got %d %s while a request runs; want the decode's 400", r.status, r.body)
+	if r.status != fasthttp.StatusBadRequest || gjson.GetBytes(r.body, "error.code").Int() != 400 ||
+		gjson.GetBytes(r.body, "error.message").String() != "1 of 2 backends refused /flush_cache" {
+		t.Fatalf("got %d %s while a request runs; want the decode's 400, told as a refusal", r.status, r.body)
+	}
+	if got := h.metric(`pdlb_request_errors_total{reason="backend_failed"}`); got != "" && got != "0" {
+		t.Fatalf("got %s backend_failed; want a refusal not counted as a failure", got)
 	}
 	statuses := gjson.GetBytes(r.body, `backends.#.status`).String()
 	if statuses != "[200,400]" {

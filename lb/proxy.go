@@ -210,7 +210,9 @@ func (x *exchange) serve(q *clientRequest) outcome {
 	x.s.track(x)
 	if q.info.Stream {
 		x.relay.mergeLogprobs = q.info.ReturnLogprob && !x.single
-		x.relay.batch = q.rt.batch && q.info.Batch >= 0
+		if q.rt.batch {
+			x.relay.items = max(q.info.Batch, 0)
+		}
 		return x.serveStream(q.ctx)
 	}
 	return x.serveBuffered(q.ctx)

@@ -287,10 +287,11 @@ type relay struct {
 	mergeLogprobs   bool
 	prefillLogprobs []byte
 	merged          []byte
-	// batch marks a /generate batch, whose events each carry their item's
-	// "index": prefillLogprobs then holds every item's list, back to back,
-	// and itemLogprobs[i] bounds item i's in it (empty if it has none).
-	batch        bool
+	// items is the number of items of a /generate batch, whose events each
+	// carry their item's "index", 0 for a request that is no batch:
+	// prefillLogprobs then holds every item's list, back to back, and
+	// itemLogprobs[i] bounds item i's in it (empty if it has none).
+	items        int
 	itemLogprobs [][2]int
 
 	status int
@@ -301,9 +302,12 @@ func (r *relay) reset() {
 	r.body, r.readErr, r.client, r.cc = nil, nil, nil, nil
 	r.writeBy, r.readBy = time.Time{}, time.Time{}
 	r.start, r.end = 0, 0
-	r.sawDone, r.mergeLogprobs, r.closed, r.framing, r.batch = false, false, false, false, false
+	r.sawDone, r.mergeLogprobs, r.closed, r.framing, r.items = false, false, false, false, 0
 	r.prefillLogprobs = r.prefillLogprobs[:0]
 	r.itemLogprobs = r.itemLogprobs[:0]
+	if cap(r.itemLogprobs) > 1024 {
+		r.itemLogprobs = nil // a large batch's; not kept in the pool
+	}
 	r.status = 0
 	if cap(r.buf) > 4*relayBufSize {
 		// A rare huge event grew it; don't keep that in the pool.
@@ -342,7 +346,7 @@ func (r *relay) usePrefill(p *call) {
 	if p.err != nil || p.resp.StatusCode() != fasthttp.StatusOK {
 		return
 	}
-	if r.batch {
+	if r.items > 0 {
 		r.useItemLogprobs(p.resp.Body())
 		return
 	}
@@ -367,8 +371,8 @@ func (r *relay) useItemLogprobs(stream []byte) {
 		}
 		i := int(gjson.GetBytes(data, "index").Int())
 		lp := gjson.GetBytes(data, "meta_info.input_token_logprobs")
-		if i < 0 || i >= maxBatchItems || !lp.IsArray() {
-			continue
+		if i < 0 || i >= r.items || !lp.IsArray() {
+			continue // an index no item has, from an odd worker
 		}
 		for len(r.itemLogprobs) <= i {
 			r.itemLogprobs = append(r.itemLogprobs, [2]int{})
@@ -381,14 +385,10 @@ func (r *relay) useItemLogprobs(stream []byte) {
 	}
 }
 
-// maxBatchItems bounds the items whose logprobs a batch stream merges, so a
-// worker's odd index cannot make the relay allocate without bound.
-const maxBatchItems = 1 << 16
-
 // logprobsFor returns the prefill's logprobs to merge into the event whose
 // payload is data.
 func (r *relay) logprobsFor(data []byte) []byte {
-	if !r.batch {
+	if r.items == 0 {
 		return r.prefillLogprobs
 	}
 	i := int(gjson.GetBytes(data, "index").Int())
