@@ -73,7 +73,7 @@ func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadli
 		}
 		return noPlan, rankOutOfRange(info.PrefillDPRank.Rank, size, p)
 	}
-	batch := rt.batch && info.Batch >= 0
+	batch := isBatch(rt, info)
 	wantsPolicy := !hinted && !batch && s.cfg.PrefillDPPolicy != DPPolicyOff && st.Ready && st.Info.DPSize > 1
 	if (hinted || wantsPolicy) && s.warm != nil {
 		if err := s.warm.ensure(s.warm.pair(p, d), deadline); err != nil {
@@ -124,7 +124,7 @@ func (s *Server) rankNeeds(q *clientRequest) (prefill, decode int) {
 	prefill, decode = -1, -1
 	if routed := q.info.RoutedDPRank; routed.Set {
 		prefill, decode = routed.Rank, routed.Rank
-		if s.cfg.PrefillDPPolicy != DPPolicyOff && !(q.rt.batch && q.info.Batch >= 0) {
+		if s.cfg.PrefillDPPolicy != DPPolicyOff && !isBatch(q.rt, q.info) {
 			prefill = min(prefill, 1)
 		}
 	}

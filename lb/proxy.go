@@ -179,6 +179,16 @@ func (x *exchange) unref() {
 	x.s.live.Add(-1)
 }
 
+// leave ends the exchange of a client that went away: nobody is left to
+// answer (499 is nginx's word for it), and its connection is closed with
+// nothing written (dropClient).
+func (x *exchange) leave(ctx *fasthttp.RequestCtx) outcome {
+	dropClient(ctx)
+	x.finish(statusClientGone)
+	x.unref()
+	return outcome{}
+}
+
 // orphanPrefillGrace is how long a prefill may still take once its decode
 // has finished.
 const orphanPrefillGrace = 2 * time.Second
@@ -210,18 +220,24 @@ func (x *exchange) serve(q *clientRequest) outcome {
 	x.s.track(x)
 	if q.info.Stream {
 		x.relay.mergeLogprobs = q.info.ReturnLogprob && !x.single
-		if q.rt.batch {
-			x.relay.items = max(q.info.Batch, 0)
+		if isBatch(q.rt, q.info) {
+			x.relay.items = q.info.Batch
 		}
 		return x.serveStream(q.ctx)
 	}
 	return x.serveBuffered(q.ctx)
 }
 
+// isBatch reports whether info, sent on rt, is a batch: a list-valued text
+// or input_ids makes one on /generate only.
+func isBatch(rt *route, info bootstrap.Request) bool {
+	return rt.batch && info.Batch >= 0
+}
+
 // inject draws the rooms and splices the bootstrap fields, and the DP-rank
 // fields of x.plan, into the bodies.
 func (x *exchange) inject(body []byte, info bootstrap.Request, p *Backend) {
-	batch := x.rt.batch && info.Batch >= 0
+	batch := isBatch(x.rt, info)
 	n := 1
 	if batch {
 		n = info.Batch
@@ -420,11 +436,7 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	<-x.decode.done
 	d := &x.decode
 	if x.clientGone() {
-		// Nobody is left to answer; 499 is nginx's word for it.
-		dropClient(ctx)
-		x.finish(statusClientGone)
-		x.unref()
-		return outcome{}
+		return x.leave(ctx)
 	}
 	if d.err != nil || d.resp.StatusCode() >= fasthttp.StatusBadRequest {
 		// The decode's failure has cancelled the prefill already.

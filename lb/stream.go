@@ -64,10 +64,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 		x.watcher.disarm()
 		<-d.done
 		if x.clientGone() {
-			dropClient(ctx)
-			x.finish(statusClientGone)
-			x.unref()
-			return outcome{}
+			return x.leave(ctx)
 		}
 		if out := x.retryOnFailure(d.resp.Body()); out.retry != answered {
 			x.unref()
@@ -91,10 +88,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 		d.endStream(false)
 		<-d.done
 		if x.clientGone() {
-			dropClient(ctx)
-			x.finish(statusClientGone)
-			x.unref()
-			return outcome{}
+			return x.leave(ctx)
 		}
 		if out := x.retryOnFailure(nil); out.retry != answered { // no answer: the stream broke
 			x.unref()
