@@ -145,7 +145,7 @@ func TestRunCancel(t *testing.T) {
 			var rep *Report
 			select {
 			case rep = <-done:
-			case <-time.After(2 * time.Second):
+			case <-time.After(10 * time.Second):
 				t.Fatal("Run did not return after its context was cancelled")
 			}
 			checkCounts(t, rep, 2, 2)

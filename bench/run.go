@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,7 @@ func newRunner(ctx context.Context, cfg *Config, tg Target) (*runner, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.staleAfter = cmp.Or(cfg.staleCheckAfter, staleCheckAfter)
 	r := &runner{ctx: ctx, cfg: cfg, name: tg.Name, url: tg.URL, t: t, wl: newWorkload(cfg)}
 	if cfg.openLoop() {
 		r.arr = newArrivals(cfg.Rate, cfg.Seed)

@@ -105,16 +105,15 @@ func (c *closeWaitConn) Read(p []byte) (int, error) {
 // connection closed were once counted as transport errors, though none
 // was sent: they must go on a new connection.
 func TestRunStaleConnection(t *testing.T) {
-	// The server closes at once, not after a keep-alive timeout: every
-	// reuse is checked.
-	defer func(d time.Duration) { staleCheckAfter = d }(staleCheckAfter)
-	staleCheckAfter = 0
 	s := startOneShot(t, true)
 	var dials atomic.Int32
 	rep := run(t, Config{
 		URL:      "http://" + s.ln.Addr().String(),
 		Requests: 6,
 		Timeout:  5 * time.Second,
+		// The server closes at once, not after a keep-alive timeout: every
+		// reuse is checked.
+		staleCheckAfter: time.Nanosecond,
 		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
 			dials.Add(1)
 			var d net.Dialer

@@ -35,6 +35,9 @@ type target struct {
 	ctx  context.Context // the run's: it ends the dials, which fasthttp cannot
 	dial func(ctx context.Context, addr string) (net.Conn, error)
 
+	// staleAfter is staleCheckAfter, but in tests.
+	staleAfter time.Duration
+
 	mu     sync.Mutex
 	conns  map[*trackedConn]struct{}
 	closed bool
@@ -162,8 +165,8 @@ type trackedConn struct {
 // next request to check first that the target has not closed it. Servers
 // keep idle connections for seconds (uvicorn 5 s), so a closed-loop client
 // going from answer to request at once skips the check, and its system
-// call. A variable for tests.
-var staleCheckAfter = 100 * time.Millisecond
+// call.
+const staleCheckAfter = 100 * time.Millisecond
 
 // Read notes that the connection has carried an answer.
 func (c *trackedConn) Read(p []byte) (int, error) {
@@ -181,7 +184,7 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 	if !c.answered.IsZero() {
 		idle := time.Since(c.answered)
 		c.answered = time.Time{}
-		if idle >= staleCheckAfter && peerClosed(c.Conn) {
+		if idle >= c.t.staleAfter && peerClosed(c.Conn) {
 			return 0, errStaleConn
 		}
 	}

@@ -196,7 +196,8 @@ func (b *Breaker) State() BreakerState {
 }
 
 // Ejections returns how many times the breaker has opened, re-openings
-// from half-open included, for metrics.
+// from half-open included. (pdlb counts its ejections where Failure
+// reports them, beside the worker's other metrics.)
 func (b *Breaker) Ejections() uint64 {
 	return b.ejections.Load()
 }

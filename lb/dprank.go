@@ -125,6 +125,8 @@ func (s *Server) rankNeeds(q *clientRequest) (prefill, decode int) {
 	if routed := q.info.RoutedDPRank; routed.Set {
 		prefill, decode = routed.Rank, routed.Rank
 		if s.cfg.PrefillDPPolicy != DPPolicyOff && !isBatch(q.rt, q.info) {
+			// Rank 1: any prefill with DP, whose rank the policy picks;
+			// rank 0 stays 0, which every prefill has.
 			prefill = min(prefill, 1)
 		}
 	}
