@@ -291,6 +291,16 @@ type reply struct {
 // do sends a request to pdlb and returns its whole answer.
 func (h *harness) do(method, path, body string, headers ...string) reply {
 	h.t.Helper()
+	r, err := h.tryDo(method, path, body, headers...)
+	if err != nil {
+		h.t.Fatalf("%s %s: %s", method, path, err)
+	}
+	return r
+}
+
+// tryDo is do for a goroutine other than the test's: it returns the
+// error instead of failing the test.
+func (h *harness) tryDo(method, path, body string, headers ...string) (reply, error) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -303,11 +313,11 @@ func (h *harness) do(method, path, body string, headers ...string) reply {
 	req.SetBodyString(body)
 	start := time.Now()
 	if err := h.cl.DoTimeout(req, resp, 20*time.Second); err != nil {
-		h.t.Fatalf("%s %s: %s", method, path, err)
+		return reply{}, err
 	}
 	r := reply{status: resp.StatusCode(), header: &fasthttp.ResponseHeader{}, body: append([]byte(nil), resp.Body()...), took: time.Since(start)}
 	resp.Header.CopyTo(r.header)
-	return r
+	return r, nil
 }
 
 func (h *harness) post(path, body string, headers ...string) reply {

@@ -193,19 +193,27 @@ func TestStreamTimeouts(t *testing.T) {
 	}
 }
 
+// oneAtATime gives h a prefill that answers at once and a decode that tells
+// inDecode the text of each request, then holds it until release gets a
+// value (or closes); cfg admits one request at a time.
+func oneAtATime(h *harness) (inDecode chan string, release chan struct{}, cfg Config) {
+	inDecode, release = make(chan string, 4), make(chan struct{})
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString(`{}`) })
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		inDecode <- gjson.GetBytes(ctx.PostBody(), "text").String()
+		<-release
+		ctx.SetBodyString(`{"text": "ok"}`)
+	})
+	cfg = defaultConfig()
+	cfg.MaxConcurrentRequests = 1
+	return inDecode, release, cfg
+}
+
 // Beyond --max-concurrent-requests, requests wait in a bounded queue for a
 // bounded time; past either, a 429 with Retry-After.
 func TestAdmission(t *testing.T) {
 	h := newHarness(t)
-	inDecode, release := make(chan struct{}, 4), make(chan struct{})
-	h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 20 * time.Second})
-	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
-		inDecode <- struct{}{}
-		<-release
-		ctx.SetBodyString(`{"text": "ok"}`)
-	})
-	cfg := defaultConfig()
-	cfg.MaxConcurrentRequests = 1
+	inDecode, release, cfg := oneAtATime(h)
 	cfg.QueueSize = 1
 	cfg.QueueTimeout = 200 * time.Millisecond
 	h.start(cfg)
@@ -249,15 +257,7 @@ func TestAdmission(t *testing.T) {
 // it never reaches the workers, and the slot goes to one still waiting.
 func TestClientLeavingTheQueueIsNotServed(t *testing.T) {
 	h := newHarness(t)
-	inDecode, release := make(chan string, 4), make(chan struct{})
-	h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 20 * time.Second})
-	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
-		inDecode <- gjson.GetBytes(ctx.PostBody(), "text").String()
-		<-release
-		ctx.SetBodyString(`{"text": "ok"}`)
-	})
-	cfg := defaultConfig()
-	cfg.MaxConcurrentRequests = 1
+	inDecode, release, cfg := oneAtATime(h)
 	cfg.QueueSize = 4
 	cfg.QueueTimeout = 20 * time.Second
 	srv := h.start(cfg)
@@ -536,7 +536,7 @@ func TestKVTransferFailureAvoidsThePrefillOnRetry(t *testing.T) {
 // so two bad requests do not eject it and turn every client away.
 func TestRetriesOnTheSameWorkerCountOnce(t *testing.T) {
 	h := newHarness(t)
-	h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 20 * time.Second})
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString(`{}`) })
 	var attempts atomic.Int32
 	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
 		if gjson.GetBytes(ctx.PostBody(), "text").String() == "bad" {
@@ -567,7 +567,7 @@ func TestRetriesOnTheSameWorkerCountOnce(t *testing.T) {
 // client gets that failure, not a 503 saying no worker is left.
 func TestFailureThatEjectsTheLastWorkerIsAnswered(t *testing.T) {
 	h := newHarness(t)
-	h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 20 * time.Second})
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString(`{}`) })
 	var attempts atomic.Int32
 	h.backend("decode-0:30010", failing(&attempts, fasthttp.StatusInternalServerError, `{"error": "boom"}`))
 	cfg := defaultConfig()

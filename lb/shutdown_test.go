@@ -119,21 +119,13 @@ func TestShutdownAnswersRequestsInFlight(t *testing.T) {
 	cfg.AccessLog = true
 	srv := h.startLogged(cfg, zerolog.New(&logs))
 	type answer struct {
-		status     int
-		body       string
-		retryAfter string
-		err        error
+		reply
+		err error
 	}
 	answered := make(chan answer, 1)
 	go func() {
-		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-		defer fasthttp.ReleaseRequest(req)
-		defer fasthttp.ReleaseResponse(resp)
-		req.Header.SetMethod(fasthttp.MethodPost)
-		req.SetRequestURI("http://pdlb:8000/generate")
-		req.SetBodyString(`{"text": "a"}`)
-		err := h.cl.DoTimeout(req, resp, 10*time.Second)
-		answered <- answer{resp.StatusCode(), string(resp.Body()), string(resp.Header.Peek("Retry-After")), err}
+		r, err := h.tryDo(fasthttp.MethodPost, "/generate", `{"text": "a"}`)
+		answered <- answer{r, err}
 	}()
 	select {
 	case <-arrived:
@@ -142,11 +134,13 @@ func TestShutdownAnswersRequestsInFlight(t *testing.T) {
 	}
 	shutdownCut(t, srv)
 	a := <-answered
-	if a.err != nil || a.status != fasthttp.StatusServiceUnavailable || a.retryAfter == "" ||
-		gjson.Get(a.body, "error.message").String() != errShutdown.Error() ||
-		gjson.Get(a.body, "error.type").String() != "service_unavailable" {
-		t.Fatalf("got %d %s (Retry-After %q, error %v); want a 503 JSON error saying pdlb is shutting down",
-			a.status, a.body, a.retryAfter, a.err)
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if retryAfter := a.header.Peek("Retry-After"); a.status != fasthttp.StatusServiceUnavailable || retryAfter == nil ||
+		gjson.GetBytes(a.body, "error.message").String() != errShutdown.Error() ||
+		gjson.GetBytes(a.body, "error.type").String() != "service_unavailable" {
+		t.Fatalf("got %d %s (Retry-After %q); want a 503 JSON error saying pdlb is shutting down", a.status, a.body, retryAfter)
 	}
 	checkCutAccounted(t, srv, &logs, "/generate")
 }
@@ -155,15 +149,8 @@ func TestShutdownAnswersRequestsInFlight(t *testing.T) {
 // is cut and answered too, and counted with the one holding the slot.
 func TestShutdownCutsQueuedRequests(t *testing.T) {
 	h := newHarness(t)
-	inDecode, release := make(chan struct{}, 2), make(chan struct{})
-	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString(`{}`) })
-	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
-		inDecode <- struct{}{}
-		<-release // at the test's end: pdlb cuts the call before
-	})
-	t.Cleanup(func() { close(release) }) // before the backend stops
-	cfg := defaultConfig()
-	cfg.MaxConcurrentRequests = 1
+	inDecode, release, cfg := oneAtATime(h)
+	t.Cleanup(func() { close(release) }) // at the end: pdlb cuts the call before
 	cfg.QueueTimeout = 20 * time.Second
 	srv := h.start(cfg)
 	answers := make(chan reply, 2)

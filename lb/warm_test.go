@@ -251,17 +251,8 @@ func TestWarmupIsSingleFlight(t *testing.T) {
 	done := make(chan int, clients)
 	for range clients {
 		go func() {
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			req.Header.SetMethod(fasthttp.MethodPost)
-			req.SetRequestURI("http://pdlb:8000/generate")
-			req.SetBodyString(seedRequest)
-			if err := h.cl.DoTimeout(req, resp, 10*time.Second); err != nil {
-				done <- 0
-				return
-			}
-			done <- resp.StatusCode()
+			r, _ := h.tryDo(fasthttp.MethodPost, "/generate", seedRequest)
+			done <- r.status // 0 on an error
 		}()
 	}
 	for range clients {
