@@ -96,7 +96,8 @@ type call struct {
 	deadline    time.Time
 	firstByteBy time.Time
 	// stream hands the response body to the relay instead of buffering it;
-	// broke is set by the relay to why that body broke off, if it did.
+	// broke is set by the relay to why that body broke off, if it did; on
+	// a stream's prefill, to errStreamedFailure if it streamed a failure.
 	stream bool
 	broke  error
 	err    error
@@ -353,6 +354,9 @@ func (c *call) end() {
 	b.inflight.Add(-1)
 	if c == &c.x.prefill {
 		c.x.plan.release()
+		if c.err == nil && c.x.decode.stream {
+			c.broke = streamedFailure(&c.resp)
+		}
 	} else if !c.x.single {
 		// The prefill answers once its KV cache is sent, before the decode
 		// ends; one still silent well after is stuck (waiting for a decode
@@ -374,7 +378,7 @@ func (c *call) end() {
 			b.failed(c.broke, status)
 		}
 	}
-	if c.err != nil || c.resp.StatusCode() >= fasthttp.StatusBadRequest {
+	if c.err != nil || c.resp.StatusCode() >= fasthttp.StatusBadRequest || c.broke != nil {
 		if own && c.err != nil && !errors.Is(c.err, fasthttp.ErrTimeout) {
 			// Unreachable or dropping connections: the worker may be
 			// restarting, and come back with empty caches.

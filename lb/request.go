@@ -286,6 +286,8 @@ func (x *exchange) retryOnFailure(decodeBody []byte) outcome {
 		kind = retryFailed
 	case c.err == nil && c.resp.StatusCode() >= fasthttp.StatusInternalServerError:
 		kind = retryFailed
+	case c == &x.prefill && errors.Is(c.broke, errStreamedFailure):
+		kind = retryFailed
 	default:
 		return outcome{}
 	}

@@ -150,26 +150,56 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 }
 
 // firstEventFailure returns the first event the decode streamed, and
-// whether it is a failure instead of tokens: an error object or an abort
-// with a 5xx status, or the refusal of a request without a room.
+// whether it is a failure instead of tokens (isFailureEvent).
 func (r *relay) firstEventFailure() ([]byte, bool) {
 	first := r.buf[r.start:r.end]
 	if n := eventEnd(first); n > 0 {
 		first = first[:n]
 	}
-	if !bytes.Contains(first, []byte(`"error"`)) && !bytes.Contains(first, []byte(`"abort"`)) {
-		return first, false
+	return first, isFailureEvent(first)
+}
+
+// isFailureEvent reports whether the SSE event ev is a failure a worker
+// streamed instead of tokens (PROTOCOL.md §4, §7): an error object or an
+// abort with a 5xx status, or the refusal of a request without a room.
+func isFailureEvent(ev []byte) bool {
+	if !bytes.Contains(ev, []byte(`"error"`)) && !bytes.Contains(ev, []byte(`"abort"`)) {
+		return false
 	}
-	data, _, ok := eventData(first)
+	data, _, ok := eventData(ev)
 	if !ok {
-		return first, false
+		return false
 	}
 	if bytes.Contains(data, noRoomMarker) || gjson.GetBytes(data, "error.code").Int() >= fasthttp.StatusInternalServerError {
-		return first, true
+		return true
 	}
 	fr := gjson.GetBytes(data, "meta_info.finish_reason")
-	return first, fr.Get("type").String() == "abort" && fr.Get("status_code").Int() >= fasthttp.StatusInternalServerError
+	return fr.Get("type").String() == "abort" && fr.Get("status_code").Int() >= fasthttp.StatusInternalServerError
 }
+
+// streamedFailure returns, for a stream's prefill, the failure it streamed
+// in a 200 answer instead of its token, nil if none. SGLang streams some
+// failures so; left unseen, the decode would wait for a KV cache that never
+// comes, up to its own timeout (mini_lb's hang).
+func streamedFailure(resp *fasthttp.Response) error {
+	if resp.StatusCode() != fasthttp.StatusOK || !isEventStream(resp.Header.ContentType()) {
+		return nil
+	}
+	for events := resp.Body(); len(events) > 0; {
+		n := eventEnd(events)
+		if n == 0 {
+			n = len(events)
+		}
+		if isFailureEvent(events[:n]) {
+			return errStreamedFailure
+		}
+		events = events[n:]
+	}
+	return nil
+}
+
+// errStreamedFailure marks a prefill that streamed a failure.
+var errStreamedFailure = errors.New("it streamed a failure instead of its token")
 
 // retryFirstEvent says whether a stream whose first event is a failure is
 // worth another attempt.

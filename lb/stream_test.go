@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -749,6 +750,40 @@ func TestPrefillFailingOnceTheDecodeStreamsLeavesTheStream(t *testing.T) {
 			close(more)
 			if rest := strings.Join(s.rest(), ""); rest != events[1] {
 				t.Fatalf("after the prefill failed, the stream went on with %q; want the decode's last events %q", rest, events[1])
+			}
+			waitIdle(t, srv)
+		})
+	}
+}
+
+// A stream's prefill that fails inside a 200 event stream, as SGLang
+// streams some failures, is a failed prefill: the decode, which would wait
+// for a KV cache that never comes, is cancelled at once and the request
+// tried again; out of retries, the client gets the prefill's failure.
+func TestPrefillStreamingAFailure(t *testing.T) {
+	for name, failure := range map[string]string{
+		"abort": `data: {"text":"","meta_info":{"finish_reason":{"type":"abort","message":"boom","status_code":500}}}` + "\n\n",
+		"error": `data: {"error":{"message":"boom","type":"InternalServerError","code":500}}` + "\n\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			var prefills atomic.Int32
+			prefill := sseBackend(failure, "data: [DONE]\n\n")
+			h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+				prefills.Add(1)
+				prefill(ctx)
+			})
+			release := make(chan struct{})
+			h.backend("decode-0:30010", stallingDecode(release)) // waits for the KV cache
+			t.Cleanup(func() { close(release) })
+			srv := h.start(defaultConfig())
+			s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+			got := append([]string{s.next()}, s.rest()...)
+			if s.status != fasthttp.StatusOK || len(got) != 2 || got[0] != failure {
+				t.Fatalf("got %d %q; want the prefill's failure event and [DONE]", s.status, got)
+			}
+			if n := prefills.Load(); n != 3 {
+				t.Fatalf("the prefill got %d attempts; want 3, the retries included", n)
 			}
 			waitIdle(t, srv)
 		})
