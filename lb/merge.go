@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"slices"
+	"strconv"
 
 	"github.com/tidwall/gjson"
 )
@@ -24,17 +25,33 @@ type splice struct {
 // mergeAnswers appends to dst the decode's non-stream answer with the
 // prefill's input_token_logprobs prepended to its own and the prefill's
 // routed experts joined to the decode's, in meta_info (/generate) or sglext
-// (OpenAI routes).
+// (OpenAI routes). A /generate batch's answer, a list, is merged item by
+// item, as its stream's events are (mini_lb merges no list).
 func mergeAnswers(dst, prefill, decode []byte) []byte {
 	var edits []splice
-	if gjson.GetBytes(prefill, "meta_info").IsObject() && gjson.GetBytes(decode, "meta_info").IsObject() {
-		edits = appendLogprobsEdit(edits, prefill, decode, "meta_info.input_token_logprobs")
-		edits = appendExpertsEdit(edits, prefill, decode, "meta_info.routed_experts")
-	}
-	if gjson.GetBytes(prefill, "sglext").IsObject() && gjson.GetBytes(decode, "sglext").IsObject() {
-		edits = appendExpertsEdit(edits, prefill, decode, "sglext.routed_experts")
+	if bytes.HasPrefix(bytes.TrimSpace(decode), []byte("[")) {
+		n := min(gjson.GetBytes(prefill, "#").Int(), gjson.GetBytes(decode, "#").Int())
+		for i := range n {
+			edits = appendMergeEdits(edits, prefill, decode, strconv.FormatInt(i, 10)+".")
+		}
+	} else {
+		edits = appendMergeEdits(edits, prefill, decode, "")
 	}
 	return applySplices(dst, decode, edits)
+}
+
+// appendMergeEdits appends the edits that merge the answer at path prefix
+// in prefill and decode ("" for the whole of each, "i." for a batch's item
+// i).
+func appendMergeEdits(edits []splice, prefill, decode []byte, prefix string) []splice {
+	if gjson.GetBytes(prefill, prefix+"meta_info").IsObject() && gjson.GetBytes(decode, prefix+"meta_info").IsObject() {
+		edits = appendLogprobsEdit(edits, prefill, decode, prefix+"meta_info.input_token_logprobs")
+		edits = appendExpertsEdit(edits, prefill, decode, prefix+"meta_info.routed_experts")
+	}
+	if gjson.GetBytes(prefill, prefix+"sglext").IsObject() && gjson.GetBytes(decode, prefix+"sglext").IsObject() {
+		edits = appendExpertsEdit(edits, prefill, decode, prefix+"sglext.routed_experts")
+	}
+	return edits
 }
 
 func appendLogprobsEdit(edits []splice, prefill, decode []byte, path string) []splice {

@@ -183,6 +183,11 @@ func TestLogprobsAreMerged(t *testing.T) {
 	if out := gjson.GetBytes(r.body, "meta_info.output_token_logprobs").Raw; out != `[[-0.1,0,null],[-0.2,1,null]]` {
 		t.Fatalf("output_token_logprobs changed: %s", out)
 	}
+	// A batch, each item with its own prompt's.
+	r = h.post("/generate", `{"input_ids": [[5, 6, 7, 8], [9, 10]], "return_logprob": true, "sampling_params": {"max_new_tokens": 2}}`)
+	if got := gjson.GetBytes(r.body, "#.meta_info.input_token_logprobs.#.1").Raw; r.status != fasthttp.StatusOK || got != `[[5,6,7,8,8],[9,10,10]]` {
+		t.Fatalf("got %d, the logprobs of tokens %s; want [[5,6,7,8,8],[9,10,10]]", r.status, got)
+	}
 }
 
 func TestMergeAnswers(t *testing.T) {
@@ -195,6 +200,10 @@ func TestMergeAnswers(t *testing.T) {
 	// Nothing to merge: the decode's bytes stay as they are.
 	f(`{"meta_info": {}}`, `{"text": "x",  "meta_info": {"id": 1}}`, `{"text": "x",  "meta_info": {"id": 1}}`)
 	f(`[1]`, `[2]`, `[2]`)
+	// A batch: item by item.
+	f(`[{"meta_info": {"input_token_logprobs": [[1,5,null]]}}, {"meta_info": {"input_token_logprobs": [[2,9,null]]}}]`,
+		`[{"meta_info": {"input_token_logprobs": [[3,5,null]]}}, {"meta_info": {"input_token_logprobs": [[4,9,null]]}}]`,
+		`[{"meta_info": {"input_token_logprobs": [[1,5,null],[3,5,null]]}}, {"meta_info": {"input_token_logprobs": [[2,9,null],[4,9,null]]}}]`)
 	// Empty lists on either side.
 	f(`{"meta_info": {"input_token_logprobs": []}}`, `{"meta_info": {"input_token_logprobs": [[1,2,null]]}}`,
 		`{"meta_info": {"input_token_logprobs": [[1,2,null]]}}`)
