@@ -145,7 +145,7 @@ func TestServeStopsOnSignal(t *testing.T) {
 }
 
 // A second signal during the drain exits at once, with status 1; it used to
-// be ignored until the drain ended (tester report hC, item 6).
+// be ignored until the drain ended.
 func TestServeSecondSignalExitsAtOnce(t *testing.T) {
 	s := startServe(t, time.Minute)
 	s.sendGenerate(t) // holds the drain
@@ -160,8 +160,7 @@ func TestServeSecondSignalExitsAtOnce(t *testing.T) {
 }
 
 // A request still in flight when the grace period ends is cut: the client
-// gets a 503, pdlb says how many it cut, and exits with status 1 (tester
-// report hC, item 4).
+// gets a 503, pdlb says how many it cut, and exits with status 1.
 func TestServeCutsAtTheEndOfTheGracePeriod(t *testing.T) {
 	s := startServe(t, 10*time.Millisecond)
 	conn := s.sendGenerate(t)
@@ -180,7 +179,7 @@ func TestServeCutsAtTheEndOfTheGracePeriod(t *testing.T) {
 }
 
 // /metrics says each metric's type, so that Prometheus does not take them
-// all for untyped (tester report hC, item 10).
+// all for untyped.
 func TestMetricsHaveTypes(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	applyProcessSettings()

@@ -105,7 +105,8 @@ func TestParseTruthiness(t *testing.T) {
 	for _, v := range []string{`false`, `null`, `0`, `-0`, `0.0`, `-0.0`, `0e5`, `0.000E-3`, `""`, `[]`, `[ ]`, `{}`, "{\n}", `1e-400`} {
 		f(v, false)
 	}
-	for _, v := range []string{`true`, `1`, `-1`, `10`, `0.5`, `1e400`, `-1e-300`, `"0"`, `"false"`, `" "`, `"\u0000"`, `[0]`, `[false]`, `{"a":0}`} {
+	for _, v := range []string{`true`, `1`, `-1`, `10`, `0.5`, `1e400`, `-1e-300`, `"0"`, `"false"`, `" "`, `"\u0000"`, `[0]`, `[false]`, `{"a":0}`,
+		`NaN`, `Infinity`, `-Infinity`} { // bool(float("nan")) is True
 		f(v, true)
 	}
 }

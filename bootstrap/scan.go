@@ -257,7 +257,7 @@ func listLen(v []byte) (n int, nested bool, err error) {
 // truthy reports whether Python's bool() is true for the value v.
 func truthy(v []byte) bool {
 	switch v[0] {
-	case 't':
+	case 't', 'N', 'I': // true, NaN, Infinity
 		return true
 	case 'f', 'n':
 		return false
@@ -265,6 +265,9 @@ func truthy(v []byte) bool {
 		return len(v) > 2
 	case '[', '{':
 		return skipSpace(v, 1) < len(v)-1
+	}
+	if len(v) > 1 && v[1] == 'I' { // -Infinity
+		return true
 	}
 	if bytes.IndexAny(v, ".eE") < 0 {
 		// A Python int is zero only when every digit is.

@@ -10,7 +10,10 @@ import (
 // whitespace, with containers nested at most maxDepth levels deep. It
 // accepts what encoding/json's Valid accepts, as FuzzValidate checks:
 // RFC 8259's grammar, which refuses a raw control character in a string as
-// the workers' json.loads does. Neither checks UTF-8.
+// the workers' json.loads does. Neither checks UTF-8. And as json.loads,
+// which SGLang's workers and mini_lb read bodies with (and Python clients'
+// json.dumps writes float('inf') with), it takes the numbers NaN, Infinity
+// and -Infinity.
 //
 // It walks iteratively, as skipContainer does, and reads strings eight
 // bytes at a time (validString).
@@ -51,6 +54,10 @@ value:
 			i, err = validLiteral(b, i, "false")
 		case 'n':
 			i, err = validLiteral(b, i, "null")
+		case 'N':
+			i, err = validLiteral(b, i, "NaN")
+		case 'I':
+			i, err = validLiteral(b, i, "Infinity")
 		default:
 			if c != '-' && (c < '0' || c > '9') {
 				return unexpected(b, i)
@@ -182,6 +189,9 @@ func escapeLen(b []byte, e int) (int, error) {
 func validNumber(b []byte, i int) (int, error) {
 	start := i
 	if b[i] == '-' {
+		if i+1 < len(b) && b[i+1] == 'I' {
+			return validLiteral(b, i, "-Infinity")
+		}
 		i++
 	}
 	switch {

@@ -566,3 +566,26 @@ func TestRedactQuoted(t *testing.T) {
 		}
 	}
 }
+
+// Python clients write float("-inf") as -Infinity, and SGLang's workers
+// read it (json.loads): pdlb passes such a body on, as mini_lb does.
+func TestBodyWithPythonNumbers(t *testing.T) {
+	h := newHarness(t)
+	bodies := make(chan string, 2)
+	record := func(ctx *fasthttp.RequestCtx) {
+		bodies <- string(ctx.PostBody())
+		ctx.SetBodyString(`{}`)
+	}
+	h.backend("prefill-0:30000", record)
+	h.backend("decode-0:30010", record)
+	h.start(defaultConfig())
+	r := h.post("/generate", `{"text": "a", "sampling_params": {"logit_bias": {"5": -Infinity}, "temperature": NaN}}`)
+	if r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	for range 2 {
+		if b := <-bodies; !strings.Contains(b, `{"logit_bias": {"5": -Infinity}, "temperature": NaN}`) {
+			t.Fatalf("a worker got %s; want the numbers as sent", b)
+		}
+	}
+}
