@@ -83,7 +83,13 @@ func Parse(body []byte) (Request, error) {
 	if r.PrefillDPRank, err = dpRank("disagg_prefill_dp_rank", ranks.prefill); err != nil {
 		return Request{}, err
 	}
-	if r.RoutedDPRank, err = dpRank("routed_dp_rank", ranks.routed); err != nil {
+	// As SGLang's GenerateReqInput: the deprecated data_parallel_rank
+	// counts only when routed_dp_rank is absent or null.
+	routed, name := ranks.routed, "routed_dp_rank"
+	if routed == nil || string(routed) == "null" {
+		routed, name = ranks.alias, "data_parallel_rank"
+	}
+	if r.RoutedDPRank, err = dpRank(name, routed); err != nil {
 		return Request{}, err
 	}
 	return r, nil
@@ -92,7 +98,7 @@ func Parse(body []byte) (Request, error) {
 // rawRanks are the raw values of the DP-rank members, nil when absent. They
 // are read once the body is known to be valid JSON.
 type rawRanks struct {
-	prefill, routed []byte
+	prefill, routed, alias []byte
 }
 
 // bytesPerToken is the rough size of a token in text: enough to tell a
@@ -163,6 +169,8 @@ func scanRequest(body []byte) (Request, rawRanks, error) {
 			ranks.prefill = m.value
 		case fieldRoutedDPRank:
 			ranks.routed = m.value
+		case fieldDataParallelRank:
+			ranks.alias = m.value
 		case fieldPrompt:
 			prompt = m.value
 		case fieldMessages:
@@ -247,6 +255,7 @@ const (
 	fieldReturnRoutedExperts
 	fieldPrefillDPRank
 	fieldRoutedDPRank
+	fieldDataParallelRank
 	fieldPrompt
 	fieldMessages
 )
@@ -278,8 +287,10 @@ func fieldOf(key []byte) field {
 		return fieldReturnRoutedExperts
 	case "disagg_prefill_dp_rank":
 		return fieldPrefillDPRank
-	case "routed_dp_rank", "data_parallel_rank":
+	case "routed_dp_rank":
 		return fieldRoutedDPRank
+	case "data_parallel_rank":
+		return fieldDataParallelRank
 	case "prompt":
 		return fieldPrompt
 	case "messages":

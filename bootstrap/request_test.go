@@ -236,6 +236,11 @@ func TestParseDPRanks(t *testing.T) {
 	f(`{"disagg_prefill_dp_rank": null, "routed_dp_rank": null}`, none, none)
 	f(`{"disagg_prefill_dp_rank": 1, "disagg_prefill_dp_rank": null}`, none, none)
 	f(`{"disagg_prefill_d\u0070_rank": 5}`, DPRank{Set: true, Rank: 5}, none)
+	// The deprecated data_parallel_rank counts only without routed_dp_rank,
+	// wherever either comes in the body, as in SGLang.
+	f(`{"routed_dp_rank": 0, "data_parallel_rank": 1}`, none, DPRank{Set: true, Rank: 0})
+	f(`{"data_parallel_rank": 1, "routed_dp_rank": 0}`, none, DPRank{Set: true, Rank: 0})
+	f(`{"routed_dp_rank": null, "data_parallel_rank": 1}`, none, DPRank{Set: true, Rank: 1})
 
 	bad := func(body string) {
 		t.Helper()
@@ -253,6 +258,9 @@ func TestParseDPRanks(t *testing.T) {
 	bad(`{"text": ["a", "b"], "disagg_prefill_dp_rank": [1, 9]}`)
 	bad(`{"routed_dp_rank": [0, 1]}`)
 	bad(`{"data_parallel_rank": []}`)
+	if _, err := Parse([]byte(`{"data_parallel_rank": "1"}`)); err == nil || !strings.Contains(err.Error(), "data_parallel_rank must be") {
+		t.Fatalf("got %v; want the error to name data_parallel_rank", err)
+	}
 	// Invalid JSON is reported as such, whatever the rank looks like.
 	if _, err := Parse([]byte(`{"routed_dp_rank": "0", }`)); !errors.Is(err, ErrNotJSON) {
 		t.Fatalf("got %v; want ErrNotJSON", err)
