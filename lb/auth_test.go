@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -83,5 +84,32 @@ func TestAPIKey(t *testing.T) {
 	}
 	if got := srv.errorsByReason[reasonUnauthorized].Get(); got != 6 {
 		t.Errorf("got %d unauthorized in the metrics; want 6", got)
+	}
+}
+
+// A worker that refuses pdlb's own key is a configuration error: the
+// client, whose key pdlb checked, gets a 502 that says so, not the
+// worker's bare 401; and the worker is not ejected for it.
+func TestWorkerRefusingPDLBsKey(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{APIKey: "workers"}, fake.Config{APIKey: "workers"})
+	cfg := defaultConfig()
+	cfg.APIKey = "pdlb"
+	srv := h.start(cfg)
+	for range 3 {
+		for _, stream := range []string{"false", "true"} {
+			r := h.post("/generate", `{"text": "a", "stream": `+stream+`}`, "Authorization", "Bearer pdlb")
+			if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != fasthttp.StatusBadGateway || !strings.Contains(msg, "refused pdlb's --api-key") {
+				t.Fatalf("stream %s: got %d %s; want a 502 saying the worker refused pdlb's key", stream, r.status, r.body)
+			}
+		}
+	}
+	for _, b := range srv.allBackends() {
+		if !b.available() {
+			t.Fatalf("%s %s was ejected for pdlb's key", b.role, b.addr)
+		}
+	}
+	if r := h.post("/flush_cache", "", "Authorization", "Bearer pdlb"); r.status != fasthttp.StatusBadGateway {
+		t.Fatalf("/flush_cache: got %d %s; want a 502, not the workers' 401 passed on", r.status, r.body)
 	}
 }

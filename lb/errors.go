@@ -154,6 +154,9 @@ func dropClient(ctx *fasthttp.RequestCtx) {
 // errClientGone cancels the calls of a client that went away.
 var errClientGone = errors.New("client closed the connection")
 
+// errKeyRefused is a call whose worker refused pdlb's --api-key with a 401.
+var errKeyRefused = errors.New("refused pdlb's --api-key (401): the worker needs another key")
+
 // errShutdown cancels the calls still running when the shutdown grace
 // period ends (Server.Shutdown): the failure paths then answer the client
 // with it, a 503 or a stream's error event, instead of leaving the process
@@ -164,6 +167,8 @@ var errShutdown = errors.New("pdlb is shutting down and its grace period is over
 // sees. role and addr name the backend.
 func classify(err error, role, addr string) (int, reason, string) {
 	switch {
+	case errors.Is(err, errKeyRefused):
+		return fasthttp.StatusBadGateway, reasonBackendFailed, role + " backend " + addr + " " + err.Error()
 	case errors.Is(err, errShutdown):
 		return fasthttp.StatusServiceUnavailable, reasonShutdown, errShutdown.Error()
 	case isTimeout(err):

@@ -129,7 +129,8 @@ func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, method, uri string, timeo
 		}
 		failed++
 		switch {
-		case a.err != nil || a.status < 400 || a.status >= 500 || (refusal != 0 && refusal != a.status):
+		case a.err != nil || a.status < 400 || a.status >= 500 || (refusal != 0 && refusal != a.status) ||
+			a.status == fasthttp.StatusUnauthorized && a.backend.authorization != nil: // pdlb's key, not the client's
 			refusal = -1
 		case refusal == 0:
 			refusal = a.status

@@ -352,6 +352,11 @@ func (c *call) end() {
 	b := c.backend
 	c.cancel.end()
 	b.inflight.Add(-1)
+	if c.err == nil && b.authorization != nil && c.resp.StatusCode() == fasthttp.StatusUnauthorized {
+		// pdlb's own key was refused: a configuration error, which the
+		// client, whose key pdlb checked, must not take for its own.
+		c.err = errKeyRefused
+	}
 	if c == &c.x.prefill {
 		c.x.plan.release()
 		if c.err == nil && c.x.decode.stream {
@@ -363,7 +368,8 @@ func (c *call) end() {
 		// that never claimed the cache): give it a short last deadline.
 		c.peer.cancel.capRead(orphanPrefillGrace)
 	}
-	own := c.cancel.err() == nil && !errors.Is(c.err, errGaveUp)
+	// A refused key is pdlb's fault, not the worker's.
+	own := c.cancel.err() == nil && !errors.Is(c.err, errGaveUp) && !errors.Is(c.err, errKeyRefused)
 	switch status := c.resp.StatusCode(); {
 	case c.err == nil && status < fasthttp.StatusInternalServerError && c.broke == nil:
 		b.succeeded() // a 4xx too: the worker works, the request was wrong

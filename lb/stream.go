@@ -232,6 +232,7 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 			x.unref()
 			return out
 		}
+		err = d.err // an answer that is pdlb's failure (errKeyRefused)
 	}
 	if err != nil {
 		status, r, msg := classify(d.cause(err), d.backend.role, d.backend.addr)
