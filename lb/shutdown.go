@@ -29,18 +29,14 @@ func (e *CutError) Error() string {
 }
 
 // Shutdown stops accepting clients and waits, up to ctx's deadline, for
-// requests and streams in flight to finish; then it stops background work.
+// requests and streams in flight to finish; then it stops the admin
+// listeners and background work.
 // Requests still in flight when ctx ends are cut: their worker calls are
 // cancelled, and each client gets a 503 JSON error, or its stream an SSE
 // error event and [DONE], within cutGrace. Shutdown then returns a
 // *CutError if it cut any, else ctx's error if clients were still being
 // answered after cutGrace (a slow reader, a control route).
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.adminMu.Lock()
-	for _, a := range s.admin {
-		_ = a.ShutdownWithContext(ctx)
-	}
-	s.adminMu.Unlock()
 	// fasthttp closes keep-alive connections (CloseOnShutdown) only while
 	// its shutdown runs, so it runs on until the cut answers are out too.
 	wait, stopWaiting := context.WithCancel(context.Background())
@@ -73,6 +69,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			err = &CutError{Requests: int(n)}
 		}
 	}
+	// The admin listeners (metrics, pprof) serve through the drain, so it
+	// can be watched, and close last.
+	// A scraper's keep-alive connection is given a second to finish.
+	last, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	s.adminMu.Lock()
+	for _, a := range s.admin {
+		_ = a.ShutdownWithContext(last)
+	}
+	s.adminMu.Unlock()
 	s.cancel()
 	s.bg.Wait()
 	return err

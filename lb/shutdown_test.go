@@ -168,3 +168,52 @@ func TestShutdownCutsQueuedRequests(t *testing.T) {
 		}
 	}
 }
+
+// The admin listener (metrics, pprof) serves through a drain, so that it
+// can be watched, and closes once it is over.
+func TestAdminListenerServesThroughTheDrain(t *testing.T) {
+	h := newHarness(t)
+	gate := make(chan struct{}, 8)
+	gate <- struct{}{}
+	h.pair(fake.Config{}, fake.Config{TokenGate: gate})
+	srv := h.start(defaultConfig())
+	ln, err := h.nw.Listen("admin:6060")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.ServeAdmin(ln, false) }()
+	cl := &fasthttp.HostClient{Addr: "admin:6060", Dial: h.nw.Dial}
+	defer cl.CloseIdleConnections()
+	s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 2}}`)
+	s.next()
+	drained := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		drained <- srv.Shutdown(ctx)
+	}()
+	waitFor(t, "pdlb to stop taking clients", func() bool {
+		c, err := h.nw.Dial("pdlb:8000")
+		if err == nil {
+			_ = c.Close()
+		}
+		return err != nil
+	})
+	if status, _, err := cl.Get(nil, "http://admin:6060/metrics"); err != nil || status != fasthttp.StatusOK {
+		t.Fatalf("during the drain /metrics got %d, %v; want 200", status, err)
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("the drain ended (%v) with a stream in flight", err)
+	default:
+	}
+	gate <- struct{}{}
+	s.rest()
+	if err := <-drained; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	cl.CloseIdleConnections()
+	if _, _, err := cl.Get(nil, "http://admin:6060/metrics"); err == nil {
+		t.Fatal("the admin listener still serves after the shutdown")
+	}
+}
