@@ -2,11 +2,14 @@ package lb
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // A client that goes away while pdlb waits for a non-stream answer must not
@@ -19,15 +22,41 @@ import (
 // short requests never pay for it.
 const watchAfter = time.Second
 
-// watchListener wraps each accepted connection in a clientConn.
-type watchListener struct{ net.Listener }
+// watchListener wraps each accepted connection in a clientConn. An accept
+// that fails for want of resources (out of file descriptors, say, under a
+// flood of connections) is tried again after a pause, as Go's net/http
+// does: fasthttp would take it for the listener's end and stop serving.
+type watchListener struct {
+	net.Listener
+	log *zerolog.Logger
+}
 
 func (l watchListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	var pause time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil {
+			return newClientConn(c), nil
+		}
+		if !acceptMayRecover(err) {
+			return nil, err
+		}
+		pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+		l.log.Error().Err(err).Dur("retry_in", pause).Msg("cannot accept a connection")
+		time.Sleep(pause)
 	}
-	return newClientConn(c), nil
+}
+
+// acceptMayRecover reports whether a failed accept may succeed later: the
+// process or system ran out of descriptors or memory, or a client left
+// before it was accepted.
+func acceptMayRecover(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // newClientConn wraps a connection pdlb accepted, as watchListener does.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -513,4 +514,47 @@ func TestAnswersAroundTheWriteBufferSizeOverTCP(t *testing.T) {
 // answerOfSize is a JSON answer of exactly size bytes (at least 12).
 func answerOfSize(size int) string {
 	return `{"text": "` + strings.Repeat("x", size-len(`{"text": ""}`)) + `"}`
+}
+
+// failingListener fails its first accepts with err, then accepts from the
+// listener it wraps.
+type failingListener struct {
+	net.Listener
+	err   error
+	fails atomic.Int32
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if l.fails.Add(-1) >= 0 {
+		return nil, l.err
+	}
+	return l.Listener.Accept()
+}
+
+// Out of file descriptors (a flood of clients), pdlb waits and accepts
+// again, rather than stop serving. (The harness's shutdown ends this Serve
+// too, as it closes every listener.)
+func TestAcceptRecoversFromRunningOutOfDescriptors(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	srv := h.start(defaultConfig())
+	ln, err := h.nw.Listen("pdlb:8001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := &failingListener{Listener: ln, err: &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}}
+	failing.fails.Store(3)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(failing) }()
+	cl := &fasthttp.HostClient{Addr: "pdlb:8001", Dial: h.nw.Dial}
+	defer cl.CloseIdleConnections()
+	status, _, err := cl.GetTimeout(nil, "http://pdlb:8001/health", 5*time.Second)
+	if err != nil || status != fasthttp.StatusOK {
+		t.Fatalf("got %d, %v after the accepts failed; want 200", status, err)
+	}
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned %v", err)
+	default:
+	}
 }

@@ -225,7 +225,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.startOnce.Do(s.startBackground)
 	s.log.Info().Str("addr", ln.Addr().String()).Int("prefill", len(s.prefills.backends)).
 		Int("decode", len(s.decodes.backends)).Msg("serving")
-	return s.srv.Serve(watchListener{ln})
+	return s.srv.Serve(watchListener{Listener: ln, log: &s.log})
 }
 
 // ServeAdmin serves /metrics on ln (sglang_router's --prometheus-port),
