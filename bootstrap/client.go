@@ -304,6 +304,10 @@ func doGet(ctx context.Context, hc *fasthttp.HostClient, timeout time.Duration, 
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI(uri)
+	if hc.IsTLS { // a URI with a scheme writes its own host as Host
+		req.URI().SetScheme("https")
+		req.URI().SetHost(hc.Addr)
+	}
 	req.Header.SetHost(hc.Addr)
 	if authorization != "" {
 		req.Header.Set(fasthttp.HeaderAuthorization, authorization)

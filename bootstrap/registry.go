@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strings"
@@ -46,6 +47,8 @@ type Target struct {
 	// Port is the bootstrap port given on the command line; 0 means
 	// unknown: asked from /server_info, else DefaultPort.
 	Port int
+	// TLS asks APIAddr over https (the bootstrap server speaks http).
+	TLS bool
 }
 
 // Config configures a Registry. NewRegistry copies it; zero fields get
@@ -63,6 +66,9 @@ type Config struct {
 	// calls to a prefill's API (/server_info), for workers that need an
 	// API key; bootstrap servers take none.
 	Authorization string
+	// APITLS configures the calls to prefill APIs over https; nil means
+	// Go's defaults.
+	APITLS *tls.Config
 	// RefreshInterval is how often Run refreshes a ready target, to notice
 	// a prefill that went away or changed. Zero means
 	// DefaultRefreshInterval.
@@ -193,6 +199,8 @@ func (r *Registry) newTarget(i int, tc Target) *target {
 		t.api = &fasthttp.HostClient{
 			Addr:                      tc.APIAddr,
 			Name:                      "pdlb",
+			IsTLS:                     tc.TLS,
+			TLSConfig:                 r.cfg.APITLS,
 			Dial:                      r.cfg.Dial,
 			DialDualStack:             true,
 			MaxConns:                  1,

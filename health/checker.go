@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"strconv"
 	"sync"
@@ -98,6 +99,9 @@ type Config struct {
 	// Authorization, if set, is sent as the Authorization header of every
 	// probe, for workers that need an API key on the probed path.
 	Authorization string
+	// TLSConfig configures the probes of TLS targets; nil means Go's
+	// defaults.
+	TLSConfig *tls.Config
 	// Dial connects to a target's Addr; nil means TCP (IPv4 and IPv6) with
 	// Timeout as the dial timeout. Tests set it to in-memory listeners.
 	Dial fasthttp.DialFunc
@@ -187,6 +191,7 @@ func newTarget(t Target, cfg *Config) *target {
 		hc: &fasthttp.HostClient{
 			Addr:                      t.Addr,
 			IsTLS:                     t.TLS,
+			TLSConfig:                 cfg.TLSConfig,
 			Name:                      "pdlb-health",
 			Dial:                      cfg.Dial,
 			DialDualStack:             true,

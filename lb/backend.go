@@ -129,6 +129,17 @@ func (b *Backend) authorize(h *fasthttp.RequestHeader) {
 	}
 }
 
+// setURI points req at uri (a path and query) on b, over https when b is
+// reached so: fasthttp refuses a request whose scheme is not its client's,
+// and a URI with a scheme writes its own host as the Host header.
+func (b *Backend) setURI(req *fasthttp.Request, uri []byte) {
+	req.SetRequestURIBytes(uri)
+	if b.hc.IsTLS {
+		req.URI().SetScheme("https")
+		req.URI().SetHost(b.addr)
+	}
+}
+
 // newBackend makes the backend of a worker; quit closes when the server
 // shuts down.
 func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.Set, log zerolog.Logger, quit <-chan struct{}) (*Backend, error) {
@@ -159,6 +170,7 @@ func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.
 	b.hc = &fasthttp.HostClient{
 		Addr:                w.addr,
 		IsTLS:               w.tls,
+		TLSConfig:           cfg.WorkerTLS,
 		Name:                "pdlb",
 		MaxConns:            cfg.MaxConnsPerBackend,
 		MaxConnWaitTimeout:  cfg.RequestTimeout,

@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"crypto/tls"
 	"fmt"
 	"slices"
 	"strings"
@@ -153,6 +154,9 @@ type Config struct {
 	// bootstrap server, to see it go away or change. Zero means 5 s.
 	BootstrapRefresh time.Duration
 
+	// WorkerTLS configures the connections to workers whose URL is https.
+	// Nil means Go's defaults: the system's roots (SSL_CERT_FILE).
+	WorkerTLS *tls.Config
 	// Dial connects to a worker address ("host:port"). Nil means TCP over
 	// IPv4 and IPv6, with fasthttp's dialer; tests pass in-memory listeners.
 	Dial fasthttp.DialFunc

@@ -2,6 +2,7 @@ package lb
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bench/fake"
@@ -328,5 +330,47 @@ func TestWorkersOnIPv6(t *testing.T) {
 	waitFor(t, "health checks of both workers", func() bool { return p.Stats().Health > 0 && d.Stats().Health > 0 })
 	if p.Stats().Generate == 0 || d.Stats().Generate == 0 {
 		t.Fatalf("got %d prefill and %d decode generations; want the request on both", p.Stats().Generate, d.Stats().Generate)
+	}
+}
+
+// Workers behind https are reached over TLS on every path: both legs and
+// the info routes.
+func TestWorkersOverHTTPS(t *testing.T) {
+	h := newHarness(t)
+	certPEM, keyPEM, err := fasthttp.GenerateTestCertificate("localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served atomic.Int32
+	for _, addr := range []string{"prefill-0:30000", "decode-0:30010"} {
+		ln, err := h.nw.Listen(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+			served.Add(1)
+			ctx.SetContentType("application/json")
+			ctx.SetBodyString(`{"text": "over tls", "data": []}`)
+		}}
+		go func() { _ = srv.Serve(tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})) }()
+		t.Cleanup(func() { _ = srv.Shutdown() })
+	}
+	cfg := defaultConfig()
+	cfg.Prefill = []PrefillSpec{{URL: "https://prefill-0:30000", BootstrapPort: 8998}}
+	cfg.Decode = []string{"https://decode-0:30010"}
+	cfg.WorkerTLS = &tls.Config{InsecureSkipVerify: true} // a test certificate
+	h.start(cfg)
+	if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK || gjson.GetBytes(r.body, "text").String() != "over tls" {
+		t.Fatalf("/generate got %d %s", r.status, r.body)
+	}
+	if r := h.do(fasthttp.MethodGet, "/v1/models", ""); r.status != fasthttp.StatusOK {
+		t.Fatalf("/v1/models got %d %s", r.status, r.body)
+	}
+	if n := served.Load(); n != 3 {
+		t.Fatalf("the workers got %d requests over TLS; want 3", n)
 	}
 }

@@ -43,6 +43,7 @@ func (s *Server) buildChecker(log zerolog.Logger) {
 		// SGLang does not ask for the key on /health, but the probed path
 		// may be another (--health-check-endpoint).
 		Authorization: s.workerAuthorization(),
+		TLSConfig:     s.cfg.WorkerTLS,
 		Dial:          s.cfg.Dial,
 		Log:           log,
 	}, targets)

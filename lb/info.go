@@ -80,7 +80,7 @@ func (b *Backend) get(method, uri string, timeout time.Duration) answer {
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(method)
-	req.SetRequestURI(uri)
+	b.setURI(req, []byte(uri))
 	req.Header.SetHost(b.addr)
 	b.authorize(&req.Header)
 	a := answer{backend: b}
@@ -322,7 +322,7 @@ func (s *Server) abortRequest(b *Backend, rid string) {
 		defer fasthttp.ReleaseRequest(req)
 		defer fasthttp.ReleaseResponse(resp)
 		req.Header.SetMethod(fasthttp.MethodPost)
-		req.SetRequestURI("/abort_request")
+		b.setURI(req, []byte("/abort_request"))
 		req.Header.SetHost(b.addr)
 		b.authorize(&req.Header)
 		req.Header.SetContentTypeBytes(contentTypeJSON)

@@ -295,7 +295,7 @@ func (c *call) target(b *Backend, uri, body []byte, deadline time.Time, requestI
 	c.body = body
 	req := c.request()
 	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURIBytes(uri)
+	b.setURI(req, uri)
 	req.Header.SetContentTypeBytes(contentTypeJSON)
 	req.Header.SetBytesKV(headerRequestID, requestID)
 	req.Header.SetHost(b.addr)

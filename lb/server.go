@@ -263,12 +263,13 @@ func (s *Server) startBackground() {
 func (s *Server) buildRegistry(log zerolog.Logger) {
 	targets := make([]bootstrap.Target, len(s.prefills.backends))
 	for i, b := range s.prefills.backends {
-		targets[i] = bootstrap.Target{APIAddr: b.addr, Host: b.host, Port: s.cfg.Prefill[i].BootstrapPort}
+		targets[i] = bootstrap.Target{APIAddr: b.addr, Host: b.host, Port: s.cfg.Prefill[i].BootstrapPort, TLS: b.hc.IsTLS}
 	}
 	s.registry = bootstrap.NewRegistry(bootstrap.Config{
 		Targets:         targets,
 		Dial:            s.cfg.Dial,
 		Authorization:   s.workerAuthorization(),
+		APITLS:          s.cfg.WorkerTLS,
 		RefreshInterval: s.cfg.BootstrapRefresh,
 		Metrics:         s.ms,
 		Log:             log.With().Str("component", "bootstrap").Logger(),
