@@ -182,16 +182,40 @@ func (d *dialers) do(j *dialJob) {
 	close(j.done)
 }
 
+// workerDialer dials workers, their health checks and bootstrap servers.
+// It keeps a name's addresses for seconds, not fasthttp's default minute:
+// a worker that restarts (a Kubernetes pod) comes back at a new address,
+// and pdlb would dial the old one, and take the worker for down, meanwhile.
+var workerDialer = &fasthttp.TCPDialer{DNSCacheDuration: 5 * time.Second}
+
+// dialWorker is Config.Dial when none is given: TCP with workerDialer.
+func dialWorker(addr string) (net.Conn, error) {
+	return workerDialer.DialDualStackTimeout(addr, workerDialTimeout)
+}
+
+// dial is how the health checks and the bootstrap registry reach workers:
+// Config.Dial, else dialWorker.
+func (s *Server) dial() fasthttp.DialFunc {
+	if s.cfg.Dial != nil {
+		return s.cfg.Dial
+	}
+	return dialWorker
+}
+
+// workerDialTimeout bounds the dials of health checks and the bootstrap
+// registry, which bound their whole calls themselves.
+const workerDialTimeout = 5 * time.Second
+
 // dialFunc is the dial a worker's dialers make: dial when given (tests
-// pass in-memory listeners), else fasthttp's TCP dial over IPv4 and IPv6,
-// as workers may listen on either. Its connections remember their
+// pass in-memory listeners), else workerDialer's TCP dial over IPv4 and
+// IPv6, as workers may listen on either. Its connections remember their
 // deadlines (workerConn).
 func dialFunc(dial fasthttp.DialFunc) fasthttp.DialFuncWithTimeout {
 	return func(addr string, timeout time.Duration) (net.Conn, error) {
 		var conn net.Conn
 		var err error
 		if dial == nil {
-			conn, err = fasthttp.DialDualStackTimeout(addr, timeout)
+			conn, err = workerDialer.DialDualStackTimeout(addr, timeout)
 		} else {
 			conn, err = dial(addr)
 		}

@@ -370,7 +370,6 @@ func TestWorkersOverHTTPS(t *testing.T) {
 	if r := h.do(fasthttp.MethodGet, "/v1/models", ""); r.status != fasthttp.StatusOK {
 		t.Fatalf("/v1/models got %d %s", r.status, r.body)
 	}
-	if n := served.Load(); n != 3 {
-		t.Fatalf("the workers got %d requests over TLS; want 3", n)
-	}
+	// The prefill's leg may end after the decode has answered.
+	waitFor(t, "both legs and the info call over TLS", func() bool { return served.Load() == 3 })
 }

@@ -44,7 +44,7 @@ func (s *Server) buildChecker(log zerolog.Logger) {
 		// may be another (--health-check-endpoint).
 		Authorization: s.workerAuthorization(),
 		TLSConfig:     s.cfg.WorkerTLS,
-		Dial:          s.cfg.Dial,
+		Dial:          s.dial(),
 		Log:           log,
 	}, targets)
 }

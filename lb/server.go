@@ -267,7 +267,7 @@ func (s *Server) buildRegistry(log zerolog.Logger) {
 	}
 	s.registry = bootstrap.NewRegistry(bootstrap.Config{
 		Targets:         targets,
-		Dial:            s.cfg.Dial,
+		Dial:            s.dial(),
 		Authorization:   s.workerAuthorization(),
 		APITLS:          s.cfg.WorkerTLS,
 		RefreshInterval: s.cfg.BootstrapRefresh,
