@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,7 +64,7 @@ type serveCmd struct {
 	CbFailureThreshold      int     `help:"Consecutive failed requests (transport errors, timeouts, 5xx; never a 4xx) that eject a worker." default:"5"`
 	CbTimeoutDurationSecs   int     `help:"First ejection; it doubles while the worker keeps failing its trial requests." default:"1"`
 	CbMaxBackoffSecs        int     `help:"Longest ejection." default:"30"`
-	QueueSize               int     `help:"Most requests waiting for a slot under --max-concurrent-requests." default:"256"`
+	QueueSize               int     `help:"Most requests waiting for a slot under --max-concurrent-requests; 0, as in sglang_router: none wait, a 429 at once." default:"256"`
 	QueueTimeoutSecs        int     `help:"Longest a request waits for a slot under --max-concurrent-requests." default:"60"`
 	MaxPayloadSize          int     `help:"Largest request body accepted, in bytes; larger ones get a 413." default:"268435456"`
 	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"4"`
@@ -159,7 +160,7 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		MaxRetries:            c.RetryMaxRetries,
 		DisableRetries:        c.DisableRetries || c.RetryMaxRetries == 0,
 		MaxConcurrentRequests: max(c.MaxConcurrentRequests, 0),
-		QueueSize:             c.QueueSize,
+		QueueSize:             cmp.Or(c.QueueSize, -1), // lb's zero is its default
 		QueueTimeout:          time.Duration(c.QueueTimeoutSecs) * time.Second,
 		HealthCheck: lb.HealthCheckConfig{
 			Disable:  c.DisableHealthCheck,

@@ -154,6 +154,18 @@ func TestParseNegativeValues(t *testing.T) {
 	}
 }
 
+// --queue-size 0 means no queue, as in sglang_router; lb's zero is its
+// default, so the flag's 0 goes on as -1.
+func TestParseQueueSizeZero(t *testing.T) {
+	c, _, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--max-concurrent-requests", "4", "--queue-size", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, _ := c.Serve.config(); cfg.QueueSize >= 0 {
+		t.Fatalf("got queue size %d; want a negative one, for none", cfg.QueueSize)
+	}
+}
+
 // sglang_router's --api-key is pdlb's too, not an ignored router flag.
 func TestParseAPIKey(t *testing.T) {
 	c, ignored, err := parse(t, "--mini-lb", "--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1", "--api-key", "k1")

@@ -96,7 +96,8 @@ type Config struct {
 	// they wait in a queue of QueueSize for at most QueueTimeout, then get
 	// a 429. Zero means no bound.
 	MaxConcurrentRequests int
-	// QueueSize is the most requests that wait for a slot. Zero means 256.
+	// QueueSize is the most requests that wait for a slot. Zero means 256;
+	// below zero, none wait: beyond the limit they get a 429 at once.
 	QueueSize int
 	// QueueTimeout is the longest a request waits for a slot. Zero means
 	// 60 s.
@@ -226,7 +227,7 @@ func (c *Config) setDefaults() {
 	case c.MaxRetries <= 0:
 		c.MaxRetries = 2
 	}
-	if c.QueueSize <= 0 {
+	if c.QueueSize == 0 {
 		c.QueueSize = 256
 	}
 	if c.QueueTimeout <= 0 {

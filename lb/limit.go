@@ -27,7 +27,7 @@ func newAdmission(cfg *Config) admission {
 	}
 	return admission{
 		slots:     make(chan struct{}, cfg.MaxConcurrentRequests),
-		queueSize: int32(cfg.QueueSize),
+		queueSize: int32(max(cfg.QueueSize, 0)),
 		timeout:   cfg.QueueTimeout,
 	}
 }
@@ -47,6 +47,9 @@ func (s *Server) admit(q *clientRequest) *answerError {
 	}
 	if a.queued.Add(1) > a.queueSize {
 		a.queued.Add(-1)
+		if a.queueSize == 0 {
+			return overloaded("no request waits (--queue-size 0)")
+		}
 		return overloaded("the wait queue is full (" + strconv.Itoa(int(a.queueSize)) + " requests)")
 	}
 	defer a.queued.Add(-1)

@@ -253,6 +253,26 @@ func TestAdmission(t *testing.T) {
 	}
 }
 
+// With no queue (sglang_router's --queue-size 0), a request beyond the
+// limit gets a 429 at once.
+func TestAdmissionWithoutQueue(t *testing.T) {
+	h := newHarness(t)
+	inDecode, release, cfg := oneAtATime(h)
+	cfg.QueueSize = -1
+	h.start(cfg)
+	first := make(chan reply, 1)
+	go func() { first <- h.post("/generate", `{"text": "a"}`) }()
+	<-inDecode
+	if r := h.post("/generate", `{"text": "b"}`); r.status != fasthttp.StatusTooManyRequests ||
+		!strings.Contains(gjson.GetBytes(r.body, "error.message").String(), "no request waits") {
+		t.Fatalf("got %d %s; want a 429 at once", r.status, r.body)
+	}
+	close(release)
+	if r := <-first; r.status != fasthttp.StatusOK {
+		t.Fatalf("the admitted request got %d %s", r.status, r.body)
+	}
+}
+
 // A client that gives up while queued for a slot leaves the queue at once:
 // it never reaches the workers, and the slot goes to one still waiting.
 func TestClientLeavingTheQueueIsNotServed(t *testing.T) {
