@@ -3,6 +3,8 @@ package lb
 import (
 	"crypto/tls"
 	"fmt"
+	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -317,6 +319,9 @@ func (c *Config) Validate() error {
 	if c.PDMinPromptTokens < 0 {
 		return fmt.Errorf("the minimum prompt length for PD cannot be negative")
 	}
+	if strings.ContainsFunc(c.APIKey, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return fmt.Errorf("the API key holds a control character, which no client could send in a header")
+	}
 	for _, h := range c.RequestIDHeaders {
 		if !isHeaderName(h) {
 			return fmt.Errorf("invalid request-ID header name %q", h)
@@ -345,6 +350,11 @@ func (c *Config) checkDuplicates() error {
 			panic("BUG: checkDuplicates on an unchecked URL: " + err.Error())
 		}
 		key := strings.ToLower(w.addr) // host names are case-insensitive
+		if ip, err := netip.ParseAddr(w.host); err == nil {
+			// One address spelled many ways: [::1], [0:0:0:0:0:0:0:1].
+			_, port, _ := net.SplitHostPort(w.addr)
+			key = net.JoinHostPort(ip.Unmap().String(), port)
+		}
 		this := "--" + role + " " + raw
 		if first, ok := seen[key]; ok {
 			return fmt.Errorf("worker %s is listed twice: %s and %s", w.addr, first, this)

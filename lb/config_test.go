@@ -39,5 +39,17 @@ func TestValidateRefusesDuplicateWorkers(t *testing.T) {
 		"--fallback http://agg and --fallback agg:80")
 	f("two pools", func(c *Config) { c.Fallback = []string{"http://decode-0:30010"} },
 		"--decode http://decode-0:30010 and --fallback http://decode-0:30010")
+	f("IPv6 spellings", func(c *Config) { c.Decode = []string{"http://[::1]:30010", "http://[0:0:0:0:0:0:0:1]:30010"} },
+		"is listed twice")
+	f("IPv4-mapped", func(c *Config) { c.Decode = []string{"http://127.0.0.1:30010", "http://[::ffff:127.0.0.1]:30010"} },
+		"is listed twice")
 	f("distinct", func(c *Config) { c.Decode = append(c.Decode, "http://decode-0:30011", "http://decode-1:30010") }, "")
+}
+
+func TestValidateRefusesAControlCharacterInTheKey(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.APIKey = "k\r\nX-Injected: 1"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "control character") {
+		t.Fatalf("got %v; want the key refused", err)
+	}
 }
