@@ -25,11 +25,11 @@ import (
 // mini_lb command line works unchanged.
 type serveCmd struct {
 	Prefill          prefillFlags `help:"A prefill worker URL, optionally followed by its bootstrap port or 'none'; repeat for more. Without a port pdlb asks the worker's /server_info, and sends null until it knows." placeholder:"URL [PORT]"`
-	Decode           []string     `help:"A decode worker URL; repeat for more." placeholder:"URL" sep:"none"`
-	Fallback         []string     `help:"An aggregated (non-PD) SGLang worker for decode-only traffic, which gets the client's body unchanged; repeat for more." placeholder:"URL" sep:"none"`
+	Decode           []string     `help:"A decode worker URL; repeat for more (or list them with commas)." placeholder:"URL" sep:","`
+	Fallback         []string     `help:"An aggregated (non-PD) SGLang worker for decode-only traffic, which gets the client's body unchanged; repeat for more (or list them with commas)." placeholder:"URL" sep:","`
 	Host             string       `help:"Address to listen on." default:"0.0.0.0"`
 	Port             int          `help:"Port to listen on." default:"30000"`
-	RequestIDHeaders []string     `help:"Headers to take a client's request ID from, the first present wins (sglang_router's --request-id-headers); pdlb answers it, and passes it to the workers, as X-Request-Id." default:"X-Request-Id" placeholder:"NAME" sep:"none"`
+	RequestIDHeaders []string     `help:"Headers to take a client's request ID from, the first present wins (sglang_router's --request-id-headers); pdlb answers it, and passes it to the workers, as X-Request-Id." default:"X-Request-Id" placeholder:"NAME" sep:","`
 	APIKey           string       `help:"sglang_router's --api-key: sent to the workers as 'Authorization: Bearer KEY' on every call, and required of clients on the generate routes and /flush_cache." placeholder:"KEY"`
 
 	Policy         string `help:"How to pick a worker in each pool: random (mini_lb's), round_robin or power_of_two (fewer requests in flight of two random picks). sglang_router's other policies fall back to random with a warning." default:"random"`

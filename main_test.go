@@ -154,6 +154,22 @@ func TestParseNegativeValues(t *testing.T) {
 	}
 }
 
+// The list flags take several values from one environment variable, as
+// PDLB_PREFILL does: comma-separated.
+func TestParseListsFromTheEnvironment(t *testing.T) {
+	t.Setenv("PDLB_DECODE", "http://d:1,http://e:2")
+	t.Setenv("PDLB_FALLBACK", "http://a:1,http://b:2")
+	t.Setenv("PDLB_REQUEST_ID_HEADERS", "X-Trace-Id,X-Correlation-Id")
+	c, _, err := parse(t, "--prefill", "http://p:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Serve
+	if len(s.Decode) != 2 || len(s.Fallback) != 2 || !reflect.DeepEqual(s.RequestIDHeaders, []string{"X-Trace-Id", "X-Correlation-Id"}) {
+		t.Fatalf("got decode %q, fallback %q, request-ID headers %q", s.Decode, s.Fallback, s.RequestIDHeaders)
+	}
+}
+
 // --queue-size 0 means no queue, as in sglang_router; lb's zero is its
 // default, so the flag's 0 goes on as -1.
 func TestParseQueueSizeZero(t *testing.T) {
