@@ -37,6 +37,9 @@ func (e *CutError) Error() string {
 // *CutError if it cut any, else ctx's error if clients were still being
 // answered after cutGrace (a slow reader, a control route).
 func (s *Server) Shutdown(ctx context.Context) error {
+	// The background work a Serve starts is started, or never will be,
+	// before the wait for it below (a signal may come as Serve begins).
+	s.startOnce.Do(func() {})
 	// fasthttp closes keep-alive connections (CloseOnShutdown) only while
 	// its shutdown runs, so it runs on until the cut answers are out too.
 	wait, stopWaiting := context.WithCancel(context.Background())
