@@ -105,6 +105,10 @@ func parseWorkerURL(raw string) (workerURL, error) {
 	if u.Path != "" && u.Path != "/" {
 		return workerURL{}, fmt.Errorf("%q: a worker URL cannot have a path", raw)
 	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		// pdlb would drop them without a word.
+		return workerURL{}, fmt.Errorf("%q: a worker URL cannot have a query, a fragment or credentials", raw)
+	}
 	port := u.Port()
 	if port == "" {
 		port = "80"

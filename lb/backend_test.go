@@ -103,6 +103,10 @@ func TestParseWorkerURL(t *testing.T) {
 	bad("ftp://p:1")
 	bad("http://:30000")
 	bad("http://p:99999")
+	// What pdlb would drop without a word.
+	bad("http://p:1/?debug=1")
+	bad("http://p:1#x")
+	bad("http://user:secret@p:1")
 	bad("http://p:1/v1")
 }
 
