@@ -132,18 +132,15 @@ func applySplices(dst, body []byte, edits []splice) []byte {
 // the first data event of a prefill's stream, or nil.
 func firstEventLogprobs(stream []byte) []byte {
 	for len(stream) > 0 {
-		n := eventEnd(stream)
-		if n == 0 {
-			n = len(stream)
-		}
-		if data, _, ok := eventData(stream[:n]); ok && !bytes.Equal(data, doneData) {
+		var ev []byte
+		ev, stream = cutEvent(stream)
+		if data, _, ok := eventData(ev); ok && !bytes.Equal(data, doneData) {
 			lp := gjson.GetBytes(data, "meta_info.input_token_logprobs")
 			if !lp.IsArray() {
 				return nil
 			}
 			return []byte(lp.Raw)
 		}
-		stream = stream[n:]
 	}
 	return nil
 }

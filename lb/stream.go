@@ -152,10 +152,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 // firstEventFailure returns the first event the decode streamed, and
 // whether it is a failure instead of tokens (isFailureEvent).
 func (r *relay) firstEventFailure() ([]byte, bool) {
-	first := r.buf[r.start:r.end]
-	if n := eventEnd(first); n > 0 {
-		first = first[:n]
-	}
+	first, _ := cutEvent(r.buf[r.start:r.end])
 	return first, isFailureEvent(first)
 }
 
@@ -186,14 +183,10 @@ func streamedFailure(resp *fasthttp.Response) error {
 		return nil
 	}
 	for events := resp.Body(); len(events) > 0; {
-		n := eventEnd(events)
-		if n == 0 {
-			n = len(events)
-		}
-		if isFailureEvent(events[:n]) {
+		var ev []byte
+		if ev, events = cutEvent(events); isFailureEvent(ev) {
 			return errStreamedFailure
 		}
-		events = events[n:]
 	}
 	return nil
 }
@@ -385,12 +378,9 @@ func (r *relay) usePrefill(p *call) {
 // puts the first item's in every item's events.)
 func (r *relay) useItemLogprobs(stream []byte) {
 	for len(stream) > 0 {
-		n := eventEnd(stream)
-		if n == 0 {
-			n = len(stream)
-		}
-		data, _, ok := eventData(stream[:n])
-		stream = stream[n:]
+		var ev []byte
+		ev, stream = cutEvent(stream)
+		data, _, ok := eventData(ev)
 		if !ok || bytes.Equal(data, doneData) {
 			continue
 		}
@@ -513,6 +503,17 @@ func (r *relay) nextEvent() []byte {
 		return pending
 	}
 	return nil
+}
+
+// cutEvent splits the first event off a stream read whole: through its
+// blank line, or all of it when no blank line ends it (a stream's last
+// event may lack one).
+func cutEvent(stream []byte) (ev, rest []byte) {
+	n := eventEnd(stream)
+	if n == 0 {
+		n = len(stream)
+	}
+	return stream[:n], stream[n:]
 }
 
 // eventEnd returns the length of the first event in b including the blank
