@@ -270,6 +270,11 @@ func (c *benchCmd) config() (bench.Config, error) {
 		cfg.Headers = append(cfg.Headers, [2]string{name, strings.TrimSpace(value)})
 	}
 	if c.APIKey != "" {
+		for _, h := range cfg.Headers {
+			if strings.EqualFold(h[0], "Authorization") {
+				return cfg, errors.New("--api-key and --header 'Authorization: ...' both set the Authorization header; give one")
+			}
+		}
 		cfg.Headers = append(cfg.Headers, [2]string{"Authorization", "Bearer " + c.APIKey})
 	}
 	if c.Prompts != "" {

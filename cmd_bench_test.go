@@ -179,7 +179,7 @@ func TestBenchHeaders(t *testing.T) {
 	got := make(chan [2]string, 8)
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		select {
-		case got <- [2]string{string(ctx.Request.Header.Peek("Authorization")), string(ctx.Request.Header.Peek("X-Team"))}:
+		case got <- [2]string{string(ctx.Request.Header.Peek("Authorization")), strings.Join(headerValues(&ctx.Request.Header, "X-Team"), ",")}:
 		default:
 		}
 		ctx.SetContentType("application/json")
@@ -188,7 +188,7 @@ func TestBenchHeaders(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
 	url := "http://" + ln.Addr().String()
-	if _, _, err := runBench(t, t.Context(), url, "-n", "2", "--api-key", "k1", "-H", "X-Team:  blue "); err != nil {
+	if _, _, err = runBench(t, t.Context(), url, "-n", "2", "--api-key", "k1", "-H", "X-Team:  blue "); err != nil {
 		t.Fatal(err)
 	}
 	if h := <-got; h != [2]string{"Bearer k1", "blue"} {
@@ -197,4 +197,31 @@ func TestBenchHeaders(t *testing.T) {
 	if _, _, err := runBench(t, t.Context(), url, "-n", "1", "-H", "no colon"); err == nil || !strings.Contains(err.Error(), "want 'NAME: VALUE'") {
 		t.Fatalf("got %v; want a refusal of the header", err)
 	}
+
+	// A name given twice sends both values, as curl does.
+	for len(got) > 0 {
+		<-got
+	}
+	if _, _, err := runBench(t, t.Context(), url, "-n", "1", "-H", "X-Team: blue", "-H", "x-team: red"); err != nil {
+		t.Fatal(err)
+	}
+	if h := <-got; h[1] != "blue,red" {
+		t.Fatalf("the target got X-Team %q; want both values, blue,red", h[1])
+	}
+
+	// Two ways of setting Authorization at once is a mistake to point out,
+	// not a choice to make silently.
+	_, _, err = runBench(t, t.Context(), url, "-n", "1", "--api-key", "k1", "-H", "authorization: Bearer k2")
+	if err == nil || !strings.Contains(err.Error(), "give one") {
+		t.Fatalf("got %v; want a refusal of --api-key with an Authorization header", err)
+	}
+}
+
+// headerValues is every value of a header the request carries.
+func headerValues(h *fasthttp.RequestHeader, name string) []string {
+	var vs []string
+	for _, v := range h.PeekAll(name) {
+		vs = append(vs, string(v))
+	}
+	return vs
 }

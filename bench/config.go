@@ -101,7 +101,8 @@ type Config struct {
 	Model string
 	// Headers are sent with every request, as name and value (an
 	// Authorization for a target behind an API key, say). They replace
-	// the bench's own of the same name but Content-Length.
+	// the bench's own of the same name but Content-Length; a name listed
+	// twice sends both values.
 	Headers [][2]string
 
 	// Timeout bounds each request, a whole stream included. Zero means 60 s.

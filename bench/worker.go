@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -100,8 +101,17 @@ func newWorker(r *runner) *worker {
 		w.req.Header.Set(fasthttp.HeaderAccept, "text/event-stream")
 		w.resp.StreamBody = true // kept by HostClient.Do across requests
 	}
+	// A name's first value replaces the bench's own header of that name; a
+	// name given again sends every value, as curl does.
+	given := make(map[string]bool, len(r.cfg.Headers))
 	for _, h := range r.cfg.Headers {
-		w.req.Header.Set(h[0], h[1])
+		name := strings.ToLower(h[0])
+		if given[name] {
+			w.req.Header.Add(h[0], h[1])
+		} else {
+			w.req.Header.Set(h[0], h[1])
+		}
+		given[name] = true
 	}
 	return w
 }
