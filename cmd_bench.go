@@ -23,7 +23,7 @@ type benchCmd struct {
 
 	Route       string  `help:"API to call." default:"/generate" enum:"/generate,/v1/completions,/v1/chat/completions"`
 	Stream      bool    `help:"Ask for server-sent events and measure time to first token, inter-token latency, events/s and (against pdlb fake) event lag."`
-	Concurrency int     `help:"Closed loop: clients, each sending its next request when the previous one ends (default 1)." short:"c" xor:"load"`
+	Concurrency *int    `help:"Closed loop: clients, each sending its next request when the previous one ends (default 1)." short:"c" xor:"load"`
 	Rate        float64 `help:"Open loop: mean requests per second, arriving as a Poisson process (seeded by --seed) whatever the answers do." placeholder:"REQ/S" xor:"load"`
 	MaxInflight int     `help:"Open loop: most requests in flight; an arrival beyond is not sent and counts as a 'dropped' error." default:"10000"`
 
@@ -249,7 +249,6 @@ func (c *benchCmd) config() (bench.Config, error) {
 		URL:          c.URL,
 		Route:        c.Route,
 		Stream:       c.Stream,
-		Concurrency:  c.Concurrency,
 		Rate:         c.Rate,
 		MaxInflight:  c.MaxInflight,
 		Requests:     c.Requests,
@@ -261,6 +260,12 @@ func (c *benchCmd) config() (bench.Config, error) {
 		Seed:         c.Seed,
 		Model:        c.Model,
 		Timeout:      c.Timeout,
+	}
+	if c.Concurrency != nil { // nil: not given, the default
+		if *c.Concurrency < 1 {
+			return cfg, fmt.Errorf("--concurrency %d: want at least 1 client", *c.Concurrency)
+		}
+		cfg.Concurrency = *c.Concurrency
 	}
 	for _, h := range c.Header {
 		name, value, ok := strings.Cut(h, ":")

@@ -225,3 +225,25 @@ func headerValues(h *fasthttp.RequestHeader, name string) []string {
 	}
 	return vs
 }
+
+// An explicit -c 0 is a mistake, refused before any load; no -c at all is
+// one client.
+func TestBenchConcurrency(t *testing.T) {
+	for _, c := range []string{"-c0", "--concurrency=-2"} {
+		_, _, err := runBench(t, t.Context(), "http://127.0.0.1:1", "-n", "1", c)
+		if err == nil || !strings.Contains(err.Error(), "want at least 1 client") {
+			t.Errorf("%s: got %v; want a refusal", c, err)
+		}
+	}
+	c, _, err := parse(t, "bench", "http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.Bench.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Concurrency != 0 { // bench.Config's zero: its default, 1 client
+		t.Errorf("no -c gave Concurrency %d; want 0, the default", cfg.Concurrency)
+	}
+}
