@@ -103,10 +103,13 @@ func (s *Server) heartbeatRound() {
 			if s.closing() {
 				return // a poll failed because the server is closing
 			}
-			if ic.polled(addr, ok, s.cfg.HeartbeatMaxFailures) {
+			if lost := ic.polled(addr, ok, s.cfg.HeartbeatMaxFailures); lost != nil {
+				// Counted before the waiting items fail, so that whoever
+				// sees their failure sees the drop counted.
 				s.st.prefillInfoDrops.Add(1)
 				s.log.Warn().Str("bootstrap_addr", addr).Int("dp_rank", rank).
 					Msg("lost connection with prefill instance: its parallel info is dropped")
+				close(lost)
 			}
 		}
 	}
@@ -138,21 +141,21 @@ func (ic *infoCache) cachedAddrs() []string {
 }
 
 // polled records a health poll of addr, healthy or not, and drops the
-// cached info of addr once maxFailures polls in a row failed, failing the
-// items waiting on it. It reports whether it dropped it.
-func (ic *infoCache) polled(addr string, healthy bool, maxFailures int) bool {
+// cached info of addr once maxFailures polls in a row failed. It returns
+// the dropped info's lost channel, for the caller to close, failing the
+// items waiting on it; nil if it dropped nothing.
+func (ic *infoCache) polled(addr string, healthy bool, maxFailures int) chan struct{} {
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
 	if healthy {
 		ic.fails[addr] = 0
-		return false
+		return nil
 	}
 	ic.fails[addr]++
 	e := ic.m[addr]
 	if ic.fails[addr] < maxFailures || !e.kept() {
-		return false
+		return nil
 	}
 	delete(ic.m, addr)
-	close(e.lost)
-	return true
+	return e.lost
 }
