@@ -18,7 +18,7 @@ import (
 // what it measured.
 type benchCmd struct {
 	URL     string        `arg:"" optional:"" help:"Base URL of the target: pdlb, mini_lb, a router or a worker (or use --compare)." placeholder:"URL"`
-	Compare []string      `help:"Send the same load to each target in turn, in rounds, and print their figures side by side with each one's ratio to the first; repeat for each target." placeholder:"NAME=URL" sep:"none"`
+	Compare []string      `help:"Send the same load to each target in turn, in rounds, and print their figures side by side with each one's ratio to the first; repeat for each target (or list them with commas)." placeholder:"NAME=URL" sep:","`
 	Round   time.Duration `help:"Longest turn of one target with --compare: each target's --duration is cut into rounds no longer than this." default:"2s"`
 
 	Route       string  `help:"API to call." default:"/generate" enum:"/generate,/v1/completions,/v1/chat/completions"`
@@ -116,7 +116,7 @@ func (c *benchCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 func (c *benchCmd) compare(ctx context.Context, cfg bench.Config) (*bench.Comparison, error) {
 	targets := make([]bench.Target, len(c.Compare))
 	for i, s := range c.Compare {
-		t, err := bench.ParseTarget(s)
+		t, err := bench.ParseTarget(strings.TrimSpace(s))
 		if err != nil {
 			return nil, fmt.Errorf("--compare: %w", err)
 		}

@@ -16,9 +16,9 @@ import (
 // do, bugs included. Servers started by one command meet for their KV
 // transfers in memory; servers of separate commands meet over HTTP.
 type fakeCmd struct {
-	Prefill    []string `help:"Serve a fake prefill on this address; its bootstrap server listens on the same host at --bootstrap-port (plus one for each further prefill)." placeholder:"HOST:PORT" sep:"none"`
-	Decode     []string `help:"Serve a fake decode on this address." placeholder:"HOST:PORT" sep:"none"`
-	Aggregated []string `help:"Serve a fake aggregated (non-disaggregated) server on this address." placeholder:"HOST:PORT" sep:"none"`
+	Prefill    []string `help:"Serve a fake prefill on this address; its bootstrap server listens on the same host at --bootstrap-port (plus one for each further prefill); repeat for more (or list them with commas)." placeholder:"HOST:PORT" sep:","`
+	Decode     []string `help:"Serve a fake decode on this address; repeat for more (or list them with commas)." placeholder:"HOST:PORT" sep:","`
+	Aggregated []string `help:"Serve a fake aggregated (non-disaggregated) server on this address; repeat for more (or list them with commas)." placeholder:"HOST:PORT" sep:","`
 
 	BootstrapPort        int           `help:"Bootstrap port of the first prefill; a decode substitutes it when a request's bootstrap_port is null." default:"8998"`
 	Model                string        `help:"Model name the servers report." default:"fake-model"`
@@ -69,17 +69,17 @@ func (c *fakeCmd) Run() error {
 		log.Info().Str("role", string(role)).Str("addr", addr).Int("bootstrap_port", cfg.BootstrapPort).Msg("fake server up")
 		return nil
 	}
-	for i, addr := range c.Prefill {
+	for i, addr := range trimSpaces(c.Prefill) {
 		if err := start(fake.RolePrefill, addr, c.BootstrapPort+i); err != nil {
 			return err
 		}
 	}
-	for _, addr := range c.Decode {
+	for _, addr := range trimSpaces(c.Decode) {
 		if err := start(fake.RoleDecode, addr, c.BootstrapPort); err != nil {
 			return err
 		}
 	}
-	for _, addr := range c.Aggregated {
+	for _, addr := range trimSpaces(c.Aggregated) {
 		if err := start(fake.RoleAggregated, addr, c.BootstrapPort); err != nil {
 			return err
 		}

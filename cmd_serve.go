@@ -130,6 +130,15 @@ func (c *serveCmd) Validate() error {
 	return nil
 }
 
+// trimSpaces trims each of a list flag's values: "a, b" is a natural way to
+// write a comma-separated list, and --prefill's lists are read the same way.
+func trimSpaces(vs []string) []string {
+	for i, v := range vs {
+		vs[i] = strings.TrimSpace(v)
+	}
+	return vs
+}
+
 // config converts the flags into an lb.Config, with warnings for what pdlb
 // accepted but does not do.
 func (c *serveCmd) config() (lb.Config, []string) {
@@ -144,10 +153,10 @@ func (c *serveCmd) config() (lb.Config, []string) {
 	base := policy("--policy", c.Policy)
 	cfg := lb.Config{
 		Prefill:               c.Prefill,
-		Decode:                c.Decode,
-		Fallback:              c.Fallback,
+		Decode:                trimSpaces(c.Decode),
+		Fallback:              trimSpaces(c.Fallback),
 		APIKey:                c.APIKey,
-		RequestIDHeaders:      c.RequestIDHeaders,
+		RequestIDHeaders:      trimSpaces(c.RequestIDHeaders),
 		PrefillPolicy:         base,
 		DecodePolicy:          base,
 		FallbackPolicy:        base,

@@ -64,7 +64,10 @@ func newParser(c *cli, stdout, stderr io.Writer) (*kong.Kong, error) {
 // `pdlb fake --prefill` do not read the same variable.
 func envars() kong.Option {
 	set := func(f *kong.Flag, parts ...string) {
-		if f.Name == "help" {
+		if f.Name == "help" || f.Name == "version" {
+			// Not settings: PDLB_VERSION, a common image label, would
+			// otherwise make every run print the version and exit.
+			f.Envs, f.Tag.Envs = nil, nil
 			return
 		}
 		env := strings.ToUpper(strings.ReplaceAll(strings.Join(append(parts, f.Name), "_"), "-", "_"))
@@ -90,7 +93,7 @@ func envars() kong.Option {
 
 // logFlags are shared by every command.
 type logFlags struct {
-	LogLevel  string `help:"Log level: debug, info, warn or error." default:"info" enum:"debug,info,warn,warning,error"`
+	LogLevel  string `help:"Log level: debug, info, warn (or warning) or error (or critical)." default:"info" enum:"debug,info,warn,warning,error,critical"`
 	LogFormat string `help:"Log format: json, or console for people." default:"json" enum:"json,console"`
 }
 
@@ -107,7 +110,8 @@ func (f *logFlags) logger(w io.Writer) zerolog.Logger {
 		file, ok := w.(*os.File)
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !ok || !isTerminal(file)}
 	}
-	level, err := zerolog.ParseLevel(strings.Replace(f.LogLevel, "warning", "warn", 1))
+	// warning and critical are sglang_router's names.
+	level, err := zerolog.ParseLevel(strings.NewReplacer("warning", "warn", "critical", "error").Replace(f.LogLevel))
 	if err != nil {
 		panic(fmt.Sprintf("BUG: kong let through log level %q", f.LogLevel))
 	}

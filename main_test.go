@@ -158,15 +158,37 @@ func TestParseNegativeValues(t *testing.T) {
 // PDLB_PREFILL does: comma-separated.
 func TestParseListsFromTheEnvironment(t *testing.T) {
 	t.Setenv("PDLB_DECODE", "http://d:1,http://e:2")
-	t.Setenv("PDLB_FALLBACK", "http://a:1,http://b:2")
-	t.Setenv("PDLB_REQUEST_ID_HEADERS", "X-Trace-Id,X-Correlation-Id")
+	t.Setenv("PDLB_FALLBACK", "http://a:1, http://b:2") // spaces after commas too
+	t.Setenv("PDLB_REQUEST_ID_HEADERS", "X-Trace-Id, X-Correlation-Id")
+	t.Setenv("PDLB_VERSION", "1.2.3") // an image label, not --version
 	c, _, err := parse(t, "--prefill", "http://p:1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := c.Serve
-	if len(s.Decode) != 2 || len(s.Fallback) != 2 || !reflect.DeepEqual(s.RequestIDHeaders, []string{"X-Trace-Id", "X-Correlation-Id"}) {
-		t.Fatalf("got decode %q, fallback %q, request-ID headers %q", s.Decode, s.Fallback, s.RequestIDHeaders)
+	cfg, _ := c.Serve.config()
+	if !reflect.DeepEqual(cfg.Decode, []string{"http://d:1", "http://e:2"}) ||
+		!reflect.DeepEqual(cfg.Fallback, []string{"http://a:1", "http://b:2"}) ||
+		!reflect.DeepEqual(cfg.RequestIDHeaders, []string{"X-Trace-Id", "X-Correlation-Id"}) {
+		t.Fatalf("got decode %q, fallback %q, request-ID headers %q", cfg.Decode, cfg.Fallback, cfg.RequestIDHeaders)
+	}
+}
+
+// The tools' repeatable flags take lists from the environment too.
+func TestParseToolListsFromTheEnvironment(t *testing.T) {
+	t.Setenv("PDLB_FAKE_DECODE", "127.0.0.1:1, 127.0.0.1:2")
+	t.Setenv("PDLB_BENCH_COMPARE", "a=http://x:1,b=http://y:2")
+	c, _, err := parse(t, "fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := trimSpaces(c.Fake.Decode); !reflect.DeepEqual(got, []string{"127.0.0.1:1", "127.0.0.1:2"}) {
+		t.Errorf("fake decodes %q; want two", got)
+	}
+	if c, _, err = parse(t, "bench"); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Bench.Compare) != 2 {
+		t.Errorf("bench targets %q; want two", c.Bench.Compare)
 	}
 }
 
@@ -311,6 +333,15 @@ func TestLogFormats(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	// sglang_router's level names: warning is warn, critical error.
+	out.Reset()
+	log = (&logFlags{LogLevel: "critical", LogFormat: "json"}).logger(&out)
+	log.Warn().Msg("hidden")
+	log.Error().Msg("shown")
+	if strings.Contains(out.String(), "hidden") || !strings.Contains(out.String(), "shown") {
+		t.Errorf("--log-level critical logged %q; want errors only", out.String())
+	}
+
 	log = (&logFlags{LogLevel: "info", LogFormat: "console"}).logger(f)
 	log.Warn().Str("k", "v").Msg("b")
 	written, err := os.ReadFile(f.Name())
