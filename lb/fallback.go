@@ -123,9 +123,13 @@ func (s *Server) pickDecodeOnly(q *clientRequest, why decodeOnly) (b *Backend, l
 // is a configuration error, logged as such once.
 func (s *Server) localPrefillUnsupported(d *Backend) {
 	if s.noLocalPrefill.CompareAndSwap(false, true) {
+		now := "decode-only traffic now goes to the fallback pool"
+		if len(s.fallbacks.backends) == 0 {
+			now = "decode-only traffic now gets a 503, as no fallback pool is configured (--fallback)"
+		}
 		d.log.Error().Msg("the decode refused a local-prefill request for lacking a bootstrap room: it does not support " +
 			"do_local_prefill (SGLang PR #34773, decode flag --disaggregation-decode-enable-conditional-agg); " +
-			"decode-only traffic now goes to the fallback pool; drop --decode-local-prefill or upgrade the decodes")
+			now + "; drop --decode-local-prefill or upgrade the decodes")
 	}
 }
 

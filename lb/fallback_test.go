@@ -218,6 +218,14 @@ func TestDecodeWithoutLocalPrefill(t *testing.T) {
 				t.Fatalf("got %d %s; want a 503 that explains", r.status, r.body)
 			}
 		}
+		// The configuration error says where decode-only traffic goes now.
+		want := "now goes to the fallback pool"
+		if !withFallback {
+			want = "now gets a 503, as no fallback pool is configured"
+		}
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log does not say %q:\n%s", want, logs.String())
+		}
 		if withFallback {
 			if n := d.Stats().RejectedNoRoom; n != 1 {
 				t.Fatalf("the decode refused %d requests; want only the first", n)
