@@ -76,7 +76,7 @@ type report interface {
 func (c *benchCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	cfg, err := c.config()
 	if err != nil {
-		return err
+		return usageError{err}
 	}
 	table, jsonOut, err := c.outputs(stdout, stderr)
 	if err != nil {

@@ -221,7 +221,7 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 	applyProcessSettings()
 	srv, err := lb.New(cfg, log)
 	if err != nil {
-		return err
+		return usageError{err} // the configuration is all New can refuse
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
 	if err != nil {

@@ -41,9 +41,27 @@ func main() {
 	}
 	args, ignored := stripRouterFlags(parser, os.Args[1:])
 	kctx, err := parser.Parse(args)
-	parser.FatalIfErrorf(err)
+	if err != nil {
+		parser.Errorf("%s", err)
+		parser.Errorf("%s", usageHint)
+		parser.Exit(usageError{}.ExitCode())
+	}
 	kctx.FatalIfErrorf(kctx.Run(ignoredFlags(ignored)))
 }
+
+// usageError is a command line that pdlb cannot run: an unknown flag, a
+// bad value, a missing worker. It exits with status 2, as mini_lb's
+// argparse does, so that a script can tell it from a failure at run time
+// (status 1).
+type usageError struct{ error }
+
+func (usageError) ExitCode() int { return 2 }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// usageHint follows a usage error: serve is the default command, so its
+// flags are not in the top-level help that `pdlb --help` prints.
+const usageHint = `run "pdlb serve --help" for the load balancer's flags, "pdlb COMMAND --help" for a tool's`
 
 func newParser(c *cli, stdout, stderr io.Writer) (*kong.Kong, error) {
 	return kong.New(c,
@@ -51,7 +69,6 @@ func newParser(c *cli, stdout, stderr io.Writer) (*kong.Kong, error) {
 		kong.Description("A fast load balancer for SGLang prefill/decode disaggregation, and a drop-in for mini_lb:\n"+
 			"  pdlb --prefill http://P:30000 [BOOTSTRAP_PORT] --decode http://D:30010 --host 0.0.0.0 --port 8000\n"+
 			"Every flag can also be set by environment variable: PDLB_<FLAG> (e.g. PDLB_REQUEST_TIMEOUT_SECS)."),
-		kong.UsageOnError(),
 		envars(),
 		kong.Vars{"version": version},
 		kong.Writers(stdout, stderr),

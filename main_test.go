@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -350,5 +351,26 @@ func TestLogFormats(t *testing.T) {
 	}
 	if bytes.Contains(written, []byte("\x1b[")) || !bytes.Contains(written, []byte("WRN b k=v")) {
 		t.Errorf("got %q; want a console line without colour codes", written)
+	}
+}
+
+// A usage error found after parsing exits with status 2, as argparse's do,
+// not 1, the status of a failure at run time.
+func TestUsageErrorsExitWithStatus2(t *testing.T) {
+	c, _, err := parse(t, "bench", "http://127.0.0.1:1", "-c0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Bench.run(t.Context(), io.Discard, io.Discard)
+	if code := exitCode(err); code != 2 {
+		t.Errorf("bench -c0: got %v, exit status %d; want 2", err, code)
+	}
+	c, _, err = parse(t, "--prefill", "http://p:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Serve.LogLevel = "error"
+	if code := exitCode(c.Serve.Run(nil)); code != 2 {
+		t.Errorf("serve without a decode: exit status %d; want 2", code)
 	}
 }
