@@ -30,7 +30,7 @@ func (c *relayCmd) Run() error {
 // runUntilSignal runs serve on a listener on addr, with a context that is
 // done on SIGINT or SIGTERM: the baselines' way of running.
 func runUntilSignal(addr string, serve func(context.Context, net.Listener) error) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen(addr)
 	if err != nil {
 		return fmt.Errorf("cannot listen: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -130,6 +131,19 @@ func (c *serveCmd) Validate() error {
 	return nil
 }
 
+// listen listens on addr, HOST:PORT. Go listens on IPv6 as well for an
+// unspecified IPv4 host (0.0.0.0), where uvicorn, and so mini_lb, listen on
+// IPv4 only: an IPv4 host means IPv4 here too.
+func listen(addr string) (net.Listener, error) {
+	network := "tcp"
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		if ip, err := netip.ParseAddr(host); err == nil && ip.Is4() {
+			network = "tcp4"
+		}
+	}
+	return net.Listen(network, addr)
+}
+
 // trimSpaces trims each of a list flag's values: "a, b" is a natural way to
 // write a comma-separated list, and --prefill's lists are read the same way.
 func trimSpaces(vs []string) []string {
@@ -223,7 +237,7 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 	if err != nil {
 		return usageError{err} // the configuration is all New can refuse
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
+	ln, err := listen(net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
 	if err != nil {
 		return fmt.Errorf("cannot listen: %w", err)
 	}
@@ -280,7 +294,7 @@ func applyGCPercent() {
 // serveAdmin serves the admin routes (/metrics, and profiles with pprof) on
 // addr in the background.
 func serveAdmin(srv *lb.Server, addr string, pprof bool, log zerolog.Logger) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen(addr)
 	if err != nil {
 		return err
 	}
