@@ -214,7 +214,8 @@ func outcome(ctx context.Context, reports []*bench.Report) error {
 // catchSignals returns a context the first SIGINT or SIGTERM cancels, with
 // a signalError as its cause, so the run stops and prints what it has. A
 // second one calls exit at once, as that can take a while (requests are
-// cut, but a stuck write can hold them). stop gives the signals back their
+// cut, but a stuck write can hold them); one within sameSignalWindow of the
+// first is the first delivered twice. stop gives the signals back their
 // default action.
 func catchSignals(exit func(code int)) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
@@ -222,15 +223,19 @@ func catchSignals(exit func(code int)) (ctx context.Context, stop func()) {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() {
-		for first := true; ; first = false {
+		var first time.Time
+		for {
 			select {
 			case sig := <-sigs:
 				se := signalError{sig.(syscall.Signal)}
-				if !first {
+				switch {
+				case first.IsZero():
+					first = time.Now()
+					cancel(se)
+				case time.Since(first) >= sameSignalWindow:
 					exit(se.exitCode())
 					return
 				}
-				cancel(se)
 			case <-done:
 				return
 			}

@@ -308,7 +308,7 @@ func serveAdmin(srv *lb.Server, addr string, pprof bool, log zerolog.Logger) err
 
 // serveUntilSignal serves until the first of sigs, then drains for grace.
 // Another signal during the drain ends it at once: an operator's second
-// Ctrl-C or TERM means now. It returns the exit status: 0 when every
+// Ctrl-C or TERM means now (but see sameSignalWindow). It returns the exit status: 0 when every
 // request finished, 1 when some were cut, at the grace period's end or by
 // the second signal.
 func serveUntilSignal(srv *lb.Server, ln net.Listener, grace time.Duration, sigs <-chan os.Signal, log zerolog.Logger) (int, error) {
@@ -320,30 +320,42 @@ func serveUntilSignal(srv *lb.Server, ln net.Listener, grace time.Duration, sigs
 		return 0, err
 	case sig = <-sigs:
 	}
+	first := time.Now()
 	log.Info().Str("signal", sig.String()).Dur("grace", grace).
 		Msg("shutting down: draining requests in flight; a second signal exits at once")
 	drain, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(drain) }()
-	select {
-	case err := <-shut:
-		var cut *lb.CutError
-		switch {
-		case errors.As(err, &cut):
-			log.Warn().Int("cut", cut.Requests).Msg("stopped, with requests cut at the end of the grace period")
-			return 1, nil
-		case err != nil:
-			log.Warn().Err(err).Msg("stopped")
+	for {
+		select {
+		case err := <-shut:
+			var cut *lb.CutError
+			switch {
+			case errors.As(err, &cut):
+				log.Warn().Int("cut", cut.Requests).Msg("stopped, with requests cut at the end of the grace period")
+				return 1, nil
+			case err != nil:
+				log.Warn().Err(err).Msg("stopped")
+				return 1, nil
+			}
+			log.Info().Msg("stopped")
+			return 0, nil
+		case sig = <-sigs:
+			if time.Since(first) < sameSignalWindow {
+				continue // the first signal, delivered twice
+			}
+			log.Warn().Str("signal", sig.String()).Msg("exiting at once: a second signal during the drain")
 			return 1, nil
 		}
-		log.Info().Msg("stopped")
-		return 0, nil
-	case sig = <-sigs:
-		log.Warn().Str("signal", sig.String()).Msg("exiting at once: a second signal during the drain")
-		return 1, nil
 	}
 }
+
+// sameSignalWindow is how soon after a stop signal another one is the same
+// signal again, not a second: GNU timeout, and anything else that signals
+// its child and then the child's whole process group, delivers one stop
+// twice, microseconds apart. A person's second Ctrl-C comes later.
+const sameSignalWindow = 250 * time.Millisecond
 
 func isPolicy(p string) bool { return contains(lb.Policies, p) }
 
