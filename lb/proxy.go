@@ -105,6 +105,11 @@ type call struct {
 	// an earlier attempt: failing it again is no news for the worker's
 	// breaker, which counts failed requests, not attempts.
 	again bool
+	// endedEarly is set on a prefill whose 200 answer says the request
+	// ended without handing its KV cache over, for the request's own
+	// sake (an abort, a refusal): not a failure of the worker, but its
+	// decode would wait for that cache until its own timeout.
+	endedEarly bool
 	// respBody is a streamed answer's body, once its headers are in: the
 	// chunked one decoded by chunked (its usual form), else fasthttp's.
 	respBody io.Reader
@@ -153,7 +158,7 @@ func (x *exchange) unref() {
 		c.resp.Reset()
 		c.cancel.reset()
 		c.err = nil
-		c.stream, c.broke, c.again = false, nil, false
+		c.stream, c.broke, c.again, c.endedEarly = false, nil, false, false
 		c.firstByteBy = time.Time{}
 		if c.releaseBody != nil {
 			panic("BUG: an exchange was released with a stream still open")
@@ -362,6 +367,7 @@ func (c *call) end() {
 		if c.err == nil && c.x.decode.stream {
 			c.broke = streamedFailure(&c.resp)
 		}
+		c.endedEarly = c.err == nil && c.broke == nil && endedEarly(&c.resp)
 	} else if !c.x.single {
 		// The prefill answers once its KV cache is sent, before the decode
 		// ends; one still silent well after is stuck (waiting for a decode
@@ -384,7 +390,7 @@ func (c *call) end() {
 			b.failed(c.broke, status)
 		}
 	}
-	if c.err != nil || c.resp.StatusCode() >= fasthttp.StatusBadRequest || c.broke != nil {
+	if c.err != nil || c.resp.StatusCode() >= fasthttp.StatusBadRequest || c.broke != nil || c.endedEarly {
 		if own && c.err != nil && !errors.Is(c.err, fasthttp.ErrTimeout) {
 			// Unreachable or dropping connections: the worker may be
 			// restarting, and come back with empty caches.

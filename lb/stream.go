@@ -191,6 +191,46 @@ func streamedFailure(resp *fasthttp.Response) error {
 	return nil
 }
 
+// endedEarly reports whether a prefill's 200 answer says its request ended
+// without its KV cache being handed over: a streamed error or abort event
+// of any status (the 5xx ones are streamedFailure's), or a JSON answer, or
+// a batch item, that an abort finished (an /abort_request, a limit of the
+// prefill's own). The fake servers answer an aborted request so, as SGLang
+// does.
+func endedEarly(resp *fasthttp.Response) bool {
+	body := resp.Body()
+	if resp.StatusCode() != fasthttp.StatusOK ||
+		!bytes.Contains(body, []byte(`"abort"`)) && !bytes.Contains(body, []byte(`"error"`)) {
+		return false // the usual answer, told at the cost of two scans
+	}
+	if isEventStream(resp.Header.ContentType()) {
+		for events := body; len(events) > 0; {
+			var ev []byte
+			ev, events = cutEvent(events)
+			if data, _, ok := eventData(ev); ok && (gjson.GetBytes(data, "error").Exists() || aborted(gjson.ParseBytes(data))) {
+				return true
+			}
+		}
+		return false
+	}
+	answer := gjson.ParseBytes(body)
+	if answer.IsArray() {
+		for _, item := range answer.Array() {
+			if aborted(item) {
+				return true
+			}
+		}
+		return false
+	}
+	return aborted(answer)
+}
+
+// aborted reports whether a /generate answer, or one event of its stream,
+// was finished by an abort.
+func aborted(answer gjson.Result) bool {
+	return answer.Get("meta_info.finish_reason.type").String() == "abort"
+}
+
 // errStreamedFailure marks a prefill that streamed a failure.
 var errStreamedFailure = errors.New("it streamed a failure instead of its token")
 

@@ -789,3 +789,56 @@ func TestPrefillStreamingAFailure(t *testing.T) {
 		})
 	}
 }
+
+// A prefill that answers 200 but ended its request without handing the KV
+// cache over (an abort, or an error the request caused) has the decode
+// cancelled at once, and the client gets the prefill's answer, not
+// retried: the decode would wait for the cache until its own timeout.
+func TestPrefillEndedEarly(t *testing.T) {
+	abort := `{"text":"","meta_info":{"finish_reason":{"type":"abort","message":"Aborted by AbortReq.","status_code":null}}}`
+	for _, tc := range []struct {
+		name, body string
+		prefill    fasthttp.RequestHandler
+		want       string
+	}{
+		{"abort", `{"text": "a"}`, jsonBackend(abort), abort},
+		{"batch item abort", `{"text": ["a", "b"]}`, jsonBackend(`[{"text":"x","meta_info":{"finish_reason":{"type":"length","length":1}}},` + abort + `]`), ""},
+		{"streamed error", `{"text": "a", "stream": true}`, sseBackend(`data: {"error":{"message":"bad"}}`+"\n\n", "data: [DONE]\n\n"), `data: {"error":{"message":"bad"}}`},
+		{"streamed 400 abort", `{"text": "a", "stream": true}`, sseBackend(`data: {"text":"","meta_info":{"finish_reason":{"type":"abort","message":"too long","status_code":400}}}`+"\n\n", "data: [DONE]\n\n"), `"too long"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			var prefills atomic.Int32
+			h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+				prefills.Add(1)
+				tc.prefill(ctx)
+			})
+			release := make(chan struct{})
+			decode := func(ctx *fasthttp.RequestCtx) { <-release } // waits for the KV cache
+			if strings.Contains(tc.body, "stream") {
+				decode = stallingDecode(release) // its headers sent, as SGLang's are
+			}
+			h.backend("decode-0:30010", decode)
+			t.Cleanup(func() { close(release) })
+			cfg := defaultConfig()
+			cfg.RequestTimeout = 5 * time.Second // the failure: a 504 after it
+			srv := h.start(cfg)
+			r := h.post("/generate", tc.body)
+			if r.status != fasthttp.StatusOK || !strings.Contains(string(r.body), tc.want) || !strings.Contains(string(r.body), `"abort"`) && !strings.Contains(string(r.body), `"error"`) {
+				t.Fatalf("got %d %s; want the prefill's answer", r.status, r.body)
+			}
+			if n := prefills.Load(); n != 1 {
+				t.Fatalf("the prefill got %d attempts; want 1, the request's own failure", n)
+			}
+			waitIdle(t, srv)
+		})
+	}
+}
+
+// jsonBackend answers every request with body as JSON.
+func jsonBackend(body string) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(body)
+	}
+}
