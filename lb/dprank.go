@@ -60,8 +60,9 @@ type answerError struct {
 // disagg_prefill_dp_rank (checked against the prefill's dp_size, which
 // SGLang never does; selection chose a prefill that has it, so this catches
 // a registry change since), else the --prefill-dp-policy's choice, else the
-// client's routed_dp_rank, to which the room is aligned so that the prefill
-// does not find a follow_bootstrap_room conflict. A plan that tells the
+// client's routed_dp_rank, to which the room is aligned and which is sent
+// as disagg_prefill_dp_rank too, so that the prefill finds no
+// follow_bootstrap_room conflict, whatever the items. A plan that tells the
 // decode a rank waits for the pair's warm-up (see warm.go).
 func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadline time.Time) (dpPlan, *answerError) {
 	hinted := info.PrefillDPRank.Set
@@ -75,18 +76,29 @@ func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadli
 	}
 	batch := isBatch(rt, info)
 	wantsPolicy := !hinted && !batch && s.cfg.PrefillDPPolicy != DPPolicyOff && st.Ready && st.Info.DPSize > 1
-	if (hinted || wantsPolicy) && s.warm != nil {
+	// A client's routed_dp_rank on a prefill with DP is hinted too: the
+	// aligned room alone keeps only one item in agreement, and a prompt
+	// list or n > 1 samples give item i the room room+i, which the
+	// prefill would refuse as a follow_bootstrap_room conflict. (A
+	// /generate batch has a room of pdlb's, aligned, for each item.)
+	wantsRouted := !hinted && !wantsPolicy && !batch && info.RoutedDPRank.Set && st.Ready && st.Info.DPSize > 1
+	hintRouted := wantsRouted
+	if (hinted || wantsPolicy || wantsRouted) && s.warm != nil {
 		if err := s.warm.ensure(s.warm.pair(p, d), deadline); err != nil {
-			if !hinted {
+			switch {
+			case wantsPolicy:
 				// The policy is an optimisation: without a warm pair, fall
 				// back to mini_lb's placement rather than fail.
 				return noPlan, nil
+			case hinted:
+				r := reasonNotWarm
+				if errors.Is(err, errShutdown) {
+					r = reasonShutdown
+				}
+				return noPlan, &answerError{fasthttp.StatusServiceUnavailable, r, err.Error()}
 			}
-			r := reasonNotWarm
-			if errors.Is(err, errShutdown) {
-				r = reasonShutdown
-			}
-			return noPlan, &answerError{fasthttp.StatusServiceUnavailable, r, err.Error()}
+			// Unhinted, the aligned room still places one item right.
+			hintRouted = false
 		}
 		st = s.registry.State(p.index)
 	}
@@ -107,7 +119,7 @@ func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadli
 		load.inflight[r].Add(1)
 		return dpPlan{rank: r, size: size, hint: true, load: load}, nil
 	case info.RoutedDPRank.Set && size > 1 && info.RoutedDPRank.Rank >= 0 && info.RoutedDPRank.Rank < size:
-		return dpPlan{rank: info.RoutedDPRank.Rank, size: size}, nil
+		return dpPlan{rank: info.RoutedDPRank.Rank, size: size, hint: hintRouted}, nil
 	}
 	return noPlan, nil
 }

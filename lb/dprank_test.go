@@ -293,3 +293,30 @@ func TestRefusedRanksShareOneRead(t *testing.T) {
 		t.Fatalf("got %d reads and dp_size %d; want 1 read, and 2", n, d.dpSize.Load())
 	}
 }
+
+// A client's routed_dp_rank on a multi-item request (a prompt list, n > 1
+// samples) reached the prefill with an aligned room alone; item i has the
+// room room+i, which the prefill refused as a follow_bootstrap_room
+// conflict. The rank now goes as disagg_prefill_dp_rank too.
+func TestRoutedRankOnMultiItemRequests(t *testing.T) {
+	h := newHarness(t)
+	p, _ := h.pair(fake.Config{DPSize: 4, Tokens: 2}, fake.Config{DPSize: 4, Tokens: 2})
+	h.start(warmConfig())
+	h.waitBootstrap()
+	for _, req := range []struct {
+		path, body string
+		headers    []string
+	}{
+		{"/v1/completions", `{"prompt": ["a", "b"], "max_tokens": 2, "routed_dp_rank": 1}`, nil},
+		{"/v1/chat/completions", `{"messages": [{"role": "user", "content": "a"}], "n": 3, "max_tokens": 2, "routed_dp_rank": 2}`, nil},
+		{"/generate", `{"text": "a", "sampling_params": {"n": 3, "max_new_tokens": 2}, "routed_dp_rank": 3}`, nil},
+		{"/v1/completions", `{"prompt": ["a", "b"], "max_tokens": 2}`, []string{"X-Data-Parallel-Rank", "1"}},
+	} {
+		if r := h.post(req.path, req.body, req.headers...); r.status != fasthttp.StatusOK {
+			t.Fatalf("%s %s: got %d %s", req.path, req.body, r.status, r.body)
+		}
+	}
+	if c := p.Stats().DPConflicts; c != 0 {
+		t.Fatalf("%d follow_bootstrap_room conflicts", c)
+	}
+}
