@@ -30,6 +30,12 @@ const (
 	// SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE defaults.
 	DefaultHeartbeatInterval    = 5 * time.Second
 	DefaultHeartbeatMaxFailures = 2
+	// DefaultInfoRetries and DefaultInfoRetryInterval are the decode's
+	// _max_ensure_retries and _ensure_retry_interval: how often, and how
+	// far apart, it asks a bootstrap server for parallel info it lacks
+	// (PROTOCOL.md §4, "retried ≥1 s apart, 15 tries").
+	DefaultInfoRetries       = 15
+	DefaultInfoRetryInterval = time.Second
 	// DefaultMaxHeaderSize is h11's limit on a request header, which
 	// SGLang's uvicorn keeps.
 	DefaultMaxHeaderSize = 16 << 10
@@ -150,6 +156,14 @@ type Config struct {
 	// Zero means DefaultHeartbeatMaxFailures. Other roles ignore it.
 	HeartbeatMaxFailures int
 
+	// InfoRetries and InfoRetryInterval are, on a decode, how many times a
+	// request asks a bootstrap server for the prefill's parallel info
+	// before it fails, and the pause between two asks (while the request's
+	// KVTimeout lasts). Zero means DefaultInfoRetries and
+	// DefaultInfoRetryInterval, SGLang's. Other roles ignore them.
+	InfoRetries       int
+	InfoRetryInterval time.Duration
+
 	// IdleTimeout is how long the HTTP API keeps an idle keep-alive
 	// connection; SGLang's uvicorn drops them after about 5 s (PROTOCOL.md
 	// §7), and Server.CloseIdleConnections drops them at once. Zero means
@@ -233,6 +247,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HeartbeatMaxFailures <= 0 {
 		c.HeartbeatMaxFailures = DefaultHeartbeatMaxFailures
+	}
+	if c.InfoRetries <= 0 {
+		c.InfoRetries = DefaultInfoRetries
+	}
+	if c.InfoRetryInterval <= 0 {
+		c.InfoRetryInterval = DefaultInfoRetryInterval
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout

@@ -165,3 +165,29 @@ func TestHeartbeatFailsWaitingItems(t *testing.T) {
 		t.Errorf("got PrefillInfoDrops %d, KVTransfersFailed %d; want 1, 1", st.PrefillInfoDrops, st.KVTransfersFailed)
 	}
 }
+
+// A decode asks a bootstrap server that is not ready for the prefill's
+// parallel info InfoRetries times, InfoRetryInterval apart, then fails the
+// request, however long its KV timeout (SGLang's 15 tries 1 s apart,
+// PROTOCOL.md §4); the fake used to ask every 100 ms until the timeout.
+func TestPrefillInfoTries(t *testing.T) {
+	n := NewNetwork()
+	var asks atomic.Int32
+	serveFunc(t, n, "boot:8998", func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) == "/route" {
+			asks.Add(1)
+		}
+		writeText(ctx, fasthttp.StatusServiceUnavailable, "Prefill server not fully registered yet (0 workers registered).")
+	})
+	startServer(t, n, decodeAddr, Config{Role: RoleDecode, InfoRetries: 3, InfoRetryInterval: 10 * time.Millisecond, KVTimeout: time.Minute})
+	res, err := roundTrip(n, "POST", decodeAddr, "/generate", pdBody(`"text":"a"`, "boot", "8998", 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "Could not fetch prefill parallel info from bootstrap_addr: boot:8998"; res.status != 500 || !strings.Contains(res.body, want) {
+		t.Errorf("got %d %s; want 500 with %q", res.status, res.body, want)
+	}
+	if a := asks.Load(); a != 3 {
+		t.Errorf("the decode asked %d times; want 3", a)
+	}
+}

@@ -15,15 +15,13 @@ import (
 // manager, so each has its own table: on the first request a decode DP rank
 // gets for a bootstrap address, that rank fetches the prefill's parallel
 // info from its bootstrap server and keeps it. While the prefill is not
-// fully registered (503, or nulls on the old API) the fetch is retried every
-// infoRetry until the item's deadline; a failure is not cached, so the next
-// request tries again. The rank keeps the info until its bootstrap server
+// fully registered (503, or nulls on the old API), or unreachable, the fetch
+// is tried Config.InfoRetries times, Config.InfoRetryInterval apart, within
+// the item's deadline; a failure is not cached, so the next request tries
+// again. The rank keeps the info until its bootstrap server
 // fails Config.HeartbeatMaxFailures health polls in a row (heartbeat.go).
 // SGLang's first-request bug consults disagg_prefill_dp_rank before this
 // cache (dp.go).
-
-// infoRetry is how often a decode asks an unregistered prefill again.
-const infoRetry = 100 * time.Millisecond
 
 // The two forms of the parallel-info query (PROTOCOL.md §3).
 const (
@@ -144,7 +142,7 @@ func (s *Server) fillInfo(c *call, ic *infoCache, n *Network, addr string, e *in
 // a new one to the old query): the other form is tried next.
 func (s *Server) fetchPrefillInfo(c *call, n *Network, addr string, deadline time.Time) (prefillInfo, error) {
 	old := false
-	for {
+	for try := 1; ; try++ {
 		info, status, err := s.getPrefillInfo(c, n, addr, old, deadline)
 		if err == nil {
 			return info, nil
@@ -158,13 +156,14 @@ func (s *Server) fetchPrefillInfo(c *call, n *Network, addr string, deadline tim
 		if status == fasthttp.StatusBadRequest {
 			old = !old
 			if old {
-				continue // try the old form at once
+				try--
+				continue // try the old form at once, as the same try
 			}
 		}
-		if time.Until(deadline) < infoRetry {
-			return prefillInfo{}, fmt.Errorf("cannot fetch prefill parallel info from %s: %w", addr, err)
+		if try >= s.cfg.InfoRetries || time.Until(deadline) < s.cfg.InfoRetryInterval {
+			return prefillInfo{}, fmt.Errorf("cannot fetch prefill parallel info from %s after %d tries: %w", addr, try, err)
 		}
-		if !s.pause(c, infoRetry) {
+		if !s.pause(c, s.cfg.InfoRetryInterval) {
 			return prefillInfo{}, errStopped
 		}
 	}
