@@ -842,3 +842,19 @@ func jsonBackend(body string) fasthttp.RequestHandler {
 		ctx.SetBodyString(body)
 	}
 }
+
+// A decode that answers 200 and ends its event stream before any event did
+// answer: the 502 says so, not that it closed the connection before
+// answering.
+func TestDecodeEndsItsStreamBeforeAnyEvent(t *testing.T) {
+	h := newHarness(t)
+	h.backend("prefill-0:30000", sseBackend(`data: {"text":"a"}`+"\n\n", "data: [DONE]\n\n"))
+	h.backend("decode-0:30010", stallingDecode(nil))
+	cfg := defaultConfig()
+	cfg.DisableRetries = true
+	h.start(cfg)
+	r := h.post("/generate", `{"text": "a", "stream": true}`)
+	if want := "answered 200 and ended its event stream before the first event"; r.status != fasthttp.StatusBadGateway || !strings.Contains(string(r.body), want) {
+		t.Fatalf("got %d %s; want a 502 saying %q", r.status, r.body, want)
+	}
+}
