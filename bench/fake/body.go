@@ -93,7 +93,9 @@ func (s *Server) appendAnswer(dst []byte, r *request, f *failure) []byte {
 
 // appendGenerateItem appends the /generate object of item it after k
 // tokens: the whole answer of a single item, or one element or stream chunk
-// of a batch (which carries "index").
+// of a batch. A batch's stream chunks carry "index"; its non-stream list
+// does not, as SGLang adds it in the stream branch of
+// _handle_batch_request only.
 func (s *Server) appendGenerateItem(dst []byte, r *request, it *item, k int, fin finish) []byte {
 	dst = append(dst, `{"text":`...)
 	dst = appendTokenText(dst, 0, k)
@@ -123,7 +125,7 @@ func (s *Server) appendGenerateItem(dst []byte, r *request, it *item, k int, fin
 		dst = s.appendLogprobs(dst, it, k)
 	}
 	dst = append(dst, '}')
-	if r.list {
+	if r.list && r.stream {
 		dst = append(dst, `,"index":`...)
 		dst = strconv.AppendInt(dst, int64(it.index), 10)
 	}
