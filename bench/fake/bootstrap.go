@@ -2,8 +2,10 @@ package fake
 
 import (
 	"strconv"
+	"sync"
 
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
 )
 
 // BootstrapHandler is a prefill's bootstrap server (PROTOCOL.md §3, SGLang
@@ -119,18 +121,79 @@ func (s *Server) parseRanks(ctx *fasthttp.RequestCtx, raw []string) ([4]int, boo
 	return ranks, true
 }
 
-// serveDPRanks accepts /register_dp_rank and answers /query_dp_ranks with
-// no rooms: the fake follows bootstrap_room % dp_size.
+// serveDPRanks keeps the DP rank /register_dp_rank gives a room, and
+// answers /query_dp_ranks with those of the rooms asked for that it has,
+// {"<room>": rank} (PROTOCOL.md §3). The fake's own prefills follow
+// bootstrap_room % dp_size and register nothing; a client may.
 func (s *Server) serveDPRanks(ctx *fasthttp.RequestCtx) {
 	if !ctx.IsPost() {
 		writeText(ctx, fasthttp.StatusMethodNotAllowed, "405: Method Not Allowed")
 		return
 	}
+	v, err := fastjson.ParseBytes(ctx.PostBody())
+	if err != nil {
+		writeText(ctx, fasthttp.StatusBadRequest, "400: Bad Request: "+err.Error())
+		return
+	}
 	if string(ctx.Path()) == "/register_dp_rank" {
+		rv, kv := v.Get("bootstrap_room"), v.Get("dp_rank")
+		var room uint64
+		var rank int
+		var err1, err2 error
+		if rv != nil && kv != nil {
+			room, err1 = rv.Uint64()
+			rank, err2 = kv.Int()
+		}
+		if rv == nil || kv == nil || err1 != nil || err2 != nil {
+			writeText(ctx, fasthttp.StatusBadRequest, "400: Bad Request: want an integer bootstrap_room and dp_rank")
+			return
+		}
+		s.roomRanks.set(room, rank)
 		writeText(ctx, fasthttp.StatusOK, "OK")
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, []byte("{}"))
+	out := []byte{'{'}
+	for _, r := range v.GetArray("bootstrap_rooms") {
+		room, err := r.Uint64()
+		if err != nil {
+			continue
+		}
+		if rank, ok := s.roomRanks.get(room); ok {
+			if len(out) > 1 {
+				out = append(out, ',')
+			}
+			out = append(out, '"')
+			out = strconv.AppendUint(out, room, 10)
+			out = append(out, `":`...)
+			out = strconv.AppendInt(out, int64(rank), 10)
+		}
+	}
+	writeJSON(ctx, fasthttp.StatusOK, append(out, '}'))
+}
+
+// roomRanks is the rank registered for each room. It forgets them all
+// when full: a fake must not grow without bound under a long load.
+type roomRanks struct {
+	mu sync.Mutex
+	m  map[uint64]int
+}
+
+const maxRoomRanks = 1 << 16
+
+func (rr *roomRanks) set(room uint64, rank int) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.m == nil || len(rr.m) >= maxRoomRanks {
+		rr.m = make(map[uint64]int)
+	}
+	rr.m[room] = rank
+}
+
+func (rr *roomRanks) get(room uint64) (int, bool) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	rank, ok := rr.m[room]
+	return rank, ok
 }
 
 // registered reports whether every rank has registered: RegisterDelay

@@ -170,3 +170,20 @@ func TestPrefillInfoFetchedOncePerAddress(t *testing.T) {
 		t.Errorf("got route hits on both prefills and decode fetches %v; want [1 1 2]", got)
 	}
 }
+
+// /query_dp_ranks answers the ranks /register_dp_rank gave rooms, for the
+// rooms asked that have one (PROTOCOL.md §3); it answered {} to all.
+func TestRoomDPRanks(t *testing.T) {
+	t.Parallel()
+	n := NewNetwork()
+	startServer(t, n, prefillAddr, Config{Role: RolePrefill, DPSize: 4})
+	if res := do(t, n, "POST", "prefill:8998", "/register_dp_rank", `{"bootstrap_room": 7, "dp_rank": 3}`); res.status != 200 {
+		t.Fatalf("register: got %d %s", res.status, res.body)
+	}
+	if res := do(t, n, "POST", "prefill:8998", "/query_dp_ranks", `{"bootstrap_rooms": [7, 8]}`); res.status != 200 || res.body != `{"7":3}` {
+		t.Errorf("query: got %d %s; want 200 {\"7\":3}", res.status, res.body)
+	}
+	if res := do(t, n, "POST", "prefill:8998", "/register_dp_rank", `{"bootstrap_room": "x"}`); res.status != 400 {
+		t.Errorf("a bad registration: got %d %s; want 400", res.status, res.body)
+	}
+}

@@ -52,6 +52,7 @@ type Server struct {
 	hbDone    chan struct{} // closed when the health polls end
 	rr        atomic.Uint64 // round-robin dispatch to DP ranks
 	calls     sync.Map      // rid → *call, the in-flight generate requests
+	roomRanks roomRanks     // a prefill bootstrap server's /register_dp_rank
 	st        counters
 	parsers   fastjson.ParserPool
 	bufs      sync.Pool
