@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 )
 
 // ErrNotJSON is wrapped by the error Parse returns for a body that is empty
@@ -210,37 +212,68 @@ func batchSize(text, inputIDs []byte) (int, error) {
 var ErrBadDPRank = errors.New("invalid DP rank")
 
 // dpRank reads a DP-rank member's raw value: an integer is a set rank;
-// absence or null is no rank.
+// absence or null is no rank. As SGLang's pydantic models read an
+// Optional[int] (lax mode), a float with no fraction, a string holding an
+// integer and a boolean (1 or 0) are that integer too: the workers take
+// them, so pdlb must not refuse what they would serve.
 func dpRank(name string, raw []byte) (DPRank, error) {
 	if raw == nil || string(raw) == "null" {
 		return DPRank{}, nil
 	}
-	if raw[0] == '[' {
+	bad := func() (DPRank, error) {
+		return DPRank{}, fmt.Errorf("%w: %s must be an integer rank, got %.20s", ErrBadDPRank, name, raw)
+	}
+	switch raw[0] {
+	case '[':
 		// Not a rank per batch item: SGLang types these fields
 		// Optional[int] and gives a batch's every item the request's one
 		// value (GenerateReqInput.__getitem__), so a list would fail inside
 		// the workers, after pdlb had drawn rooms that ignore it.
 		return DPRank{}, fmt.Errorf("%w: %s must be an integer rank, one for the whole request (the items of a batch share it), got a list", ErrBadDPRank, name)
+	case 't':
+		return DPRank{Set: true, Rank: 1}, nil
+	case 'f':
+		return DPRank{Set: true, Rank: 0}, nil
+	case '"':
+		digits := bytes.TrimSpace(raw[1 : len(raw)-1])
+		digits = bytes.TrimPrefix(digits, []byte("+"))
+		if n, ok := parseRank(digits); ok {
+			return DPRank{Set: true, Rank: n}, nil
+		}
+		return bad()
 	}
-	neg := raw[0] == '-'
-	digits := raw
+	if n, ok := parseRank(raw); ok {
+		return DPRank{Set: true, Rank: n}, nil
+	}
+	if bytes.ContainsAny(raw, ".eE") {
+		f, err := strconv.ParseFloat(string(raw), 64)
+		if err == nil && f == math.Trunc(f) && math.Abs(f) < 1e9 {
+			return DPRank{Set: true, Rank: int(f)}, nil
+		}
+	}
+	return bad()
+}
+
+// parseRank reads an optionally negative integer of at most 9 digits.
+func parseRank(b []byte) (int, bool) {
+	neg := len(b) > 0 && b[0] == '-'
 	if neg {
-		digits = raw[1:]
+		b = b[1:]
 	}
-	if len(digits) == 0 || len(digits) > 9 {
-		return DPRank{}, fmt.Errorf("%w: %s must be an integer rank, got %.20s", ErrBadDPRank, name, raw)
+	if len(b) == 0 || len(b) > 9 {
+		return 0, false
 	}
 	n := 0
-	for _, c := range digits {
+	for _, c := range b {
 		if c < '0' || c > '9' {
-			return DPRank{}, fmt.Errorf("%w: %s must be an integer rank, got %.20s", ErrBadDPRank, name, raw)
+			return 0, false
 		}
 		n = n*10 + int(c-'0')
 	}
 	if neg {
 		n = -n
 	}
-	return DPRank{Set: true, Rank: n}, nil
+	return n, true
 }
 
 // field names the top-level members the package reads.

@@ -241,6 +241,10 @@ func TestParseDPRanks(t *testing.T) {
 	f(`{"routed_dp_rank": 0, "data_parallel_rank": 1}`, none, DPRank{Set: true, Rank: 0})
 	f(`{"data_parallel_rank": 1, "routed_dp_rank": 0}`, none, DPRank{Set: true, Rank: 0})
 	f(`{"routed_dp_rank": null, "data_parallel_rank": 1}`, none, DPRank{Set: true, Rank: 1})
+	// pydantic's lax int, as SGLang's models read these fields.
+	f(`{"disagg_prefill_dp_rank": "0", "routed_dp_rank": " +2 "}`, DPRank{Set: true}, DPRank{Set: true, Rank: 2})
+	f(`{"disagg_prefill_dp_rank": 3.0, "routed_dp_rank": true}`, DPRank{Set: true, Rank: 3}, DPRank{Set: true, Rank: 1})
+	f(`{"disagg_prefill_dp_rank": 1e3, "routed_dp_rank": false}`, DPRank{Set: true, Rank: 1000}, DPRank{Set: true})
 
 	bad := func(body string) {
 		t.Helper()
@@ -249,16 +253,17 @@ func TestParseDPRanks(t *testing.T) {
 			t.Fatalf("Parse(%q): got error %v; want one wrapping %q", body, err, ErrBadDPRank)
 		}
 	}
-	bad(`{"disagg_prefill_dp_rank": "0"}`)
+	bad(`{"disagg_prefill_dp_rank": "zero"}`)
+	bad(`{"disagg_prefill_dp_rank": "1.0"}`)
 	bad(`{"disagg_prefill_dp_rank": 1.5}`)
-	bad(`{"routed_dp_rank": true}`)
-	bad(`{"routed_dp_rank": 1e3}`)
+	bad(`{"routed_dp_rank": {}}`)
+	bad(`{"routed_dp_rank": 1e30}`)
 	bad(`{"routed_dp_rank": 12345678901234567890}`)
 	// SGLang takes one rank per request, batches included.
 	bad(`{"text": ["a", "b"], "disagg_prefill_dp_rank": [1, 9]}`)
 	bad(`{"routed_dp_rank": [0, 1]}`)
 	bad(`{"data_parallel_rank": []}`)
-	if _, err := Parse([]byte(`{"data_parallel_rank": "1"}`)); err == nil || !strings.Contains(err.Error(), "data_parallel_rank must be") {
+	if _, err := Parse([]byte(`{"data_parallel_rank": "one"}`)); err == nil || !strings.Contains(err.Error(), "data_parallel_rank must be") {
 		t.Fatalf("got %v; want the error to name data_parallel_rank", err)
 	}
 	// Invalid JSON is reported as such, whatever the rank looks like.

@@ -110,7 +110,7 @@ func TestPrefillDPRankOutOfRange(t *testing.T) {
 			t.Fatalf("rank %s: got %q; want the range [0, 4)", rank, msg)
 		}
 	}
-	r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": "0"}`)
+	r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": "zero"}`)
 	if r.status != fasthttp.StatusBadRequest || !strings.Contains(string(r.body), "must be an integer rank") {
 		t.Fatalf("got %d %s; want a 400 for a non-integer rank", r.status, r.body)
 	}
