@@ -18,12 +18,40 @@ import (
 // duplicate keys stays in every object. The value is valid until p is
 // reused or put back.
 func loadJSON(p *fastjson.Parser, b []byte) (*fastjson.Value, error) {
+	if bytes.Contains(b, []byte("Infinity")) {
+		b = shortenInfinity(b)
+	}
 	v, err := p.ParseBytes(b)
 	if err != nil {
 		return nil, err
 	}
 	lastWins(v)
 	return v, nil
+}
+
+// shortenInfinity returns b with each Infinity outside strings, which
+// json.loads takes and fastjson does not (it reads Inf), written Inf. It
+// copies b: a request body must not change under its reader.
+func shortenInfinity(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	inString := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case inString && c == '\\' && i+1 < len(b):
+			out = append(out, c, b[i+1])
+			i++
+			continue
+		case c == '"':
+			inString = !inString
+		case !inString && bytes.HasPrefix(b[i:], []byte("Infinity")):
+			out = append(out, "Inf"...)
+			i += len("Infinity") - 1
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // lastWins removes from every object in v each member whose key occurs

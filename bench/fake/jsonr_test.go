@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,5 +148,22 @@ func TestDuplicateBootstrapFieldsLastWins(t *testing.T) {
 	}
 	if got := d.Stats().RejectedNoRoom; got != 1 {
 		t.Errorf("got RejectedNoRoom %d; want 1", got)
+	}
+}
+
+// json.loads takes Infinity and -Infinity, and NaN; fastjson took only NaN
+// and Inf. Strings keep their Infinity.
+func TestLoadJSONInfinity(t *testing.T) {
+	var p fastjson.Parser
+	v, err := loadJSON(&p, []byte(`{"a":Infinity,"b":[-Infinity,NaN],"s":"Infinity \"Infinity\""}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, nan := v.GetFloat64("a"), v.GetFloat64("b", "0"), v.GetFloat64("b", "1")
+	if !math.IsInf(a, 1) || !math.IsInf(b, -1) || !math.IsNaN(nan) {
+		t.Errorf("got a %v, b %v, %v; want +Inf, -Inf, NaN", a, b, nan)
+	}
+	if s := string(v.GetStringBytes("s")); s != `Infinity "Infinity"` {
+		t.Errorf("got string %q; want it unchanged", s)
 	}
 }
