@@ -55,6 +55,7 @@ type Backend struct {
 	// one at a time under dpReadMu (relearnDecode).
 	dpReads  atomic.Uint64
 	dpReadMu sync.Mutex
+	dpReadAt atomic.Int64 // when dpReads last grew, in Unix nanoseconds
 	// ranks is a prefill's load per DP rank (--prefill-dp-policy).
 	ranks atomic.Pointer[rankLoad]
 

@@ -320,3 +320,51 @@ func TestRoutedRankOnMultiItemRequests(t *testing.T) {
 		t.Fatalf("%d follow_bootstrap_room conflicts", c)
 	}
 }
+
+// A decode restarted with more DP ranks was known by its old dp_size until
+// a warm-up read it again, which only a request carrying
+// disagg_prefill_dp_rank caused: clients naming the new ranks got pdlb's
+// 400 indefinitely. pdlb now reads the decode again before refusing.
+func TestDecodeRestartedWithMoreRanks(t *testing.T) {
+	h := newHarness(t)
+	_, d := h.pair(fake.Config{DPSize: 4, Tokens: 2}, fake.Config{Tokens: 2})
+	srv := h.start(warmConfig())
+	h.waitBootstrap()
+	if r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 0}`); r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	if n := srv.decodes.backends[0].dpSize.Load(); n != 1 {
+		t.Fatalf("pdlb knows the decode's dp_size as %d; want 1", n)
+	}
+	if r := h.post("/generate", `{"text": "a", "routed_dp_rank": 3}`); r.status != fasthttp.StatusBadRequest {
+		t.Fatalf("got %d %s; want a 400, no decode having rank 3", r.status, r.body)
+	}
+	_ = d.Close()
+	h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 2})
+	time.Sleep(dpRereadInterval) // since the read the 400 caused
+	if r := h.post("/generate", `{"text": "a", "routed_dp_rank": 3}`); r.status != fasthttp.StatusOK {
+		t.Fatalf("after the decode came back with 4 ranks: got %d %s", r.status, r.body)
+	}
+}
+
+// A prefill that is down may come back with other ranks: its old dp_size is
+// no reason to refuse a rank beyond it (the request waits for a prefill,
+// or goes to the fallback, as for one whose dp_size was never known).
+func TestDownPrefillRanksAreUnknown(t *testing.T) {
+	h := newHarness(t)
+	p, _ := h.pair(fake.Config{DPSize: 2, Tokens: 2}, fake.Config{DPSize: 4, Tokens: 2})
+	h.fake("agg-0:30020", fake.Config{Role: fake.RoleAggregated, DPSize: 4})
+	cfg := fallbackConfig()
+	cfg.BootstrapRefresh = 20 * time.Millisecond
+	cfg.HealthCheck = HealthCheckConfig{Interval: 20 * time.Millisecond, Timeout: time.Second, Rise: 1, Fall: 1}
+	srv := h.start(cfg)
+	h.waitBootstrap()
+	if r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 3}`); r.status != fasthttp.StatusBadRequest {
+		t.Fatalf("got %d %s; want a 400, the prefill having 2 ranks", r.status, r.body)
+	}
+	_ = p.Close()
+	waitFor(t, "the prefill's ranks to be unknown", func() bool { return srv.prefills.backends[0].dpSize.Load() == 0 })
+	if r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 3}`); r.status != fasthttp.StatusOK {
+		t.Fatalf("with the prefill down: got %d %s; want the fallback's answer", r.status, r.body)
+	}
+}

@@ -84,7 +84,14 @@ func (b *Backend) get(method, uri string, timeout time.Duration) answer {
 	req.Header.SetHost(b.addr)
 	b.authorize(&req.Header)
 	a := answer{backend: b}
-	if a.err = b.hc.DoTimeout(req, resp, timeout); a.err == nil {
+	a.err = b.hc.DoTimeout(req, resp, timeout)
+	if a.err != nil && isConnDrop(a.err) {
+		// A kept-alive connection of a worker that has restarted since:
+		// these calls (reads, and an idempotent flush) may be made twice,
+		// so once more on a new connection.
+		a.err = b.hc.DoTimeout(req, resp, timeout)
+	}
+	if a.err == nil {
 		a.status = resp.StatusCode()
 		a.body = append([]byte(nil), resp.Body()...)
 	}

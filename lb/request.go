@@ -182,14 +182,18 @@ func (q *clientRequest) explain(why string) {
 // servePD pairs a prefill and a decode for q, trying again on a warmed
 // pair, or on other workers, while nothing has reached the client.
 func (s *Server) servePD(q *clientRequest) {
-	cold, rechecked := false, false
+	cold, rechecked, relearned := false, false, false
 	for attempt := 0; ; attempt++ {
-		p := q.pick(s.prefills, q.prefillRank)
+		p := s.pickPrefill(q)
 		if p == nil {
 			s.noWorkerFor(q, s.prefills, q.prefillRank, noPrefill)
 			return
 		}
 		d := q.pick(s.decodes, q.decodeRank)
+		if d == nil && !relearned && s.relearnDecodes(q) {
+			relearned = true
+			d = q.pick(s.decodes, q.decodeRank)
+		}
 		if d == nil {
 			s.noWorkerFor(q, s.decodes, q.decodeRank, noDecode)
 			return
@@ -348,6 +352,54 @@ func (s *Server) recheckPrefill(p *Backend, seen *bootstrap.State, deadline time
 	// goes by; the registry logs it.
 	_ = s.registry.Recheck(ctx, p.index, seen)
 }
+
+// pickPrefill picks q's prefill. A request that tells the decode a prefill
+// DP rank waits for its pair's warm-up, which needs the prefill's bootstrap
+// server: a prefill whose server is not known ready (its first read still
+// running, or a server that hangs) could hold it to the warm-up timeout, so
+// such a prefill is taken only when no ready one has the rank.
+func (s *Server) pickPrefill(q *clientRequest) *Backend {
+	p := q.pick(s.prefills, q.prefillRank)
+	if p == nil || !q.info.PrefillDPRank.Set || s.warm == nil || s.registry.State(p.index).Ready {
+		return p
+	}
+	notReady := append(slices.Clip(q.unreachable), q.failed...)
+	for _, b := range s.prefills.backends {
+		if !s.registry.State(b.index).Ready {
+			notReady = append(notReady, b)
+		}
+	}
+	if ready := s.prefills.pick(notReady, q.prefillRank); ready != nil {
+		return ready
+	}
+	return p
+}
+
+// relearnDecodes reads again the dp_size of the decodes that pdlb knows
+// lack q's rank, before pdlb refuses the rank as no decode's: one restarted
+// with more ranks is known by its old dp_size until its pairs are warmed.
+// A decode read within dpRereadInterval is not read again, so that a
+// client's bad ranks cannot turn into a flood of reads. It reports whether it read
+// any.
+func (s *Server) relearnDecodes(q *clientRequest) bool {
+	if q.decodeRank < 0 {
+		return false
+	}
+	read := false
+	for _, d := range s.decodes.backends {
+		n := int(d.dpSize.Load())
+		if n == 0 || q.decodeRank < n || time.Since(time.Unix(0, d.dpReadAt.Load())) < dpRereadInterval {
+			continue
+		}
+		s.relearnDecode(d, d.dpReads.Load(), q.deadline)
+		read = true
+	}
+	return read
+}
+
+// dpRereadInterval is the least time between two reads of a decode's
+// dp_size that a request's rank causes.
+const dpRereadInterval = time.Second
 
 // relearnDecode reads decode d's dp_size again when d refused the client's
 // routed_dp_rank: pdlb did not know it (it learns it when warming d's

@@ -256,6 +256,13 @@ func (s *Server) startBackground() {
 		defer s.bg.Done()
 		s.registry.Run(s.ctx.Done())
 	}()
+	if s.warm != nil {
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			s.warm.keepWarm(s.cfg.BootstrapRefresh, s.ctx.Done())
+		}()
+	}
 }
 
 // buildRegistry sets up the bootstrap registry of the prefills. When one
@@ -275,9 +282,15 @@ func (s *Server) buildRegistry(log zerolog.Logger) {
 		Log:             log.With().Str("component", "bootstrap").Logger(),
 		Now:             s.cfg.Now,
 		OnChange: func(i int, st *bootstrap.State) {
-			if st.Ready {
+			switch {
+			case st.Ready:
 				// Selection reads it from here (Backend.takes).
 				s.prefills.backends[i].dpSize.Store(int32(st.Info.DPSize))
+			case !st.Updated.IsZero():
+				// Down, or registering anew: it may come back with
+				// other ranks, so none of its old ones is a reason to
+				// refuse a request.
+				s.prefills.backends[i].dpSize.Store(0)
 			}
 			s.followBootstrap(i, st)
 			if s.warm != nil && st.Ready {

@@ -48,9 +48,10 @@ type pair struct {
 	// warmth is what the pair was last warmed for; nil when cold.
 	warmth atomic.Pointer[warmth]
 
-	mu      sync.Mutex
-	running chan struct{} // closed when the running warm-up ends; nil if none runs
-	lastErr error
+	mu       sync.Mutex
+	running  chan struct{} // closed when the running warm-up ends; nil if none runs
+	lastErr  error
+	failedAt time.Time // when lastErr was set
 }
 
 // warmth records a successful warm-up.
@@ -151,6 +152,9 @@ func (w *warmer) start(pr *pair) <-chan struct{} {
 		err := w.warm(pr)
 		pr.mu.Lock()
 		pr.lastErr, pr.running = err, nil
+		if err != nil {
+			pr.failedAt = time.Now()
+		}
 		pr.mu.Unlock()
 		close(done)
 	}()
@@ -162,6 +166,35 @@ func (w *warmer) prewarm(i int) {
 	for _, pr := range w.pairs[i] {
 		if !w.isWarm(pr) {
 			w.start(pr)
+		}
+	}
+}
+
+// keepWarm warms again, every interval, the pairs that went cold while
+// both their workers are available: a decode that restarted (a new epoch)
+// or came back up, whose pairs no request has warmed since. A pair whose
+// warm-up failed is left 6 intervals before the next try.
+func (w *warmer) keepWarm(interval time.Duration, done <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-done:
+			return
+		}
+		for _, row := range w.pairs {
+			for _, pr := range row {
+				if w.isWarm(pr) || !w.s.registry.State(pr.p.index).Ready || !pr.p.available() || !pr.d.available() {
+					continue
+				}
+				pr.mu.Lock()
+				idle := pr.running == nil && (pr.lastErr == nil || time.Since(pr.failedAt) >= 6*interval)
+				pr.mu.Unlock()
+				if idle {
+					w.start(pr)
+				}
+			}
 		}
 	}
 }
@@ -246,6 +279,7 @@ func (b *Backend) learnDPSize(ctx context.Context) int {
 	if a.ok() {
 		b.dpSize.Store(int32(n))
 	}
+	b.dpReadAt.Store(time.Now().UnixNano())
 	b.dpReads.Add(1)
 	return n
 }

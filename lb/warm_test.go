@@ -282,3 +282,51 @@ func TestUnwarmablePairGives503(t *testing.T) {
 		t.Fatalf("the client waited %s", r.took)
 	}
 }
+
+// A request carrying disagg_prefill_dp_rank waits for its pair's warm-up,
+// which needs the prefill's bootstrap server. Picked for a prefill whose
+// bootstrap server hangs (its first read still running, so it still
+// counted as up), such requests waited out the warm-up timeout and got a
+// 503, beside a ready prefill. A ready prefill is now preferred.
+func TestDPRequestsAvoidAPrefillWhoseBootstrapHangs(t *testing.T) {
+	h := newHarness(t)
+	h.dpPair()
+	h.fake("prefill-1:30000", fake.Config{Role: fake.RolePrefill, DPSize: 4, BootstrapPort: 9001})
+	hang := make(chan struct{})
+	h.backend("prefill-1:9002", func(ctx *fasthttp.RequestCtx) { <-hang })
+	cfg := warmConfig()
+	cfg.Prefill = append(cfg.Prefill, PrefillSpec{URL: "http://prefill-1:30000", BootstrapPort: 9002})
+	cfg.PrefillPolicy = PolicyRoundRobin
+	cfg.WarmupTimeout = 2 * time.Second
+	srv := h.start(cfg)
+	t.Cleanup(func() { close(hang) }) // before pdlb's shutdown waits for the read
+	h.waitBootstrap()
+	if srv.registry.State(1).Ready {
+		t.Fatal("the hanging bootstrap server was read")
+	}
+	for i := range 4 {
+		if r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 1}`); r.status != fasthttp.StatusOK {
+			t.Fatalf("request %d: got %d %s", i, r.status, r.body)
+		}
+	}
+}
+
+// A pair whose decode restarted went cold and stayed so until a request
+// carrying disagg_prefill_dp_rank warmed it, paying for the warm-up; the
+// README promised it warmed again. It now is, in the background.
+func TestPairWarmedAgainAfterADecodeRestart(t *testing.T) {
+	h := newHarness(t)
+	_, d := h.dpPair()
+	cfg := warmConfig()
+	cfg.BootstrapRefresh = 20 * time.Millisecond
+	srv := h.start(cfg)
+	h.waitBootstrap()
+	pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
+	waitFor(t, "the pair to be warm", func() bool { return srv.warm.isWarm(pr) })
+	_ = d.Close()
+	h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true})
+	// A request without a DP rank finds the old decode's connections gone:
+	// pdlb counts a new epoch of the decode, and the pair is cold.
+	_, _ = h.tryDo(fasthttp.MethodPost, "/generate", `{"text": "a"}`)
+	waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+}
