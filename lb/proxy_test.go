@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -586,6 +588,46 @@ func TestBodyWithPythonNumbers(t *testing.T) {
 	for range 2 {
 		if b := <-bodies; !strings.Contains(b, `{"logit_bias": {"5": -Infinity}, "temperature": NaN}`) {
 			t.Fatalf("a worker got %s; want the numbers as sent", b)
+		}
+	}
+}
+
+// Requests pdlb cannot read whole are counted in pdlb_requests_total, as
+// every request is: under their route when fasthttp kept their header (a
+// declared body over the limit), else under "unread". A client that
+// leaves in the middle of its body is gone (499), not a bad request, and
+// one that only shut its writing side reads no answer.
+func TestUnreadRequestsAreCounted(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	cfg := defaultConfig()
+	cfg.MaxRequestBodySize = 64
+	srv := h.start(cfg)
+	if status, _ := h.sendRaw("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"); status != fasthttp.StatusRequestEntityTooLarge {
+		t.Fatalf("got %d; want 413", status)
+	}
+	conn, err := net.Dial("tcp", h.serveTCP(srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{\"text\":")); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if got, err := io.ReadAll(conn); err != nil || len(got) > 0 {
+		t.Fatalf("got %q, %v; want the connection closed with no answer", got, err)
+	}
+	for metric, want := range map[string]string{
+		`pdlb_requests_total{route="/generate",code="413"}`: "1",
+		`pdlb_requests_total{route="unread",code="499"}`:    "1",
+		`pdlb_request_errors_total{reason="client_gone"}`:   "1",
+	} {
+		if got := h.metric(metric); got != want {
+			t.Errorf("%s is %q; want %s", metric, got, want)
 		}
 	}
 }

@@ -187,10 +187,47 @@ func TestStreamTimeouts(t *testing.T) {
 					got[len(got)-1] != "data: [DONE]\n\n" {
 					t.Fatalf("got %q; want %d events, a 504 error event and [DONE]", got, tc.wantEvents)
 				}
+				if !strings.Contains(got[tc.wantEvents], "--stream-idle-timeout-secs") {
+					t.Fatalf("got %q; want the error to name the idle timeout", got[tc.wantEvents])
+				}
 			}
 			waitIdle(t, srv)
 		})
 	}
+}
+
+// A stream still flowing when the request's time runs out is cut with an
+// error that says so; it blamed the decode for a wait.
+func TestStreamCutByTheRequestTimeout(t *testing.T) {
+	h := newHarness(t)
+	h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			for {
+				_, _ = w.WriteString("data: {\"text\":\"a\"}\n\n")
+				if w.Flush() != nil {
+					return
+				}
+				select {
+				case <-release:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		})
+	})
+	cfg := defaultConfig()
+	cfg.RequestTimeout = 300 * time.Millisecond
+	srv := h.start(cfg)
+	s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+	got := s.rest()
+	if len(got) < 2 || !strings.Contains(got[len(got)-2], "ran past the request's time limit (--request-timeout-secs)") {
+		t.Fatalf("got %q; want an error event naming the request timeout", got)
+	}
+	waitIdle(t, srv)
 }
 
 // oneAtATime gives h a prefill that answers at once and a decode that tells

@@ -8,11 +8,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -50,6 +52,7 @@ type Server struct {
 
 	routes         map[string]*route
 	notFound       *route
+	unread         *route // requests that could not be read whole
 	errorsByReason [numReasons]*metrics.Counter
 	coldRetries    *metrics.Counter
 	// staleRankRetries counts attempts made again after a prefill refused
@@ -205,6 +208,7 @@ func (s *Server) buildRoutes() {
 		s.routes[p] = newRoute(s.ms, p, fasthttp.MethodGet, false)
 	}
 	s.notFound = newRoute(s.ms, "other", "", false)
+	s.unread = newRoute(s.ms, "unread", "", false)
 }
 
 // workerAuthorization is the Authorization header of pdlb's calls to the
@@ -394,12 +398,38 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		// The client took longer than --client-read-timeout-secs to send it.
 		status, r = fasthttp.StatusRequestTimeout, reasonClientTimeout
 		msg = fmt.Sprintf("request not received within %s (--client-read-timeout-secs)", s.cfg.ClientReadTimeout)
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
+		// The client left before sending all of it: nobody reads an answer.
+		status, r = statusClientGone, reasonClientGone
+		msg = "the client closed its connection before sending the whole request"
 	default:
 		msg = "cannot read request: " + redactQuoted(err.Error())
 	}
+	// A body fasthttp could not read takes the header with it (it resets
+	// the request): such a request's route and request ID are gone, and it
+	// is counted, and logged, under the route "unread".
+	rt, path := s.unread, s.unread.path
+	if ctx.Request.Header.Len() > 0 {
+		path = string(ctx.Path())
+		if rt = s.routes[path]; rt == nil {
+			rt = s.notFound
+		}
+	}
 	requestID := s.setRequestID(ctx)
-	s.writeError(ctx, status, r, msg)
-	s.accessLine(requestID, string(ctx.Path()), status, 0).Str("error", msg).Msg("request")
+	if status != statusClientGone {
+		s.writeError(ctx, status, r, msg)
+	} else {
+		s.errorsByReason[r].Inc()
+		// fasthttp writes the response regardless: a client that only
+		// shut its writing side must not read a 200 out of it.
+		_ = ctx.Conn().Close()
+	}
+	var took time.Duration
+	if ctx.ConnRequestNum() == 1 { // it began with the connection
+		took = time.Since(ctx.ConnTime())
+	}
+	rt.observe(status, took)
+	s.accessLine(requestID, path, status, took).Str("error", msg).Msg("request")
 }
 
 // redactingLogger is fasthttp's logger: a debug line, with what it quotes

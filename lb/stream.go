@@ -746,8 +746,14 @@ func (r *relay) brokenEvent() []byte {
 		status, _, msg = x.prefill.describe()
 	case r.readErr != io.EOF:
 		status, _, msg = classify(r.readErr, d.backend.role, d.backend.addr)
-		if isConnDrop(r.readErr) || errors.Is(r.readErr, io.ErrUnexpectedEOF) {
+		switch {
+		case isConnDrop(r.readErr) || errors.Is(r.readErr, io.ErrUnexpectedEOF):
 			msg = "decode backend " + d.backend.addr + " closed the connection in the middle of the stream"
+		case isTimeout(r.readErr) && !x.s.cfg.Now().Before(d.deadline):
+			// The decode was streaming; the request's time ran out.
+			msg = "the stream from decode backend " + d.backend.addr + " ran past the request's time limit (--request-timeout-secs)"
+		case isTimeout(r.readErr):
+			msg = "decode backend " + d.backend.addr + " sent no event within " + x.s.cfg.StreamIdleTimeout.String() + " (--stream-idle-timeout-secs)"
 		}
 		if d.cancel.err() == nil { // counts against the decode
 			d.broke = fmt.Errorf("the stream broke off: %w", r.readErr)
