@@ -210,6 +210,9 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		NoPrewarm:          c.NoPrewarm,
 		WarmupTimeout:      time.Duration(c.WarmupTimeoutSecs) * time.Second,
 	}
+	if c.PDMinPromptTokens > 0 && len(cfg.Fallback) == 0 && !c.DecodeLocalPrefill {
+		warnings = append(warnings, fmt.Sprintf("--pd-min-prompt-tokens %d without --fallback: prompts estimated shorter get a 503, having nowhere to go", c.PDMinPromptTokens))
+	}
 	if c.PrefillPolicy != "" {
 		cfg.PrefillPolicy = policy("--prefill-policy", c.PrefillPolicy)
 	}

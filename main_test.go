@@ -404,3 +404,22 @@ func TestListenHonoursTheAddressFamily(t *testing.T) {
 		t.Error("0.0.0.0 was reachable over IPv6; want IPv4 only")
 	}
 }
+
+// --pd-min-prompt-tokens sends short prompts to the fallback pool; without
+// one, they would all get a 503, which pdlb warns of at start.
+func TestShortPromptsWithoutAFallbackAreWarnedOf(t *testing.T) {
+	c, _, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--pd-min-prompt-tokens", "8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, warnings := c.Serve.config(); len(warnings) != 1 || !strings.Contains(warnings[0], "without --fallback") {
+		t.Errorf("got warnings %q; want one about the missing fallback", warnings)
+	}
+	c, _, err = parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--pd-min-prompt-tokens", "8", "--fallback", "http://a:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, warnings := c.Serve.config(); len(warnings) != 0 {
+		t.Errorf("got warnings %q; want none with a fallback", warnings)
+	}
+}

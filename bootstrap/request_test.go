@@ -291,10 +291,11 @@ func TestParsePromptTokens(t *testing.T) {
 	// About four bytes a token, quotes included.
 	f(`{"text": "Hello World How are you?"}`, 7)
 	f(`{"prompt": "hi"}`, 1)
-	f(`{"prompt": ["a long prompt", "another"]}`, 7)
 	f(`{"messages": [{"role": "user", "content": "hi"}]}`, 9)
 	f(`{"text": "`+strings.Repeat("word ", 400)+`"}`, 501)
-	// Batches are not estimated.
+	// Batches are not estimated, an OpenAI list of prompts included.
 	f(`{"text": ["a", "b"]}`, 0)
+	f(`{"prompt": ["a long prompt", "another"]}`, 0)
+	f(`{"prompt": [[1, 2], [3]]}`, 0)
 	f(`{"input_ids": [[1, 2], [3]]}`, 0)
 }

@@ -45,7 +45,8 @@ var decodeOnlyNames = [numDecodeOnly]string{
 func (w decodeOnly) String() string { return decodeOnlyNames[w] }
 
 // headerPDMode lets a client or an upstream router choose the mode of a
-// request: "decode-only", or "pd" (the default).
+// request: "decode-only", or "pd". Without it, --pd-min-prompt-tokens may
+// choose decode-only.
 const headerPDMode = "X-PD-Mode"
 
 // noRoomMarker is how a decode refuses a request without a room.
@@ -55,7 +56,9 @@ var noRoomMarker = []byte("Disaggregated request received without bootstrap room
 // (header) or by its size (--pd-min-prompt-tokens).
 func (s *Server) decodeOnlyReason(q *clientRequest) (decodeOnly, *answerError) {
 	switch mode := q.ctx.Request.Header.Peek(headerPDMode); {
-	case len(mode) == 0, bytes.EqualFold(mode, []byte("pd")):
+	case len(mode) == 0:
+	case bytes.EqualFold(mode, []byte("pd")):
+		return pdMode, nil // the upstream decider's choice, short prompt or not
 	case bytes.EqualFold(mode, []byte("decode-only")):
 		return asked, nil
 	default:

@@ -112,8 +112,16 @@ func TestShortPromptsGoToFallback(t *testing.T) {
 	if r := h.post("/generate", long); r.status != fasthttp.StatusOK {
 		t.Fatalf("got %d %s", r.status, r.body)
 	}
-	if a, pd := agg.Stats().GenerateRequests, d.Stats().GenerateRequests; a != 3 || pd != 1 {
-		t.Fatalf("fallback served %d and the PD pair %d; want 3 and 1", a, pd)
+	// An upstream decider's X-PD-Mode: pd, and a list of prompts (a batch,
+	// not estimated), go PD whatever their size.
+	if r := h.post("/generate", `{"text": "hi"}`, "X-PD-Mode", "pd"); r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	if r := h.post("/v1/completions", `{"prompt": ["hi", "yo"]}`); r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	if a, pd := agg.Stats().GenerateRequests, d.Stats().GenerateRequests; a != 3 || pd != 3 {
+		t.Fatalf("fallback served %d and the PD pair %d; want 3 and 3", a, pd)
 	}
 	if got := h.metric(`pdlb_decode_only_total{reason="short_prompt"}`); got != "3" {
 		t.Fatalf("got %q short_prompt requests; want 3", got)
