@@ -84,11 +84,19 @@ func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadli
 	wantsRouted := !hinted && !wantsPolicy && !batch && info.RoutedDPRank.Set && st.Ready && st.Info.DPSize > 1
 	hintRouted := wantsRouted
 	if (hinted || wantsPolicy || wantsRouted) && s.warm != nil {
-		if err := s.warm.ensure(s.warm.pair(p, d), deadline); err != nil {
+		pr := s.warm.pair(p, d)
+		if wantsPolicy && s.warm.failing(pr) {
+			// Its last warm-up failed: the next may take as long, and the
+			// policy is no reason to make a request wait for it.
+			s.unplaced.Inc()
+			return noPlan, nil
+		}
+		if err := s.warm.ensure(pr, deadline); err != nil {
 			switch {
 			case wantsPolicy:
 				// The policy is an optimisation: without a warm pair, fall
 				// back to mini_lb's placement rather than fail.
+				s.unplaced.Inc()
 				return noPlan, nil
 			case hinted:
 				r := reasonNotWarm

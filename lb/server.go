@@ -58,10 +58,13 @@ type Server struct {
 	// staleRankRetries counts attempts made again after a prefill refused
 	// a DP rank the registry gave it.
 	staleRankRetries *metrics.Counter
-	decodeOnly       [numDecodeOnly]*metrics.Counter
-	exchanges        sync.Pool
-	retries          *metrics.Counter
-	aborts           *metrics.Counter
+	// unplaced counts requests --prefill-dp-policy could not place, their
+	// pair not being warm: they go as mini_lb sends them.
+	unplaced   *metrics.Counter
+	decodeOnly [numDecodeOnly]*metrics.Counter
+	exchanges  sync.Pool
+	retries    *metrics.Counter
+	aborts     *metrics.Counter
 	// noLocalPrefill is set once a decode showed it cannot prefill locally.
 	noLocalPrefill atomic.Bool
 	admission      admission
@@ -121,6 +124,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	}
 	s.coldRetries = s.ms.NewCounter(`pdlb_cold_pair_retries_total`)
 	s.staleRankRetries = s.ms.NewCounter(`pdlb_stale_dp_rank_retries_total`)
+	s.unplaced = s.ms.NewCounter(`pdlb_dp_policy_unplaced_total`)
 	s.retries = s.ms.NewCounter(`pdlb_retries_total`)
 	s.aborts = s.ms.NewCounter(`pdlb_abort_requests_total`)
 	s.admission = newAdmission(&s.cfg)

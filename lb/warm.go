@@ -98,6 +98,21 @@ func (w *warmer) isWarm(pr *pair) bool {
 	return wm != nil && wm.generation == w.s.registry.State(pr.p.index).Generation && wm.epoch == pr.d.epoch.Load()
 }
 
+// failing reports whether pr is cold, its last warm-up failed, and none
+// runs now; it starts one then, in the background.
+func (w *warmer) failing(pr *pair) bool {
+	if w.isWarm(pr) {
+		return false
+	}
+	pr.mu.Lock()
+	failed := pr.running == nil && pr.lastErr != nil
+	pr.mu.Unlock()
+	if failed {
+		w.start(pr)
+	}
+	return failed
+}
+
 // markCold forgets that pr was warm: its decode showed it was not.
 func (pr *pair) markCold() { pr.warmth.Store(nil) }
 

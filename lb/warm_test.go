@@ -330,3 +330,29 @@ func TestPairWarmedAgainAfterADecodeRestart(t *testing.T) {
 	_, _ = h.tryDo(fasthttp.MethodPost, "/generate", `{"text": "a"}`)
 	waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
 }
+
+// --prefill-dp-policy places requests on warm pairs only. A pair whose
+// warm-up failed made each request wait for another one, the warm-up
+// timeout at worst, then go unplaced without a word; it now goes unplaced
+// at once while the pair is warmed in the background, and is counted.
+func TestDPPolicyOnAFailingPair(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{DPSize: 2, Tokens: 2, PrefillDelay: 300 * time.Millisecond}, fake.Config{DPSize: 2, Tokens: 2})
+	cfg := warmConfig()
+	cfg.PrefillDPPolicy = DPPolicyRoundRobin
+	cfg.WarmupTimeout = 50 * time.Millisecond // shorter than a prefill
+	srv := h.start(cfg)
+	h.waitBootstrap()
+	pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
+	waitFor(t, "the startup warm-up to fail", func() bool {
+		pr.mu.Lock()
+		defer pr.mu.Unlock()
+		return pr.running == nil && pr.lastErr != nil
+	})
+	if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	if got := h.metric("pdlb_dp_policy_unplaced_total"); got != "1" {
+		t.Fatalf("pdlb_dp_policy_unplaced_total is %q; want 1", got)
+	}
+}
