@@ -240,6 +240,13 @@ func (s *Server) servePD(q *clientRequest) {
 		default:
 			s.retries.Inc()
 			q.remember(out)
+			if out.peer == p {
+				// The decode's KV transfer from p failed: p may have
+				// restarted with another bootstrap port or layout. The
+				// next attempt avoids it; later requests need the
+				// registry to know it anew without waiting for its round.
+				s.registry.Poke(p.index)
+			}
 		}
 	}
 }

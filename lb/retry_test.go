@@ -637,3 +637,24 @@ func TestFailureThatEjectsTheLastWorkerIsAnswered(t *testing.T) {
 		t.Fatalf("the decode got %d attempts; want 1, its failure having ejected it", got)
 	}
 }
+
+// A decode whose KV transfer from a prefill failed has pdlb read that
+// prefill's bootstrap server again at once: it may have restarted with
+// another bootstrap port, which the registry's next round (an hour here)
+// would learn too late for the requests in between.
+func TestKVTransferFailureRereadsThePrefill(t *testing.T) {
+	h := newHarness(t)
+	p, _ := h.pair(fake.Config{BootstrapPort: 8998}, fake.Config{KVTimeout: 300 * time.Millisecond})
+	cfg := defaultConfig()
+	cfg.Prefill = []PrefillSpec{{URL: "http://prefill-0:30000"}} // port learned from /server_info
+	cfg.BootstrapRefresh = time.Hour
+	srv := h.start(cfg)
+	h.waitBootstrap()
+	_ = p.Close()
+	h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, BootstrapPort: 9100, KVTimeout: time.Second})
+	_, _ = h.tryDo(fasthttp.MethodPost, "/generate", `{"text": "a"}`)
+	waitFor(t, "the registry to learn the new bootstrap port", func() bool { return srv.registry.State(0).Port == 9100 })
+	if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+}
