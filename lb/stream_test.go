@@ -858,3 +858,16 @@ func TestDecodeEndsItsStreamBeforeAnyEvent(t *testing.T) {
 		t.Fatalf("got %d %s; want a 502 saying %q", r.status, r.body, want)
 	}
 }
+
+// "stream": "false" is a stream to mini_lb's Python truthiness, which pdlb
+// follows, but no stream to SGLang's pydantic models: the decode answers
+// JSON, which the client gets as it is.
+func TestStreamFalseAsAString(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	h.start(defaultConfig())
+	r := h.post("/generate", `{"text": "a", "stream": "false"}`)
+	if r.status != fasthttp.StatusOK || !gjson.ValidBytes(r.body) || !gjson.GetBytes(r.body, "text").Exists() {
+		t.Fatalf("got %d %s; want the decode's JSON answer", r.status, r.body)
+	}
+}

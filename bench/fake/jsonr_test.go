@@ -167,3 +167,20 @@ func TestLoadJSONInfinity(t *testing.T) {
 		t.Errorf("got string %q; want it unchanged", s)
 	}
 }
+
+// "stream" is read as pydantic reads a bool: "false" is no stream, though a
+// non-empty string is truthy in Python.
+func TestStreamFieldAsPydanticReadsIt(t *testing.T) {
+	n := NewNetwork()
+	startServer(t, n, "agg:30000", Config{})
+	for body, want := range map[string]bool{
+		`{"text":"a","stream":"false"}`: false,
+		`{"text":"a","stream":"No"}`:    false,
+		`{"text":"a","stream":"0"}`:     false,
+		`{"text":"a","stream":"true"}`:  true,
+		`{"text":"a","stream":1}`:       true,
+	} {
+		res := do(t, n, "POST", "agg:30000", "/generate", body)
+		isStream(want)(t, res)
+	}
+}

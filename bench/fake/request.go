@@ -103,7 +103,7 @@ func (s *Server) parse(rt route, body []byte) (*request, error) {
 		return nil, badRequest("Input should be a valid dictionary or object to extract fields from")
 	}
 	now := time.Now()
-	r := &request{route: rt, start: now, created: now.Unix(), stream: truthy(v.Get("stream"))}
+	r := &request{route: rt, start: now, created: now.Unix(), stream: pydanticBool(v.Get("stream"))}
 	r.model = s.cfg.Model
 	if m := v.GetStringBytes("model"); len(m) > 0 {
 		r.model = string(m)
@@ -419,6 +419,20 @@ func truthy(v *fastjson.Value) bool {
 		return v.GetObject().Len() > 0
 	}
 	return false
+}
+
+// pydanticBool reads a bool field as SGLang's pydantic models do (lax
+// mode): the strings "false", "no", "off", "f", "n" and "0", in any case,
+// are false, as a JSON false or 0 is ("stream": "false" is no stream);
+// other values follow truthy, where pydantic would refuse most of them.
+func pydanticBool(v *fastjson.Value) bool {
+	if v != nil && v.Type() == fastjson.TypeString {
+		switch strings.ToLower(string(v.GetStringBytes())) {
+		case "false", "no", "off", "f", "n", "0":
+			return false
+		}
+	}
+	return truthy(v)
 }
 
 // itemRID is the rid of an item: on /generate the body's rid (scalar or
