@@ -45,7 +45,8 @@ type Backend struct {
 	authorization []byte
 
 	// epoch grows each time the worker drops pdlb's connections, as a
-	// restarted worker does; a decode's pairs are warmed again after.
+	// restarted worker does, or its health checks find it up again after
+	// down; a decode's pairs are warmed again after.
 	epoch atomic.Uint64
 	// dpSize is the worker's dp_size, 0 while unknown: a prefill's is the
 	// bootstrap registry's, a decode's is learned when its pairs are warmed.

@@ -76,14 +76,18 @@ func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadli
 	}
 	batch := isBatch(rt, info)
 	wantsPolicy := !hinted && !batch && s.cfg.PrefillDPPolicy != DPPolicyOff && st.Ready && st.Info.DPSize > 1
-	// A client's routed_dp_rank on a prefill with DP is hinted too: the
-	// aligned room alone keeps only one item in agreement, and a prompt
-	// list or n > 1 samples give item i the room room+i, which the
-	// prefill would refuse as a follow_bootstrap_room conflict. (A
-	// /generate batch has a room of pdlb's, aligned, for each item.)
-	wantsRouted := !hinted && !wantsPolicy && !batch && info.RoutedDPRank.Set && st.Ready && st.Info.DPSize > 1
-	hintRouted := wantsRouted
-	if (hinted || wantsPolicy || wantsRouted) && s.warm != nil {
+	// A client's routed_dp_rank on a prefill with DP is hinted too, when
+	// its pair is warm: the aligned room alone keeps only one item in
+	// agreement, and a prompt list or n > 1 samples give item i the room
+	// room+i, which the prefill would refuse as a follow_bootstrap_room
+	// conflict. (A /generate batch has a room of pdlb's, aligned, for each
+	// item.) Such a request never waits for a warm-up: mini_lb's placement,
+	// the room alone, was enough for it before, and is for one item.
+	hintRouted := false
+	if !hinted && !wantsPolicy && !batch && info.RoutedDPRank.Set && st.Ready && st.Info.DPSize > 1 && s.warm != nil {
+		hintRouted = s.warm.warmOrWarming(s.warm.pair(p, d))
+	}
+	if (hinted || wantsPolicy) && s.warm != nil {
 		pr := s.warm.pair(p, d)
 		if wantsPolicy && s.warm.failing(pr) {
 			// Its last warm-up failed: the next may take as long, and the
@@ -98,15 +102,12 @@ func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadli
 				// back to mini_lb's placement rather than fail.
 				s.unplaced.Inc()
 				return noPlan, nil
-			case hinted:
-				r := reasonNotWarm
-				if errors.Is(err, errShutdown) {
-					r = reasonShutdown
-				}
-				return noPlan, &answerError{fasthttp.StatusServiceUnavailable, r, err.Error()}
 			}
-			// Unhinted, the aligned room still places one item right.
-			hintRouted = false
+			r := reasonNotWarm
+			if errors.Is(err, errShutdown) {
+				r = reasonShutdown
+			}
+			return noPlan, &answerError{fasthttp.StatusServiceUnavailable, r, err.Error()}
 		}
 		st = s.registry.State(p.index)
 	}

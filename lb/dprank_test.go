@@ -301,8 +301,12 @@ func TestRefusedRanksShareOneRead(t *testing.T) {
 func TestRoutedRankOnMultiItemRequests(t *testing.T) {
 	h := newHarness(t)
 	p, _ := h.pair(fake.Config{DPSize: 4, Tokens: 2}, fake.Config{DPSize: 4, Tokens: 2})
-	h.start(warmConfig())
+	srv := h.start(warmConfig())
 	h.waitBootstrap()
+	// The hint needs a warm pair (a decode with the first-request bug would
+	// fail it otherwise); these requests do not wait for one.
+	pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
+	waitFor(t, "the pair to be warm", func() bool { return srv.warm.isWarm(pr) })
 	for _, req := range []struct {
 		path, body string
 		headers    []string

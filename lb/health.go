@@ -32,7 +32,13 @@ func (s *Server) buildChecker(log zerolog.Logger) {
 			Addr:     b.addr,
 			Path:     hc.Path,
 			TLS:      b.hc.IsTLS,
-			OnChange: func(st health.State) { b.health.Store(int32(st)) },
+			OnChange: func(st health.State) {
+				if health.State(b.health.Swap(int32(st))) == health.Down && st == health.Up {
+					// Back from down, maybe restarted with empty caches:
+					// as after dropped connections, its pairs are cold.
+					b.epoch.Add(1)
+				}
+			},
 		}
 	}
 	s.checker = health.NewChecker(health.Config{

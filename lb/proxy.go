@@ -53,6 +53,8 @@ type exchange struct {
 	// worker, or to a decode that prefills locally (local).
 	single bool
 	local  bool
+	// batch marks a /generate batch (isBatch).
+	batch bool
 	// permit is the request's admission slot, released by finish.
 	permit bool
 	// merge is set when the client asked for logprobs (or routed experts)
@@ -108,8 +110,10 @@ type call struct {
 	// endedEarly is set on a prefill whose 200 answer says the request
 	// ended without handing its KV cache over, for the request's own
 	// sake (an abort, a refusal): not a failure of the worker, but its
-	// decode would wait for that cache until its own timeout.
+	// decode would wait for that cache until its own timeout. early says
+	// how.
 	endedEarly bool
+	early      earlyEnd
 	// respBody is a streamed answer's body, once its headers are in: the
 	// chunked one decoded by chunked (its usual form), else fasthttp's.
 	respBody io.Reader
@@ -158,7 +162,7 @@ func (x *exchange) unref() {
 		c.resp.Reset()
 		c.cancel.reset()
 		c.err = nil
-		c.stream, c.broke, c.again, c.endedEarly = false, nil, false, false
+		c.stream, c.broke, c.again, c.endedEarly, c.early = false, nil, false, false, earlyEnd{}
 		c.firstByteBy = time.Time{}
 		if c.releaseBody != nil {
 			panic("BUG: an exchange was released with a stream still open")
@@ -168,7 +172,7 @@ func (x *exchange) unref() {
 	x.relay.reset()
 	x.prefillWaited = false
 	x.decodeStreams.Store(false)
-	x.single, x.local, x.merge, x.permit = false, false, false, false
+	x.single, x.local, x.merge, x.permit, x.batch = false, false, false, false, false
 	x.coldRetry, x.rankRetry, x.mayRetry = false, false, false // a decode-only exchange sets only mayRetry
 	x.requestID = x.requestID[:0]
 	// A rare huge request must not pin its buffers in the pool.
@@ -224,9 +228,10 @@ func (s *Server) newExchange(q *clientRequest, refs int32) *exchange {
 // serve runs the exchange, streamed or not.
 func (x *exchange) serve(q *clientRequest) outcome {
 	x.s.track(x)
+	x.batch = isBatch(q.rt, q.info)
 	if q.info.Stream {
 		x.relay.mergeLogprobs = q.info.ReturnLogprob && !x.single
-		if isBatch(q.rt, q.info) {
+		if x.batch {
 			x.relay.items = q.info.Batch
 		}
 		return x.serveStream(q.ctx)
@@ -367,7 +372,9 @@ func (c *call) end() {
 		if c.err == nil && c.x.decode.stream {
 			c.broke = streamedFailure(&c.resp)
 		}
-		c.endedEarly = c.err == nil && c.broke == nil && endedEarly(&c.resp)
+		if c.err == nil && c.broke == nil {
+			c.early, c.endedEarly = endedEarly(&c.resp)
+		}
 	} else if !c.x.single {
 		// The prefill answers once its KV cache is sent, before the decode
 		// ends; one still silent well after is stuck (waiting for a decode
@@ -535,6 +542,20 @@ func (x *exchange) waitPrefill() {
 // respondFailed answers with c's failure: its HTTP answer as it is when it
 // gave one, else a JSON error naming the backend.
 func (x *exchange) respondFailed(ctx *fasthttp.RequestCtx, c *call) {
+	if c.endedEarly && x.batch {
+		// The prefill's answer holds one token of each other item: the
+		// client is told which item ended, not handed a truncated batch.
+		status := c.early.status
+		if status < fasthttp.StatusBadRequest || status >= fasthttp.StatusInternalServerError {
+			status = fasthttp.StatusBadGateway
+		}
+		msg := c.backend.role + " backend " + c.backend.addr + " ended batch item " + strconv.Itoa(c.early.item) + " early"
+		if c.early.message != "" {
+			msg += " (" + c.early.message + ")"
+		}
+		x.s.writeError(ctx, status, reasonBackendFailed, msg+"; the batch was not decoded")
+		return
+	}
 	if c.err == nil {
 		ctx.SetStatusCode(c.resp.StatusCode())
 		ctx.Response.Header.SetContentTypeBytes(c.resp.Header.ContentType())

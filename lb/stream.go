@@ -195,44 +195,70 @@ func streamedFailure(resp *fasthttp.Response) error {
 	return nil
 }
 
+// earlyEnd is how a prefill's 200 answer says its request ended without its
+// KV cache being handed over (endedEarly).
+type earlyEnd struct {
+	item    int    // the batch item it ended, by its index or position
+	status  int    // the status it gives, 0 if none
+	message string // what it says, "" if nothing
+}
+
 // endedEarly reports whether a prefill's 200 answer says its request ended
-// without its KV cache being handed over: a streamed error or abort event
-// of any status (the 5xx ones are streamedFailure's), or a JSON answer, or
-// a batch item, that an abort finished (an /abort_request, a limit of the
-// prefill's own). The fake servers answer an aborted request so, as SGLang
-// does.
-func endedEarly(resp *fasthttp.Response) bool {
+// without its KV cache being handed over, and how: a streamed error or
+// abort event of any status (the 5xx ones are streamedFailure's), or a JSON
+// answer, or a batch item, that an abort finished (an /abort_request, a
+// limit of the prefill's own), in the /generate shape or the OpenAI one.
+// The fake servers answer an aborted request so, as SGLang does.
+func endedEarly(resp *fasthttp.Response) (earlyEnd, bool) {
 	body := resp.Body()
 	if resp.StatusCode() != fasthttp.StatusOK ||
 		!bytes.Contains(body, []byte(`"abort"`)) && !bytes.Contains(body, []byte(`"error"`)) {
-		return false // the usual answer, told at the cost of two scans
+		return earlyEnd{}, false // the usual answer, told at the cost of two scans
 	}
 	if isEventStream(resp.Header.ContentType()) {
 		for events := body; len(events) > 0; {
 			var ev []byte
 			ev, events = cutEvent(events)
-			if data, _, ok := eventData(ev); ok && (gjson.GetBytes(data, "error").Exists() || aborted(gjson.ParseBytes(data))) {
-				return true
+			data, _, ok := eventData(ev)
+			if !ok {
+				continue
+			}
+			event := gjson.ParseBytes(data)
+			if e := event.Get("error"); e.Exists() {
+				return earlyEnd{item: int(event.Get("index").Int()), status: int(e.Get("code").Int()), message: e.Get("message").String()}, true
+			}
+			if end, ok := aborted(event, 0); ok {
+				return end, true
 			}
 		}
-		return false
+		return earlyEnd{}, false
 	}
 	answer := gjson.ParseBytes(body)
 	if answer.IsArray() {
-		for _, item := range answer.Array() {
-			if aborted(item) {
-				return true
+		for i, item := range answer.Array() {
+			if end, ok := aborted(item, i); ok {
+				return end, true
 			}
 		}
-		return false
+		return earlyEnd{}, false
 	}
-	return aborted(answer)
+	return aborted(answer, 0)
 }
 
-// aborted reports whether a /generate answer, or one event of its stream,
-// was finished by an abort.
-func aborted(answer gjson.Result) bool {
-	return answer.Get("meta_info.finish_reason.type").String() == "abort"
+// aborted reports whether an answer, or one event of its stream, was
+// finished by an abort: a /generate finish_reason of type "abort", or an
+// OpenAI choice's finish_reason "abort". item is its position in a list.
+func aborted(answer gjson.Result, item int) (earlyEnd, bool) {
+	if fr := answer.Get("meta_info.finish_reason"); fr.Get("type").String() == "abort" {
+		if i := answer.Get("index"); i.Exists() {
+			item = int(i.Int())
+		}
+		return earlyEnd{item: item, status: int(fr.Get("status_code").Int()), message: fr.Get("message").String()}, true
+	}
+	if c := answer.Get(`choices.#(finish_reason=="abort")`); c.Exists() {
+		return earlyEnd{item: int(c.Get("index").Int())}, true
+	}
+	return earlyEnd{}, false
 }
 
 // errStreamedFailure marks a prefill that streamed a failure.

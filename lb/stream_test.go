@@ -802,9 +802,10 @@ func TestPrefillEndedEarly(t *testing.T) {
 		want       string
 	}{
 		{"abort", `{"text": "a"}`, jsonBackend(abort), abort},
-		{"batch item abort", `{"text": ["a", "b"]}`, jsonBackend(`[{"text":"x","meta_info":{"finish_reason":{"type":"length","length":1}}},` + abort + `]`), ""},
 		{"streamed error", `{"text": "a", "stream": true}`, sseBackend(`data: {"error":{"message":"bad"}}`+"\n\n", "data: [DONE]\n\n"), `data: {"error":{"message":"bad"}}`},
 		{"streamed 400 abort", `{"text": "a", "stream": true}`, sseBackend(`data: {"text":"","meta_info":{"finish_reason":{"type":"abort","message":"too long","status_code":400}}}`+"\n\n", "data: [DONE]\n\n"), `"too long"`},
+		{"OpenAI abort", `{"prompt": "a"}`, jsonBackend(`{"object":"text_completion","choices":[{"index":0,"text":"","finish_reason":"abort"}]}`), `"finish_reason":"abort"`},
+		{"OpenAI streamed abort", `{"prompt": "a", "stream": true}`, sseBackend(`data: {"choices":[{"index":0,"text":"","finish_reason":"abort"}]}`+"\n\n", "data: [DONE]\n\n"), `"finish_reason":"abort"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
@@ -823,12 +824,49 @@ func TestPrefillEndedEarly(t *testing.T) {
 			cfg := defaultConfig()
 			cfg.RequestTimeout = 5 * time.Second // the failure: a 504 after it
 			srv := h.start(cfg)
-			r := h.post("/generate", tc.body)
-			if r.status != fasthttp.StatusOK || !strings.Contains(string(r.body), tc.want) || !strings.Contains(string(r.body), `"abort"`) && !strings.Contains(string(r.body), `"error"`) {
+			path := "/generate"
+			if strings.Contains(tc.body, "prompt") {
+				path = "/v1/completions"
+			}
+			r := h.post(path, tc.body)
+			if r.status != fasthttp.StatusOK || !strings.Contains(string(r.body), tc.want) {
 				t.Fatalf("got %d %s; want the prefill's answer", r.status, r.body)
 			}
 			if n := prefills.Load(); n != 1 {
 				t.Fatalf("the prefill got %d attempts; want 1, the request's own failure", n)
+			}
+			waitIdle(t, srv)
+		})
+	}
+}
+
+// A batch an item of which the prefill ended early gets an error naming the
+// item, with the abort's 4xx or a 502: the prefill's answer holds one token
+// of each other item, which the client must not take for the batch's.
+func TestPrefillEndedABatchItemEarly(t *testing.T) {
+	for name, tc := range map[string]struct {
+		body    string
+		prefill fasthttp.RequestHandler
+		status  int
+	}{
+		"non-stream": {`{"text": ["a", "b"]}`, jsonBackend(`[{"text":"x","meta_info":{"finish_reason":{"type":"length","length":1}}},` +
+			`{"text":"","meta_info":{"finish_reason":{"type":"abort","message":"Aborted by AbortReq.","status_code":null}}}]`), fasthttp.StatusBadGateway},
+		"stream": {`{"text": ["a", "b"], "stream": true}`, sseBackend(`data: {"text":"x","index":0,"meta_info":{"finish_reason":{"type":"length","length":1}}}`+"\n\n",
+			`data: {"text":"","index":1,"meta_info":{"finish_reason":{"type":"abort","message":"Aborted by AbortReq.","status_code":400}}}`+"\n\n", "data: [DONE]\n\n"), fasthttp.StatusBadRequest},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			h.backend("prefill-0:30000", tc.prefill)
+			release := make(chan struct{})
+			h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) { <-release })
+			t.Cleanup(func() { close(release) })
+			cfg := defaultConfig()
+			cfg.RequestTimeout = 5 * time.Second
+			srv := h.start(cfg)
+			r := h.post("/generate", tc.body)
+			if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != tc.status ||
+				!strings.Contains(msg, "ended batch item 1 early (Aborted by AbortReq.); the batch was not decoded") {
+				t.Fatalf("got %d %s; want %d naming item 1", r.status, r.body, tc.status)
 			}
 			waitIdle(t, srv)
 		})

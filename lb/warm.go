@@ -99,7 +99,7 @@ func (w *warmer) isWarm(pr *pair) bool {
 }
 
 // failing reports whether pr is cold, its last warm-up failed, and none
-// runs now; it starts one then, in the background.
+// runs now. It starts one in the background if one is due (retryDue).
 func (w *warmer) failing(pr *pair) bool {
 	if w.isWarm(pr) {
 		return false
@@ -107,10 +107,34 @@ func (w *warmer) failing(pr *pair) bool {
 	pr.mu.Lock()
 	failed := pr.running == nil && pr.lastErr != nil
 	pr.mu.Unlock()
-	if failed {
+	if failed && w.retryDue(pr) {
 		w.start(pr)
 	}
 	return failed
+}
+
+// warmOrWarming reports whether pr is warm. A cold pair is warmed in the
+// background if a warm-up is due (retryDue); nothing waits for it.
+func (w *warmer) warmOrWarming(pr *pair) bool {
+	if w.isWarm(pr) {
+		return true
+	}
+	if w.retryDue(pr) {
+		w.start(pr)
+	}
+	return false
+}
+
+// failedRetryAfter is how long a pair whose warm-up failed is left before
+// pdlb warms it again unasked (requests that need it warm still ask).
+const failedRetryAfter = 30 * time.Second
+
+// retryDue reports whether a warm-up of pr may start unasked: none runs,
+// and the last one did not fail within failedRetryAfter.
+func (w *warmer) retryDue(pr *pair) bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.running == nil && (pr.lastErr == nil || w.s.cfg.Now().Sub(pr.failedAt) >= failedRetryAfter)
 }
 
 // markCold forgets that pr was warm: its decode showed it was not.
@@ -168,7 +192,7 @@ func (w *warmer) start(pr *pair) <-chan struct{} {
 		pr.mu.Lock()
 		pr.lastErr, pr.running = err, nil
 		if err != nil {
-			pr.failedAt = time.Now()
+			pr.failedAt = w.s.cfg.Now()
 		}
 		pr.mu.Unlock()
 		close(done)
@@ -188,7 +212,7 @@ func (w *warmer) prewarm(i int) {
 // keepWarm warms again, every interval, the pairs that went cold while
 // both their workers are available: a decode that restarted (a new epoch)
 // or came back up, whose pairs no request has warmed since. A pair whose
-// warm-up failed is left 6 intervals before the next try.
+// warm-up failed is left failedRetryAfter before the next try.
 func (w *warmer) keepWarm(interval time.Duration, done <-chan struct{}) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -203,10 +227,7 @@ func (w *warmer) keepWarm(interval time.Duration, done <-chan struct{}) {
 				if w.isWarm(pr) || !w.s.registry.State(pr.p.index).Ready || !pr.p.available() || !pr.d.available() {
 					continue
 				}
-				pr.mu.Lock()
-				idle := pr.running == nil && (pr.lastErr == nil || time.Since(pr.failedAt) >= 6*interval)
-				pr.mu.Unlock()
-				if idle {
+				if w.retryDue(pr) {
 					w.start(pr)
 				}
 			}

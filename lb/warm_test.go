@@ -349,10 +349,47 @@ func TestDPPolicyOnAFailingPair(t *testing.T) {
 		defer pr.mu.Unlock()
 		return pr.running == nil && pr.lastErr != nil
 	})
-	if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+	failed := h.metric(`pdlb_warmups_total{result="failed"}`)
+	for range 3 {
+		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+			t.Fatalf("got %d %s", r.status, r.body)
+		}
+	}
+	if got := h.metric("pdlb_dp_policy_unplaced_total"); got != "3" {
+		t.Fatalf("pdlb_dp_policy_unplaced_total is %q; want 3", got)
+	}
+	// No request started, or waited for, a warm-up of its own: the failed
+	// pair's next one is due failedRetryAfter after the last.
+	if got := h.metric(`pdlb_warmups_total{result="failed"}`); got != failed {
+		t.Fatalf("%s failed warm-ups after the requests; want %s, as before them", got, failed)
+	}
+}
+
+// A decode that restarted without pdlb's connections to it dropping (none
+// was open) is seen by its health checks alone: back from down, its pairs
+// are cold and warmed again, before a request carrying
+// disagg_prefill_dp_rank hits the first-request bug.
+func TestPairWarmedAgainWhenItsDecodeIsBackUp(t *testing.T) {
+	h := newHarness(t)
+	_, d := h.dpPair()
+	cfg := warmConfig()
+	cfg.BootstrapRefresh = 20 * time.Millisecond
+	cfg.HealthCheck = HealthCheckConfig{Interval: 20 * time.Millisecond, Timeout: time.Second, Rise: 1, Fall: 1}
+	srv := h.start(cfg)
+	h.waitBootstrap()
+	pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
+	waitFor(t, "the pair to be warm", func() bool { return srv.warm.isWarm(pr) })
+	for _, b := range srv.allBackends() {
+		b.hc.CloseIdleConnections() // no pooled connection is left to drop
+	}
+	_ = d.Close()
+	waitFor(t, "the decode to be down", func() bool { return !srv.decodes.backends[0].available() })
+	h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true})
+	waitFor(t, "the pair to be warm again", func() bool { return srv.decodes.backends[0].available() && srv.warm.isWarm(pr) })
+	if r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 1}`); r.status != fasthttp.StatusOK {
 		t.Fatalf("got %d %s", r.status, r.body)
 	}
-	if got := h.metric("pdlb_dp_policy_unplaced_total"); got != "1" {
-		t.Fatalf("pdlb_dp_policy_unplaced_total is %q; want 1", got)
+	if n := h.decode.Stats().FirstRequestFailures; n != 0 {
+		t.Fatalf("%d requests hit the first-request bug", n)
 	}
 }
