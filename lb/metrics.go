@@ -47,6 +47,12 @@ func newRoute(ms *metrics.Set, path, method string, generate bool) *route {
 
 // observe accounts one finished request.
 func (rt *route) observe(status int, took time.Duration) {
+	rt.count(status)
+	rt.duration.Update(took.Seconds())
+}
+
+// count accounts one finished request whose duration is unknown.
+func (rt *route) count(status int) {
 	if status < 100 || status >= len(rt.byStatus) {
 		status = 0
 	}
@@ -56,5 +62,4 @@ func (rt *route) observe(status int, took time.Duration) {
 		rt.byStatus[status].Store(c)
 	}
 	c.Inc()
-	rt.duration.Update(took.Seconds())
 }

@@ -428,12 +428,12 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		// shut its writing side must not read a 200 out of it.
 		_ = ctx.Conn().Close()
 	}
-	var took time.Duration
-	if ctx.ConnRequestNum() == 1 { // it began with the connection
-		took = time.Since(ctx.ConnTime())
+	// When the read began is not known (fasthttp's ctx here is a fresh
+	// one): no duration is recorded, nor logged.
+	rt.count(status)
+	if s.cfg.AccessLog {
+		s.log.Info().Bytes("request_id", requestID).Str("route", path).Int("status", status).Str("error", msg).Msg("request")
 	}
-	rt.observe(status, took)
-	s.accessLine(requestID, path, status, took).Str("error", msg).Msg("request")
 }
 
 // redactingLogger is fasthttp's logger: a debug line, with what it quotes
