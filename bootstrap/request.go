@@ -240,9 +240,7 @@ func dpRank(name string, raw []byte) (DPRank, error) {
 	case 'f':
 		return DPRank{Set: true, Rank: 0}, nil
 	case '"':
-		digits := bytes.TrimSpace(raw[1 : len(raw)-1])
-		digits = bytes.TrimPrefix(digits, []byte("+"))
-		if n, ok := parseRank(digits); ok {
+		if n, ok := parseRankString(raw[1 : len(raw)-1]); ok {
 			return DPRank{Set: true, Rank: n}, nil
 		}
 		return bad()
@@ -257,6 +255,33 @@ func dpRank(name string, raw []byte) (DPRank, error) {
 		}
 	}
 	return bad()
+}
+
+// parseRankString reads a rank written as a string, as pydantic-core reads
+// an int from one: spaces around it, a sign, underscores between digits
+// ("1_0"), and a fraction of zeros ("2.0") are allowed.
+func parseRankString(s []byte) (int, bool) {
+	s = bytes.TrimPrefix(bytes.TrimSpace(s), []byte("+"))
+	if whole, frac, ok := bytes.Cut(s, []byte(".")); ok {
+		if len(frac) == 0 || len(bytes.Trim(frac, "0")) > 0 {
+			return 0, false
+		}
+		s = whole
+	}
+	if bytes.Contains(s, []byte("_")) {
+		digits := make([]byte, 0, len(s))
+		for i, c := range s {
+			if c == '_' {
+				if i == 0 || i == len(s)-1 || s[i-1] < '0' || s[i-1] > '9' || s[i+1] < '0' || s[i+1] > '9' {
+					return 0, false
+				}
+				continue
+			}
+			digits = append(digits, c)
+		}
+		s = digits
+	}
+	return parseRank(s)
 }
 
 // parseRank reads an optionally negative integer of at most 9 digits.

@@ -245,6 +245,7 @@ func TestParseDPRanks(t *testing.T) {
 	f(`{"disagg_prefill_dp_rank": "0", "routed_dp_rank": " +2 "}`, DPRank{Set: true}, DPRank{Set: true, Rank: 2})
 	f(`{"disagg_prefill_dp_rank": 3.0, "routed_dp_rank": true}`, DPRank{Set: true, Rank: 3}, DPRank{Set: true, Rank: 1})
 	f(`{"disagg_prefill_dp_rank": 1e3, "routed_dp_rank": false}`, DPRank{Set: true, Rank: 1000}, DPRank{Set: true})
+	f(`{"disagg_prefill_dp_rank": "1.0", "routed_dp_rank": "1_0"}`, DPRank{Set: true, Rank: 1}, DPRank{Set: true, Rank: 10})
 
 	bad := func(body string) {
 		t.Helper()
@@ -254,7 +255,10 @@ func TestParseDPRanks(t *testing.T) {
 		}
 	}
 	bad(`{"disagg_prefill_dp_rank": "zero"}`)
-	bad(`{"disagg_prefill_dp_rank": "1.0"}`)
+	bad(`{"disagg_prefill_dp_rank": "1.5"}`)
+	bad(`{"disagg_prefill_dp_rank": "1."}`)
+	bad(`{"disagg_prefill_dp_rank": "_1"}`)
+	bad(`{"disagg_prefill_dp_rank": "1__0"}`)
 	bad(`{"disagg_prefill_dp_rank": 1.5}`)
 	bad(`{"routed_dp_rank": {}}`)
 	bad(`{"routed_dp_rank": 1e30}`)

@@ -84,12 +84,13 @@ func (b *Backend) get(method, uri string, timeout time.Duration) answer {
 	req.Header.SetHost(b.addr)
 	b.authorize(&req.Header)
 	a := answer{backend: b}
-	a.err = b.hc.DoTimeout(req, resp, timeout)
+	deadline := time.Now().Add(timeout)
+	a.err = b.hc.DoDeadline(req, resp, deadline)
 	if a.err != nil && isConnDrop(a.err) {
 		// A kept-alive connection of a worker that has restarted since:
 		// these calls (reads, and an idempotent flush) may be made twice,
-		// so once more on a new connection.
-		a.err = b.hc.DoTimeout(req, resp, timeout)
+		// so once more on a new connection, in the time left.
+		a.err = b.hc.DoDeadline(req, resp, deadline)
 	}
 	if a.err == nil {
 		a.status = resp.StatusCode()
