@@ -43,7 +43,7 @@ func main() {
 	kctx, err := parser.Parse(args)
 	if err != nil {
 		parser.Errorf("%s", err)
-		parser.Errorf("%s", usageHint)
+		fmt.Fprintln(parser.Stderr, usageHint)
 		parser.Exit(usageError{}.ExitCode())
 	}
 	kctx.FatalIfErrorf(kctx.Run(ignoredFlags(ignored)))
@@ -61,7 +61,7 @@ func (e usageError) Unwrap() error { return e.error }
 
 // usageHint follows a usage error: serve is the default command, so its
 // flags are not in the top-level help that `pdlb --help` prints.
-const usageHint = `run "pdlb serve --help" for the load balancer's flags, "pdlb COMMAND --help" for a tool's`
+const usageHint = `Run "pdlb serve --help" for the load balancer's flags, "pdlb COMMAND --help" for a tool's.`
 
 func newParser(c *cli, stdout, stderr io.Writer) (*kong.Kong, error) {
 	return kong.New(c,

@@ -110,7 +110,7 @@ const bytesPerToken = 4
 // promptTokens estimates the prompt's tokens from the raw values of the
 // prompt members (nil when absent); see Request.PromptTokens.
 func promptTokens(text, inputIDs, prompt, messages []byte) (int, error) {
-	for k, v := range [][]byte{text, inputIDs, prompt, messages} {
+	for _, v := range [][]byte{text, inputIDs, prompt, messages} {
 		if v == nil || string(v) == "null" {
 			continue
 		}
@@ -125,12 +125,12 @@ func promptTokens(text, inputIDs, prompt, messages []byte) (int, error) {
 			n, _, err := listLen(v) // a list of token ids
 			return n, err
 		}
-		if k == 2 {
-			// An OpenAI list of prompts (texts, or lists of ids): a
-			// batch, whose size is not estimated, as a /generate one.
+		if v[i] != '{' {
+			// A list of prompts (texts, or lists of ids), an OpenAI one
+			// included: a batch, whose size is not estimated.
 			return 0, nil
 		}
-		return (len(v) + bytesPerToken - 1) / bytesPerToken, nil
+		return (len(v) + bytesPerToken - 1) / bytesPerToken, nil // messages
 	}
 	return 0, nil
 }

@@ -98,7 +98,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 			x.respondFailed(ctx, c)
 		} else {
 			status, r, msg := classify(d.cause(err), d.backend.role, d.backend.addr)
-			if r == reasonBackendFailed && (err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) || isConnDrop(err)) {
+			if r == reasonBackendFailed && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || isConnDrop(err)) {
 				// Its headers came: it answered, and then sent no event.
 				msg = "decode backend " + d.backend.addr + " answered 200 and ended its event stream before the first event"
 			}
