@@ -332,7 +332,10 @@ func TestRoutedRankOnMultiItemRequests(t *testing.T) {
 func TestDecodeRestartedWithMoreRanks(t *testing.T) {
 	h := newHarness(t)
 	_, d := h.pair(fake.Config{DPSize: 4, Tokens: 2}, fake.Config{Tokens: 2})
-	srv := h.start(warmConfig())
+	var ahead atomic.Int64 // how far the clock pdlb reads is ahead of time
+	cfg := warmConfig()
+	cfg.Now = func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	srv := h.start(cfg)
 	h.waitBootstrap()
 	if r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 0}`); r.status != fasthttp.StatusOK {
 		t.Fatalf("got %d %s", r.status, r.body)
@@ -340,12 +343,20 @@ func TestDecodeRestartedWithMoreRanks(t *testing.T) {
 	if n := srv.decodes.backends[0].dpSize.Load(); n != 1 {
 		t.Fatalf("pdlb knows the decode's dp_size as %d; want 1", n)
 	}
-	if r := h.post("/generate", `{"text": "a", "routed_dp_rank": 3}`); r.status != fasthttp.StatusBadRequest {
-		t.Fatalf("got %d %s; want a 400, no decode having rank 3", r.status, r.body)
+	ahead.Add(int64(dpRereadInterval)) // since the warm-up read it
+	reads := srv.decodes.backends[0].dpReads.Load()
+	for range 3 {
+		if r := h.post("/generate", `{"text": "a", "routed_dp_rank": 3}`); r.status != fasthttp.StatusBadRequest {
+			t.Fatalf("got %d %s; want a 400, no decode having rank 3", r.status, r.body)
+		}
+	}
+	// Bad ranks make one read a dpRereadInterval, not one each.
+	if n := srv.decodes.backends[0].dpReads.Load() - reads; n != 1 {
+		t.Fatalf("3 bad ranks made %d reads of the decode; want 1", n)
 	}
 	_ = d.Close()
 	h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 2})
-	time.Sleep(dpRereadInterval) // since the read the 400 caused
+	ahead.Add(int64(dpRereadInterval)) // since the read the 400 caused
 	if r := h.post("/generate", `{"text": "a", "routed_dp_rank": 3}`); r.status != fasthttp.StatusOK {
 		t.Fatalf("after the decode came back with 4 ranks: got %d %s", r.status, r.body)
 	}

@@ -395,7 +395,7 @@ func (s *Server) relearnDecodes(q *clientRequest) bool {
 	read := false
 	for _, d := range s.decodes.backends {
 		n := int(d.dpSize.Load())
-		if n == 0 || q.decodeRank < n || time.Since(time.Unix(0, d.dpReadAt.Load())) < dpRereadInterval {
+		if n == 0 || q.decodeRank < n || s.cfg.Now().Sub(time.Unix(0, d.dpReadAt.Load())) < dpRereadInterval {
 			continue
 		}
 		s.relearnDecode(d, d.dpReads.Load(), q.deadline)
@@ -422,7 +422,7 @@ func (s *Server) relearnDecode(d *Backend, seen uint64, deadline time.Time) {
 	}
 	ctx, cancel := context.WithDeadline(s.ctx, deadline)
 	defer cancel()
-	d.learnDPSize(ctx)
+	d.learnDPSize(ctx, s.cfg.Now)
 }
 
 // kvTransferMarker is in the error of a decode whose KV transfer failed:

@@ -246,7 +246,7 @@ func (w *warmer) warm(pr *pair) error {
 		return fmt.Errorf("bootstrap server of prefill %s not ready: %s", pr.p.url, w.s.registry.State(pr.p.index).Err)
 	}
 	epoch := pr.d.epoch.Load()
-	ranks := pr.d.learnDPSize(ctx)
+	ranks := pr.d.learnDPSize(ctx, w.s.cfg.Now)
 	deadline, _ := ctx.Deadline()
 	for r := range ranks {
 		if err := w.generate(pr, st, r, ranks > 1, deadline); err != nil {
@@ -302,7 +302,7 @@ func (w *warmer) generate(pr *pair, st *bootstrap.State, decodeRank int, routed 
 
 // learnDPSize reads the decode's dp_size from its /server_info; 1 when it
 // does not say. A failed read returns 1 and leaves what b knew.
-func (b *Backend) learnDPSize(ctx context.Context) int {
+func (b *Backend) learnDPSize(ctx context.Context, now func() time.Time) int {
 	timeout := controlTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
@@ -315,7 +315,7 @@ func (b *Backend) learnDPSize(ctx context.Context) int {
 	if a.ok() {
 		b.dpSize.Store(int32(n))
 	}
-	b.dpReadAt.Store(time.Now().UnixNano())
+	b.dpReadAt.Store(now().UnixNano())
 	b.dpReads.Add(1)
 	return n
 }
