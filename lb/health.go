@@ -28,10 +28,10 @@ func (s *Server) buildChecker(log zerolog.Logger) {
 	targets := make([]health.Target, len(all))
 	for i, b := range all {
 		targets[i] = health.Target{
-			Name:     b.role + " " + b.addr,
-			Addr:     b.addr,
-			Path:     hc.Path,
-			TLS:      b.hc.IsTLS,
+			Name: b.role + " " + b.addr,
+			Addr: b.addr,
+			Path: hc.Path,
+			TLS:  b.hc.IsTLS,
 			OnChange: func(st health.State) {
 				if health.State(b.health.Swap(int32(st))) == health.Down && st == health.Up {
 					// Back from down, maybe restarted with empty caches:
