@@ -99,7 +99,7 @@ type call struct {
 	firstByteBy time.Time
 	// stream hands the response body to the relay instead of buffering it;
 	// broke is set by the relay to why that body broke off, if it did; on
-	// a stream's prefill, to errStreamedFailure if it streamed a failure.
+	// a prefill, to errFailureIn200 if its 200 answer holds a failure.
 	stream bool
 	broke  error
 	err    error
@@ -374,6 +374,11 @@ func (c *call) end() {
 		}
 		if c.err == nil && c.broke == nil {
 			c.early, c.endedEarly = endedEarly(&c.resp)
+			if c.endedEarly && c.early.status >= fasthttp.StatusInternalServerError {
+				// An abort of the prefill's own making (SGLang before it
+				// raised them), as a streamed one: a failed prefill.
+				c.broke, c.endedEarly = errFailureIn200, false
+			}
 		}
 	} else if !c.x.single {
 		// The prefill answers once its KV cache is sent, before the decode

@@ -297,7 +297,7 @@ func (x *exchange) retryOnFailure(decodeBody []byte) outcome {
 		kind = retryFailed
 	case c.err == nil && c.resp.StatusCode() >= fasthttp.StatusInternalServerError:
 		kind = retryFailed
-	case c == &x.prefill && errors.Is(c.broke, errStreamedFailure):
+	case c == &x.prefill && errors.Is(c.broke, errFailureIn200):
 		kind = retryFailed
 	default:
 		return outcome{}
@@ -360,19 +360,26 @@ func (s *Server) recheckPrefill(p *Backend, seen *bootstrap.State, deadline time
 	_ = s.registry.Recheck(ctx, p.index, seen)
 }
 
-// pickPrefill picks q's prefill. A request that tells the decode a prefill
-// DP rank waits for its pair's warm-up, which needs the prefill's bootstrap
-// server: a prefill whose server is not known ready (its first read still
-// running, or a server that hangs) could hold it to the warm-up timeout, so
-// such a prefill is taken only when no ready one has the rank.
+// pickPrefill picks q's prefill. Before the registry's first read of its
+// bootstrap server ends, a prefill counts as up (pdlb can serve at once),
+// but a server that hangs keeps that read, and the KV transfers of the
+// requests sent there, waiting: such a prefill is taken only when no other
+// has the rank. So is any prefill whose server is not ready, for a request
+// that tells the decode a prefill DP rank: it waits for its pair's warm-up,
+// which needs that server.
 func (s *Server) pickPrefill(q *clientRequest) *Backend {
+	waitsForWarmth := q.info.PrefillDPRank.Set && s.warm != nil
+	unsure := func(b *Backend) bool {
+		st := s.registry.State(b.index)
+		return !st.Ready && (st.Updated.IsZero() || waitsForWarmth)
+	}
 	p := q.pick(s.prefills, q.prefillRank)
-	if p == nil || !q.info.PrefillDPRank.Set || s.warm == nil || s.registry.State(p.index).Ready {
+	if p == nil || !unsure(p) {
 		return p
 	}
 	notReady := append(slices.Clip(q.unreachable), q.failed...)
 	for _, b := range s.prefills.backends {
-		if !s.registry.State(b.index).Ready {
+		if unsure(b) {
 			notReady = append(notReady, b)
 		}
 	}

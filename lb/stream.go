@@ -189,7 +189,7 @@ func streamedFailure(resp *fasthttp.Response) error {
 	for events := resp.Body(); len(events) > 0; {
 		var ev []byte
 		if ev, events = cutEvent(events); isFailureEvent(ev) {
-			return errStreamedFailure
+			return errFailureIn200
 		}
 	}
 	return nil
@@ -224,7 +224,7 @@ func endedEarly(resp *fasthttp.Response) (earlyEnd, bool) {
 				continue
 			}
 			event := gjson.ParseBytes(data)
-			if e := event.Get("error"); e.Exists() {
+			if e := event.Get("error"); e.IsObject() || e.Type == gjson.String {
 				return earlyEnd{item: int(event.Get("index").Int()), status: int(e.Get("code").Int()), message: e.Get("message").String()}, true
 			}
 			if end, ok := aborted(event, 0); ok {
@@ -261,8 +261,9 @@ func aborted(answer gjson.Result, item int) (earlyEnd, bool) {
 	return earlyEnd{}, false
 }
 
-// errStreamedFailure marks a prefill that streamed a failure.
-var errStreamedFailure = errors.New("it streamed a failure instead of its token")
+// errFailureIn200 marks a prefill whose 200 answer holds a failure of its
+// own (a 5xx) instead of its token: streamed, or a non-stream abort.
+var errFailureIn200 = errors.New("it answered 200 with a failure instead of its token")
 
 // retryFirstEvent says whether a stream whose first event is a failure is
 // worth another attempt.

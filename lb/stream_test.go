@@ -909,3 +909,30 @@ func TestStreamFalseAsAString(t *testing.T) {
 		t.Fatalf("got %d %s; want the decode's JSON answer", r.status, r.body)
 	}
 }
+
+// A non-stream prefill answer that an abort with a 5xx status ended (how
+// SGLang answered some failures of its own before it raised them) is a
+// failed prefill, tried again, as a streamed one is.
+func TestPrefillAbortWith5xxIsRetried(t *testing.T) {
+	h := newHarness(t)
+	var prefills atomic.Int32
+	abort := jsonBackend(`{"text":"","meta_info":{"finish_reason":{"type":"abort","message":"overloaded","status_code":503}}}`)
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+		prefills.Add(1)
+		abort(ctx)
+	})
+	release := make(chan struct{})
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) { <-release })
+	t.Cleanup(func() { close(release) })
+	cfg := defaultConfig()
+	cfg.RequestTimeout = 5 * time.Second
+	srv := h.start(cfg)
+	r := h.post("/generate", `{"text": "a"}`)
+	if r.status != fasthttp.StatusOK || !strings.Contains(string(r.body), "overloaded") {
+		t.Fatalf("got %d %s; want the prefill's answer once out of retries", r.status, r.body)
+	}
+	if n := prefills.Load(); n != 3 {
+		t.Fatalf("the prefill got %d attempts; want 3, the retries included", n)
+	}
+	waitIdle(t, srv)
+}

@@ -291,7 +291,7 @@ func TestUnwarmablePairGives503(t *testing.T) {
 func TestDPRequestsAvoidAPrefillWhoseBootstrapHangs(t *testing.T) {
 	h := newHarness(t)
 	h.dpPair()
-	h.fake("prefill-1:30000", fake.Config{Role: fake.RolePrefill, DPSize: 4, BootstrapPort: 9001})
+	unsure := h.fake("prefill-1:30000", fake.Config{Role: fake.RolePrefill, DPSize: 4, BootstrapPort: 9001})
 	hang := make(chan struct{})
 	h.backend("prefill-1:9002", func(ctx *fasthttp.RequestCtx) { <-hang })
 	cfg := warmConfig()
@@ -308,6 +308,16 @@ func TestDPRequestsAvoidAPrefillWhoseBootstrapHangs(t *testing.T) {
 		if r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 1}`); r.status != fasthttp.StatusOK {
 			t.Fatalf("request %d: got %d %s", i, r.status, r.body)
 		}
+	}
+	// Nor do other requests go there: their KV transfers would wait on
+	// that server too.
+	for _, body := range []string{`{"text": "a"}`, `{"text": "a"}`, `{"text": "a", "routed_dp_rank": 1}`, `{"text": "a", "routed_dp_rank": 1}`} {
+		if r := h.post("/generate", body); r.status != fasthttp.StatusOK {
+			t.Fatalf("%s: got %d %s", body, r.status, r.body)
+		}
+	}
+	if n := unsure.Stats().GenerateRequests; n != 0 {
+		t.Fatalf("the prefill whose bootstrap server hangs got %d requests; want 0", n)
 	}
 }
 
