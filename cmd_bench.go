@@ -85,16 +85,18 @@ func (c *benchCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	defer jsonOut.Close()
 	var rep report
 	var reports []*bench.Report
+	// Run and Compare refuse a configuration before any load, and fail
+	// for nothing else: their errors are usage errors.
 	if len(c.Compare) > 0 {
 		cmp, err := c.compare(ctx, cfg)
 		if err != nil {
-			return err
+			return usageError{err}
 		}
 		rep, reports = cmp, cmp.Reports
 	} else {
 		r, err := bench.Run(ctx, cfg)
 		if err != nil {
-			return err
+			return usageError{err}
 		}
 		rep, reports = r, []*bench.Report{r}
 	}

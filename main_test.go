@@ -367,6 +367,16 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 	if code := exitCode(err); code != 2 {
 		t.Errorf("bench -c0: got %v, exit status %d; want 2", err, code)
 	}
+	for _, args := range [][]string{{"bench", "127.0.0.1:1"}, {"bench", "--compare", "noequals"}} {
+		c, _, err := parse(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.Bench.run(t.Context(), io.Discard, io.Discard)
+		if code := exitCode(err); code != 2 {
+			t.Errorf("%q: got %v, exit status %d; want 2", args, err, code)
+		}
+	}
 	c, _, err = parse(t, "--prefill", "http://p:1")
 	if err != nil {
 		t.Fatal(err)

@@ -52,6 +52,19 @@ func TestRunErrorKinds(t *testing.T) {
 		}, nil),
 		kind: KindStreamError,
 	}, {
+		name: "aborted answer",
+		h: jsonHandler(&recorder{}, fasthttp.StatusOK,
+			`{"text":"","meta_info":{"finish_reason":{"type":"abort","message":"Aborted by AbortReq.","status_code":null}}}`),
+		kind: KindAborted,
+	}, {
+		name:   "stream refused without a room",
+		stream: true,
+		h: streamHandler(&recorder{}, []string{
+			`{"text":"","meta_info":{"finish_reason":{"type":"abort","message":"Invalid request: Disaggregated request received without bootstrap room id.","status_code":400}}}`,
+			`[DONE]`,
+		}, nil),
+		kind: KindAborted,
+	}, {
 		name:   "stream event not JSON",
 		stream: true,
 		h:      streamHandler(&recorder{}, []string{`{"text":`, `[DONE]`}, nil),

@@ -31,6 +31,11 @@ const (
 	// KindBadBody is a 2xx answer that is not the JSON expected: a body or
 	// stream event that does not parse, or a body with an "error" member.
 	KindBadBody = "bad_body"
+	// KindAborted is a 2xx answer, or stream event, that an abort ended: a
+	// /generate finish_reason of type "abort" (SGLang's answer to an
+	// aborted request, or a decode's refusal of one without a room), or an
+	// OpenAI choice's finish_reason "abort".
+	KindAborted = "aborted"
 	// KindDropped is an open-loop arrival that was not sent because
 	// Config.MaxInflight requests were in flight.
 	KindDropped = "dropped"
@@ -194,6 +199,9 @@ func (w *worker) readBody() outcome {
 	if err != nil || isError(v) {
 		return outcome{kind: KindBadBody}
 	}
+	if isAbort(v) {
+		return outcome{kind: KindAborted}
+	}
 	return outcome{tokens: w.r.wl.completionTokens(v)}
 }
 
@@ -242,6 +250,9 @@ func (w *worker) readEvents() outcome {
 		}
 		if isError(v) {
 			return outcome{kind: KindStreamError}
+		}
+		if isAbort(v) {
+			return outcome{kind: KindAborted}
 		}
 		o.events++
 		if w.r.inWindow(at) {
@@ -292,6 +303,28 @@ func (w *worker) drain() string {
 func isError(v *fastjson.Value) bool {
 	e := v.Get("error")
 	return e != nil && e.Type() != fastjson.TypeNull
+}
+
+// isAbort reports whether an answer, an event, or an item of a batch was
+// ended by an abort (KindAborted).
+func isAbort(v *fastjson.Value) bool {
+	if items, err := v.Array(); err == nil {
+		for _, it := range items {
+			if isAbort(it) {
+				return true
+			}
+		}
+		return false
+	}
+	if string(v.GetStringBytes("meta_info", "finish_reason", "type")) == "abort" {
+		return true
+	}
+	for _, c := range v.GetArray("choices") {
+		if string(c.GetStringBytes("finish_reason")) == "abort" {
+			return true
+		}
+	}
+	return false
 }
 
 // transportKind classifies an error from HostClient.Do.
