@@ -180,7 +180,7 @@ func TestBenchHeaders(t *testing.T) {
 	got := make(chan [2]string, 8)
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		select {
-		case got <- [2]string{string(ctx.Request.Header.Peek("Authorization")), strings.Join(headerValues(&ctx.Request.Header, "X-Team"), ",")}:
+		case got <- [2]string{string(ctx.Request.Header.Peek("Authorization")), strings.Join(headerValues(&ctx.Request.Header, "X-Team"), ",") + "|" + string(ctx.Host())}:
 		default:
 		}
 		ctx.SetContentType("application/json")
@@ -192,7 +192,7 @@ func TestBenchHeaders(t *testing.T) {
 	if _, _, err = runBench(t, t.Context(), url, "-n", "2", "--api-key", "k1", "-H", "X-Team:  blue "); err != nil {
 		t.Fatal(err)
 	}
-	if h := <-got; h != [2]string{"Bearer k1", "blue"} {
+	if h := <-got; h[0] != "Bearer k1" || !strings.HasPrefix(h[1], "blue|") {
 		t.Fatalf("the target got Authorization %q, X-Team %q; want %q, %q", h[0], h[1], "Bearer k1", "blue")
 	}
 	if _, _, err := runBench(t, t.Context(), url, "-n", "1", "-H", "no colon"); err == nil || !strings.Contains(err.Error(), "want 'NAME: VALUE'") {
@@ -203,11 +203,11 @@ func TestBenchHeaders(t *testing.T) {
 	for len(got) > 0 {
 		<-got
 	}
-	if _, _, err := runBench(t, t.Context(), url, "-n", "1", "-H", "X-Team: blue", "-H", "x-team: red"); err != nil {
+	if _, _, err := runBench(t, t.Context(), url, "-n", "1", "-H", "X-Team: blue", "-H", "x-team: red", "-H", "Host: example.test"); err != nil {
 		t.Fatal(err)
 	}
-	if h := <-got; h[1] != "blue,red" {
-		t.Fatalf("the target got X-Team %q; want both values, blue,red", h[1])
+	if h := <-got; h[1] != "blue,red|example.test" {
+		t.Fatalf("the target got X-Team and Host %q; want both values, blue,red, and example.test", h[1])
 	}
 
 	// Two ways of setting Authorization at once is a mistake to point out,

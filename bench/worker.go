@@ -107,10 +107,15 @@ func newWorker(r *runner) *worker {
 		w.resp.StreamBody = true // kept by HostClient.Do across requests
 	}
 	// A name's first value replaces the bench's own header of that name; a
-	// name given again sends every value, as curl does.
+	// name given again sends every value, as curl does (but for the headers
+	// fasthttp keeps one of: Host, User-Agent, Content-Type, ...).
 	given := make(map[string]bool, len(r.cfg.Headers))
 	for _, h := range r.cfg.Headers {
 		name := strings.ToLower(h[0])
+		if name == "host" {
+			// fasthttp sends the URL's host unless told otherwise.
+			w.req.UseHostHeader = true
+		}
 		if given[name] {
 			w.req.Header.Add(h[0], h[1])
 		} else {
