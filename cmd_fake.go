@@ -69,17 +69,17 @@ func (c *fakeCmd) Run() error {
 		log.Info().Str("role", string(role)).Str("addr", addr).Int("bootstrap_port", cfg.BootstrapPort).Msg("fake server up")
 		return nil
 	}
-	for i, addr := range trimSpaces(c.Prefill) {
+	for i, addr := range listItems(c.Prefill) {
 		if err := start(fake.RolePrefill, addr, c.BootstrapPort+i); err != nil {
 			return err
 		}
 	}
-	for _, addr := range trimSpaces(c.Decode) {
+	for _, addr := range listItems(c.Decode) {
 		if err := start(fake.RoleDecode, addr, c.BootstrapPort); err != nil {
 			return err
 		}
 	}
-	for _, addr := range trimSpaces(c.Aggregated) {
+	for _, addr := range listItems(c.Aggregated) {
 		if err := start(fake.RoleAggregated, addr, c.BootstrapPort); err != nil {
 			return err
 		}

@@ -87,6 +87,10 @@ type serveCmd struct {
 // mini_lb, pdlb uses random instead of failing.
 var routerOnlyPolicies = []string{"cache_aware", "bucket", "consistent_hashing", "prefix_hash", "manual"}
 
+// minHeaderSize is the smallest --max-header-size: below it, every request
+// would get a 431.
+const minHeaderSize = 1024
+
 // Validate checks what kong's tags cannot.
 func (c *serveCmd) Validate() error {
 	if c.Port <= 0 || c.Port > 65535 {
@@ -110,6 +114,9 @@ func (c *serveCmd) Validate() error {
 		if d.secs <= 0 {
 			return fmt.Errorf("%s must be positive", d.flag)
 		}
+	}
+	if c.MaxHeaderSize < minHeaderSize {
+		return fmt.Errorf("--max-header-size %d is too small: a request's header needs %d bytes at least", c.MaxHeaderSize, minHeaderSize)
 	}
 	if !strings.HasPrefix(c.HealthCheckEndpoint, "/") {
 		return fmt.Errorf("--health-check-endpoint must be a path starting with /, got %q", c.HealthCheckEndpoint)
@@ -144,13 +151,17 @@ func listen(addr string) (net.Listener, error) {
 	return net.Listen(network, addr)
 }
 
-// trimSpaces trims each of a list flag's values: "a, b" is a natural way to
-// write a comma-separated list, and --prefill's lists are read the same way.
-func trimSpaces(vs []string) []string {
-	for i, v := range vs {
-		vs[i] = strings.TrimSpace(v)
+// listItems trims each of a list flag's values and drops the empty ones:
+// "a, b" is a natural way to write a comma-separated list, "a,,b" a slip,
+// and --prefill's lists are read the same way.
+func listItems(vs []string) []string {
+	out := vs[:0]
+	for _, v := range vs {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
 	}
-	return vs
+	return out
 }
 
 // config converts the flags into an lb.Config, with warnings for what pdlb
@@ -167,10 +178,10 @@ func (c *serveCmd) config() (lb.Config, []string) {
 	base := policy("--policy", c.Policy)
 	cfg := lb.Config{
 		Prefill:               c.Prefill,
-		Decode:                trimSpaces(c.Decode),
-		Fallback:              trimSpaces(c.Fallback),
+		Decode:                listItems(c.Decode),
+		Fallback:              listItems(c.Fallback),
 		APIKey:                c.APIKey,
-		RequestIDHeaders:      trimSpaces(c.RequestIDHeaders),
+		RequestIDHeaders:      listItems(c.RequestIDHeaders),
 		PrefillPolicy:         base,
 		DecodePolicy:          base,
 		FallbackPolicy:        base,
@@ -210,8 +221,12 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		NoPrewarm:          c.NoPrewarm,
 		WarmupTimeout:      time.Duration(c.WarmupTimeoutSecs) * time.Second,
 	}
-	if c.PDMinPromptTokens > 0 && len(cfg.Fallback) == 0 && !c.DecodeLocalPrefill {
-		warnings = append(warnings, fmt.Sprintf("--pd-min-prompt-tokens %d without --fallback: prompts estimated shorter get a 503, having nowhere to go", c.PDMinPromptTokens))
+	if c.PDMinPromptTokens > 0 && len(cfg.Fallback) == 0 {
+		which := "prompts"
+		if c.DecodeLocalPrefill {
+			which = "prompts on the OpenAI routes (which --decode-local-prefill does not cover)"
+		}
+		warnings = append(warnings, fmt.Sprintf("--pd-min-prompt-tokens %d without --fallback: %s estimated shorter get a 503, having nowhere to go", c.PDMinPromptTokens, which))
 	}
 	if c.PrefillPolicy != "" {
 		cfg.PrefillPolicy = policy("--prefill-policy", c.PrefillPolicy)

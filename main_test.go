@@ -160,7 +160,7 @@ func TestParseNegativeValues(t *testing.T) {
 // The list flags take several values from one environment variable, as
 // PDLB_PREFILL does: comma-separated.
 func TestParseListsFromTheEnvironment(t *testing.T) {
-	t.Setenv("PDLB_DECODE", "http://d:1,http://e:2")
+	t.Setenv("PDLB_DECODE", "http://d:1,,http://e:2,") // empty items are slips
 	t.Setenv("PDLB_FALLBACK", "http://a:1, http://b:2") // spaces after commas too
 	t.Setenv("PDLB_REQUEST_ID_HEADERS", "X-Trace-Id, X-Correlation-Id")
 	t.Setenv("PDLB_VERSION", "1.2.3") // an image label, not --version
@@ -184,7 +184,7 @@ func TestParseToolListsFromTheEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := trimSpaces(c.Fake.Decode); !reflect.DeepEqual(got, []string{"127.0.0.1:1", "127.0.0.1:2"}) {
+	if got := listItems(c.Fake.Decode); !reflect.DeepEqual(got, []string{"127.0.0.1:1", "127.0.0.1:2"}) {
 		t.Errorf("fake decodes %q; want two", got)
 	}
 	if c, _, err = parse(t, "bench"); err != nil {
@@ -247,6 +247,7 @@ func TestParseErrors(t *testing.T) {
 	f("unknown policy", "--prefill", "http://p:1", "--decode", "http://d:1", "--policy", "fastest")
 	f("invalid bootstrap port", "--prefill", "http://p:1", "70000", "--decode", "http://d:1")
 	f("not a valid port", "--prefill", "http://p:1", "--decode", "http://d:1", "--port", "0")
+	f("--max-header-size 10 is too small", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-header-size", "10")
 }
 
 func TestParseSubcommandsKeepTheirFlags(t *testing.T) {
@@ -424,6 +425,13 @@ func TestShortPromptsWithoutAFallbackAreWarnedOf(t *testing.T) {
 	}
 	if _, warnings := c.Serve.config(); len(warnings) != 1 || !strings.Contains(warnings[0], "without --fallback") {
 		t.Errorf("got warnings %q; want one about the missing fallback", warnings)
+	}
+	c, _, err = parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--pd-min-prompt-tokens", "8", "--decode-local-prefill")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, warnings := c.Serve.config(); len(warnings) != 1 || !strings.Contains(warnings[0], "OpenAI routes") {
+		t.Errorf("got warnings %q; want one about the OpenAI routes, which local prefill does not cover", warnings)
 	}
 	c, _, err = parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--pd-min-prompt-tokens", "8", "--fallback", "http://a:1")
 	if err != nil {
