@@ -160,7 +160,7 @@ func TestParseNegativeValues(t *testing.T) {
 // The list flags take several values from one environment variable, as
 // PDLB_PREFILL does: comma-separated.
 func TestParseListsFromTheEnvironment(t *testing.T) {
-	t.Setenv("PDLB_DECODE", "http://d:1,,http://e:2,") // empty items are slips
+	t.Setenv("PDLB_DECODE", "http://d:1,,http://e:2,")  // empty items are slips
 	t.Setenv("PDLB_FALLBACK", "http://a:1, http://b:2") // spaces after commas too
 	t.Setenv("PDLB_REQUEST_ID_HEADERS", "X-Trace-Id, X-Correlation-Id")
 	t.Setenv("PDLB_VERSION", "1.2.3") // an image label, not --version
