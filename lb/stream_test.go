@@ -857,12 +857,7 @@ func TestPrefillEndedABatchItemEarly(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t)
 			h.backend("prefill-0:30000", tc.prefill)
-			release := make(chan struct{})
-			h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) { <-release })
-			t.Cleanup(func() { close(release) })
-			cfg := defaultConfig()
-			cfg.RequestTimeout = 5 * time.Second
-			srv := h.start(cfg)
+			srv := startWithWaitingDecode(h)
 			r := h.post("/generate", tc.body)
 			if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != tc.status ||
 				!strings.Contains(msg, "ended batch item 1 early (Aborted by AbortReq.); the batch was not decoded") {
@@ -871,6 +866,18 @@ func TestPrefillEndedABatchItemEarly(t *testing.T) {
 			waitIdle(t, srv)
 		})
 	}
+}
+
+// startWithWaitingDecode gives h a decode that waits until the test ends,
+// as for a KV cache that never comes, and starts pdlb in front with a 5 s
+// request timeout: a request its prefill does not end at once fails then.
+func startWithWaitingDecode(h *harness) *Server {
+	release := make(chan struct{})
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) { <-release })
+	h.t.Cleanup(func() { close(release) })
+	cfg := defaultConfig()
+	cfg.RequestTimeout = 5 * time.Second
+	return h.start(cfg)
 }
 
 // jsonBackend answers every request with body as JSON.
@@ -921,12 +928,7 @@ func TestPrefillAbortWith5xxIsRetried(t *testing.T) {
 		prefills.Add(1)
 		abort(ctx)
 	})
-	release := make(chan struct{})
-	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) { <-release })
-	t.Cleanup(func() { close(release) })
-	cfg := defaultConfig()
-	cfg.RequestTimeout = 5 * time.Second
-	srv := h.start(cfg)
+	srv := startWithWaitingDecode(h)
 	r := h.post("/generate", `{"text": "a"}`)
 	if r.status != fasthttp.StatusOK || !strings.Contains(string(r.body), "overloaded") {
 		t.Fatalf("got %d %s; want the prefill's answer once out of retries", r.status, r.body)
