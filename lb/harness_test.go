@@ -280,6 +280,24 @@ func (h *harness) waitBootstrap() {
 	}
 }
 
+// waitFirstReads waits until the registry has read every prefill's
+// bootstrap server once, ready or not: until then pdlb avoids a prefill it
+// has not heard from (pickPrefill), which tests of broken prefills must not
+// race.
+func (h *harness) waitFirstReads() {
+	h.t.Helper()
+	for i := range h.srv.prefills.backends {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			if st := h.srv.registry.State(i); st.Ready || !st.Updated.IsZero() {
+				break
+			}
+			if time.Now().After(deadline) {
+				h.t.Fatalf("the registry has not read prefill %d", i)
+			}
+		}
+	}
+}
+
 // reply is a finished response, copied out of fasthttp's pools.
 type reply struct {
 	status int

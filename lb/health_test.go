@@ -173,6 +173,7 @@ func TestBreakerEjectsAFailingWorker(t *testing.T) {
 	cfg.PrefillPolicy = PolicyRoundRobin
 	cfg.Breaker = BreakerConfig{Threshold: 2, MinBackoff: time.Hour}
 	h.start(cfg)
+	h.waitFirstReads()
 	for range 6 {
 		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
 			t.Fatalf("got %d %s", r.status, r.body)

@@ -39,6 +39,7 @@ func TestFailedPrefillIsRetriedElsewhere(t *testing.T) {
 		cfg.Prefill = []PrefillSpec{{URL: "http://prefill-9:30000", BootstrapPort: 8998}, cfg.Prefill[0]}
 		cfg.PrefillPolicy = PolicyRoundRobin
 		h.start(cfg)
+		h.waitFirstReads()
 		for range 3 {
 			if r := h.post("/generate", `{"text": "a", "stream": `+stream+`}`); r.status != fasthttp.StatusOK {
 				t.Fatalf("got %d %s; want the retry's answer", r.status, r.body)
@@ -72,6 +73,7 @@ func TestUnacceptingWorkerCostsOnlyTheConnectTimeout(t *testing.T) {
 	cfg.RequestTimeout = 30 * time.Second
 	cfg.ConnectTimeout = 50 * time.Millisecond
 	h.start(cfg)
+	h.waitFirstReads()
 	start := time.Now()
 	r := h.post("/generate", `{"text": "a"}`)
 	if r.status != fasthttp.StatusOK {
@@ -567,6 +569,7 @@ func TestKVTransferFailureAvoidsThePrefillOnRetry(t *testing.T) {
 			cfg.PrefillPolicy = PolicyRandom
 			cfg.Breaker.Disable = true // the decode's failures are the pair's
 			h.start(cfg)
+			h.waitFirstReads()
 			stream := map[bool]string{false: "false", true: "true"}[mode != "buffered"]
 			for i := range 30 {
 				id := "req-" + strconv.Itoa(i)
