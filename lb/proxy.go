@@ -422,11 +422,29 @@ func (c *call) end() {
 // (a KV cache waiting for its peer) at once rather than at its own timeout.
 // The caller must hold a reference to the exchange.
 func (c *call) abort(reason error) {
-	rid := gjson.GetBytes(c.body, "rid")
-	if c.cancel.cancel(reason) && rid.Type == gjson.String {
+	if !c.cancel.cancel(reason) {
+		return
+	}
+	switch rid := gjson.GetBytes(c.body, "rid"); {
+	case rid.Type == gjson.String:
 		c.x.s.abortRequest(c.backend, rid.Str)
+	case rid.IsArray():
+		// A batch's rids, one an item: each is aborted, the first
+		// maxBatchAborts of them (the workers notice the closed
+		// connection of the rest within seconds).
+		n := 0
+		rid.ForEach(func(_, item gjson.Result) bool {
+			if item.Type == gjson.String {
+				c.x.s.abortRequest(c.backend, item.Str)
+				n++
+			}
+			return n < maxBatchAborts
+		})
 	}
 }
+
+// maxBatchAborts bounds the /abort_request calls one cancelled batch makes.
+const maxBatchAborts = 64
 
 // cutShort cancels both calls: pdlb is shutting down (Server.cutInflight).
 // The decode goes first, so that its failure names the shutdown rather than

@@ -354,39 +354,44 @@ func TestClientLeavingTheQueueIsNotServed(t *testing.T) {
 }
 
 // A leg cancelled because its peer failed is also aborted on its worker,
-// by the client's rid, so the worker frees it at once.
+// by the client's rid (each of a batch's), so the worker frees it at once.
 func TestCancelledLegIsAbortedByRID(t *testing.T) {
-	h := newHarness(t)
-	var served atomic.Int32
-	decodeHasIt := make(chan struct{}, 1)
-	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
-		<-decodeHasIt // fail only once the decode works on the request
-		failing(&served, fasthttp.StatusServiceUnavailable, `{}`)(ctx)
-	})
-	h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second,
-		OnRequest: func(path string, _ []byte) {
-			if path == "/generate" {
-				decodeHasIt <- struct{}{}
-			}
-		}})
-	cfg := defaultConfig()
-	cfg.DisableRetries = true
-	srv := h.start(cfg)
-	if r := h.post("/generate", `{"text": "a", "rid": "req-7"}`); r.status != fasthttp.StatusServiceUnavailable {
-		t.Fatalf("got %d %s", r.status, r.body)
-	}
-	waitIdle(t, srv) // includes the abort
-	// The aborted request ends on the decode soon after its answer to the
-	// abort, on a goroutine of its own.
-	st := h.decode.Stats()
-	for deadline := time.Now().Add(2 * time.Second); st.InFlight != 0 && time.Now().Before(deadline); st = h.decode.Stats() {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if st.AbortRequest != 1 || st.InFlight != 0 {
-		t.Fatalf("the decode got %d /abort_request and has %d in flight; want 1 and 0", st.AbortRequest, st.InFlight)
-	}
-	if got := h.metric("pdlb_abort_requests_total"); got != "1" {
-		t.Fatalf("got pdlb_abort_requests_total %q", got)
+	for body, aborts := range map[string]uint64{
+		`{"text": "a", "rid": "req-7"}`:                   1,
+		`{"text": ["a", "b"], "rid": ["req-7", "req-8"]}`: 2,
+	} {
+		h := newHarness(t)
+		var served atomic.Int32
+		decodeHasIt := make(chan struct{}, 1)
+		h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+			<-decodeHasIt // fail only once the decode works on the request
+			failing(&served, fasthttp.StatusServiceUnavailable, `{}`)(ctx)
+		})
+		h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second,
+			OnRequest: func(path string, _ []byte) {
+				if path == "/generate" {
+					decodeHasIt <- struct{}{}
+				}
+			}})
+		cfg := defaultConfig()
+		cfg.DisableRetries = true
+		srv := h.start(cfg)
+		if r := h.post("/generate", body); r.status != fasthttp.StatusServiceUnavailable {
+			t.Fatalf("%s: got %d %s", body, r.status, r.body)
+		}
+		waitIdle(t, srv) // includes the aborts
+		// The aborted request ends on the decode soon after its answer to
+		// the abort, on a goroutine of its own.
+		st := h.decode.Stats()
+		for deadline := time.Now().Add(2 * time.Second); st.InFlight != 0 && time.Now().Before(deadline); st = h.decode.Stats() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if st.AbortRequest != aborts || st.InFlight != 0 {
+			t.Fatalf("%s: the decode got %d /abort_request and has %d in flight; want %d and 0", body, st.AbortRequest, st.InFlight, aborts)
+		}
+		if got := h.metric("pdlb_abort_requests_total"); got != strconv.FormatUint(aborts, 10) {
+			t.Fatalf("%s: got pdlb_abort_requests_total %q; want %d", body, got, aborts)
+		}
 	}
 }
 
