@@ -448,3 +448,15 @@ func TestDPRankHeader(t *testing.T) {
 		t.Errorf("/generate with the header got %d %s; want it ignored", res.status, res.body)
 	}
 }
+
+// routed_dp_rank is read as pydantic reads an Optional[int]: "2", 2.0 and
+// true are ranks 2, 2 and 1; the fake took them for no rank.
+func TestRoutedRankAsPydanticReadsIt(t *testing.T) {
+	t.Parallel()
+	n := NewNetwork()
+	startServer(t, n, "agg:30000", Config{DPSize: 4})
+	for raw, rank := range map[string]int{`"2"`: 2, `" 3 "`: 3, `2.0`: 2, `"1.0"`: 1, `true`: 1, `false`: 0} {
+		res := do(t, n, "POST", "agg:30000", "/generate", `{"text":"hi","routed_dp_rank":`+raw+`}`)
+		checkOK(t, raw, res, rank)
+	}
+}

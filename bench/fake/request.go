@@ -159,9 +159,9 @@ func (s *Server) fillItem(it *item, r *request, v *fastjson.Value, p, j int) err
 	if r.route == routeGenerate {
 		it.logprob = truthy(at(v.Get("return_logprob"), p))
 	}
-	it.routedDPRank = optInt(at(v.Get("routed_dp_rank"), p), noRank)
+	it.routedDPRank = optRank(at(v.Get("routed_dp_rank"), p))
 	if it.routedDPRank == noRank {
-		it.routedDPRank = optInt(at(v.Get("data_parallel_rank"), p), noRank) // the deprecated alias
+		it.routedDPRank = optRank(at(v.Get("data_parallel_rank"), p)) // the deprecated alias
 	}
 	if s.cfg.Role == RoleAggregated {
 		return nil // a server without disaggregation ignores bootstrap fields
@@ -186,7 +186,7 @@ func fillBootstrap(it *item, v *fastjson.Value, p, j int) error {
 	if it.room, it.hasRoom, err = roomOf(v.Get("bootstrap_room"), p, j, it.index); err != nil {
 		return err
 	}
-	it.prefillDPRank = optInt(at(v.Get("disagg_prefill_dp_rank"), p), noRank)
+	it.prefillDPRank = optRank(at(v.Get("disagg_prefill_dp_rank"), p))
 	return nil
 }
 
@@ -388,6 +388,35 @@ func optInt(v *fastjson.Value, dflt int) int {
 		return dflt
 	}
 	return n
+}
+
+// optRank reads an optional DP rank as SGLang's pydantic models read an
+// Optional[int] (lax mode): an integer, a float with no fraction, a
+// boolean, or a string holding an integer ("2", " 2 ", "2.0"). Anything
+// else, or nothing, is noRank.
+func optRank(v *fastjson.Value) int {
+	if v == nil {
+		return noRank
+	}
+	switch v.Type() {
+	case fastjson.TypeTrue:
+		return 1
+	case fastjson.TypeFalse:
+		return 0
+	case fastjson.TypeNumber:
+		if f := v.GetFloat64(); f == math.Trunc(f) && math.Abs(f) < 1e9 {
+			return int(f)
+		}
+	case fastjson.TypeString:
+		s := strings.TrimSpace(string(v.GetStringBytes()))
+		if whole, frac, ok := strings.Cut(s, "."); ok && frac != "" && strings.Trim(frac, "0") == "" {
+			s = whole // "2.0"
+		}
+		if n, err := strconv.Atoi(s); err == nil {
+			return n
+		}
+	}
+	return noRank
 }
 
 // intsOf copies a list of token ids.
