@@ -393,8 +393,8 @@ func (s *Server) pickPrefill(q *clientRequest) *Backend {
 // lack q's rank, before pdlb refuses the rank as no decode's: one restarted
 // with more ranks is known by its old dp_size until its pairs are warmed.
 // A decode read within dpRereadInterval is not read again, so that a
-// client's bad ranks cannot turn into a flood of reads. It reports whether it read
-// any.
+// client's bad ranks cannot turn into a flood of reads. It reports whether
+// it read any.
 func (s *Server) relearnDecodes(q *clientRequest) bool {
 	if q.decodeRank < 0 {
 		return false
