@@ -45,6 +45,9 @@ func (c *fakeCmd) Validate() error {
 	if len(c.Prefill)+len(c.Decode)+len(c.Aggregated) == 0 {
 		return errors.New("nothing to serve: give --prefill, --decode or --aggregated addresses")
 	}
+	if last := c.BootstrapPort + max(len(c.Prefill)-1, 0); c.BootstrapPort <= 0 || last > 65535 {
+		return fmt.Errorf("--bootstrap-port %d: the prefills' bootstrap ports would run from %d to %d, outside 1-65535", c.BootstrapPort, c.BootstrapPort, last)
+	}
 	return nil
 }
 

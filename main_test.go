@@ -248,6 +248,7 @@ func TestParseErrors(t *testing.T) {
 	f("invalid bootstrap port", "--prefill", "http://p:1", "70000", "--decode", "http://d:1")
 	f("not a valid port", "--prefill", "http://p:1", "--decode", "http://d:1", "--port", "0")
 	f("--max-header-size 10 is too small", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-header-size", "10")
+	f("outside 1-65535", "fake", "--decode", "127.0.0.1:1", "--bootstrap-port", "99999")
 }
 
 func TestParseSubcommandsKeepTheirFlags(t *testing.T) {
