@@ -79,12 +79,12 @@ func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadli
 	// A client's routed_dp_rank on a prefill with DP is hinted too, when
 	// its pair is warm: the aligned room alone keeps only one item in
 	// agreement, and a prompt list or n > 1 samples give item i the room
-	// room+i, which the prefill would refuse as a follow_bootstrap_room
-	// conflict. (A /generate batch has a room of pdlb's, aligned, for each
-	// item.) Such a request never waits for a warm-up: mini_lb's placement,
-	// the room alone, was enough for it before, and is for one item.
+	// room+i (a /generate batch item's j-th sample, its room+j), which the
+	// prefill would refuse as a follow_bootstrap_room conflict. Such a
+	// request never waits for a warm-up: mini_lb's placement, the room
+	// alone, was enough for it before, and is for one item.
 	hintRouted := false
-	if !hinted && !wantsPolicy && !batch && info.RoutedDPRank.Set && st.Ready && st.Info.DPSize > 1 && s.warm != nil {
+	if !hinted && !wantsPolicy && info.RoutedDPRank.Set && st.Ready && st.Info.DPSize > 1 && s.warm != nil {
 		hintRouted = s.warm.warmOrWarming(s.warm.pair(p, d))
 	}
 	if (hinted || wantsPolicy) && s.warm != nil {

@@ -314,6 +314,8 @@ func TestRoutedRankOnMultiItemRequests(t *testing.T) {
 		{"/v1/completions", `{"prompt": ["a", "b"], "max_tokens": 2, "routed_dp_rank": 1}`, nil},
 		{"/v1/chat/completions", `{"messages": [{"role": "user", "content": "a"}], "n": 3, "max_tokens": 2, "routed_dp_rank": 2}`, nil},
 		{"/generate", `{"text": "a", "sampling_params": {"n": 3, "max_new_tokens": 2}, "routed_dp_rank": 3}`, nil},
+		{"/generate", `{"text": ["a", "b"], "sampling_params": {"n": 2, "max_new_tokens": 2}, "routed_dp_rank": 1}`, nil},
+		{"/generate", `{"text": ["a", "b"], "sampling_params": {"n": 2, "max_new_tokens": 2}, "routed_dp_rank": 0, "stream": true}`, nil},
 		{"/v1/completions", `{"prompt": ["a", "b"], "max_tokens": 2}`, []string{"X-Data-Parallel-Rank", "1"}},
 	} {
 		if r := h.post(req.path, req.body, req.headers...); r.status != fasthttp.StatusOK {
