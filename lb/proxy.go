@@ -108,10 +108,10 @@ type call struct {
 	// breaker, which counts failed requests, not attempts.
 	again bool
 	// endedEarly is set on a prefill whose 200 answer says the request
-	// ended without handing its KV cache over, for the request's own
-	// sake (an abort, a refusal): not a failure of the worker, but its
-	// decode would wait for that cache until its own timeout. early says
-	// how.
+	// ended without handing its KV cache over (an abort, an error event):
+	// its decode would wait for that cache until its own timeout. early
+	// says how. broke is set too when it is the prefill's failure rather
+	// than the request's (errFailureIn200).
 	endedEarly bool
 	early      earlyEnd
 	// respBody is a streamed answer's body, once its headers are in: the
@@ -372,12 +372,16 @@ func (c *call) end() {
 		if c.err == nil && c.x.decode.stream {
 			c.broke = streamedFailure(&c.resp)
 		}
-		if c.err == nil && c.broke == nil {
+		if c.err == nil {
 			c.early, c.endedEarly = endedEarly(&c.resp)
-			if c.endedEarly && c.early.status >= fasthttp.StatusInternalServerError {
-				// An abort of the prefill's own making (SGLang before it
-				// raised them), as a streamed one: a failed prefill.
-				c.broke, c.endedEarly = errFailureIn200, false
+			if c.endedEarly && (c.early.status >= fasthttp.StatusInternalServerError || c.early.aborted && c.early.status == 0) {
+				// A failure of the prefill's own (a 5xx, as SGLang answered
+				// before it raised them), or an abort without a status: a
+				// prefill shutting down ends what it holds so, and pdlb
+				// sends no /abort_request of its own but to a call it has
+				// given up. A failed prefill, whose request another may
+				// serve; a 4xx is the request's.
+				c.broke = errFailureIn200
 			}
 		}
 	} else if !c.x.single {
@@ -524,6 +528,9 @@ func (x *exchange) respond(ctx *fasthttp.RequestCtx) {
 			x.scratch = mergeAnswers(x.scratch[:0], p.resp.Body(), body)
 			body = x.scratch
 		}
+		if d.resp.StatusCode() >= fasthttp.StatusInternalServerError {
+			x.s.errorsByReason[reasonBackendFailed].Inc() // the decode's failure, passed on
+		}
 		ctx.SetStatusCode(d.resp.StatusCode())
 		ctx.Response.Header.SetContentTypeBytes(d.resp.Header.ContentType())
 		ctx.SetBody(body)
@@ -580,6 +587,9 @@ func (x *exchange) respondFailed(ctx *fasthttp.RequestCtx, c *call) {
 		return
 	}
 	if c.err == nil {
+		if c.resp.StatusCode() >= fasthttp.StatusInternalServerError || c.broke != nil {
+			x.s.errorsByReason[reasonBackendFailed].Inc() // the worker's failure, passed on
+		}
 		ctx.SetStatusCode(c.resp.StatusCode())
 		ctx.Response.Header.SetContentTypeBytes(c.resp.Header.ContentType())
 		ctx.SetBody(c.resp.Body())

@@ -666,3 +666,25 @@ func TestKVTransferFailureRereadsThePrefill(t *testing.T) {
 		t.Fatalf("got %d %s", r.status, r.body)
 	}
 }
+
+// A prefill shut down while it holds requests ends them with an abort that
+// has no status, in a 200 (as SGLang answers an /abort_request, and the
+// fake does when SIGTERM stops it): that is the prefill's failure, and the
+// request goes to another one. It went to the client as its answer.
+func TestPrefillShutDownMidRequestIsRetriedElsewhere(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	h.backend("prefill-1:30000", jsonBackend(`{"text":"","meta_info":{"finish_reason":{"type":"abort","message":"Aborted by AbortReq.","status_code":null}}}`))
+	cfg := defaultConfig()
+	cfg.Prefill = []PrefillSpec{{URL: "http://prefill-1:30000", BootstrapPort: 8999}, cfg.Prefill[0]}
+	cfg.PrefillPolicy = PolicyRoundRobin // the first attempt goes to prefill-1
+	h.start(cfg)
+	h.waitFirstReads()
+	r := h.post("/generate", `{"text": "a"}`)
+	if r.status != fasthttp.StatusOK || gjson.GetBytes(r.body, "meta_info.finish_reason.type").String() == "abort" {
+		t.Fatalf("got %d %s; want the other prefill's pair's answer", r.status, r.body)
+	}
+	if got := h.metric("pdlb_retries_total"); got != "1" {
+		t.Fatalf("got pdlb_retries_total %q; want 1", got)
+	}
+}

@@ -201,6 +201,10 @@ type earlyEnd struct {
 	item    int    // the batch item it ended, by its index or position
 	status  int    // the status it gives, 0 if none
 	message string // what it says, "" if nothing
+	// aborted is set for an abort (not an error event): one without a
+	// status is how a prefill ends what it holds when told to, by
+	// /abort_request or by its own shutdown.
+	aborted bool
 }
 
 // endedEarly reports whether a prefill's 200 answer says its request ended
@@ -253,10 +257,10 @@ func aborted(answer gjson.Result, item int) (earlyEnd, bool) {
 		if i := answer.Get("index"); i.Exists() {
 			item = int(i.Int())
 		}
-		return earlyEnd{item: item, status: int(fr.Get("status_code").Int()), message: fr.Get("message").String()}, true
+		return earlyEnd{item: item, status: int(fr.Get("status_code").Int()), message: fr.Get("message").String(), aborted: true}, true
 	}
 	if c := answer.Get(`choices.#(finish_reason=="abort")`); c.Exists() {
-		return earlyEnd{item: int(c.Get("index").Int())}, true
+		return earlyEnd{item: int(c.Get("index").Int()), aborted: true}, true
 	}
 	return earlyEnd{}, false
 }

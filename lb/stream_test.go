@@ -791,21 +791,26 @@ func TestPrefillStreamingAFailure(t *testing.T) {
 }
 
 // A prefill that answers 200 but ended its request without handing the KV
-// cache over (an abort, or an error the request caused) has the decode
-// cancelled at once, and the client gets the prefill's answer, not
-// retried: the decode would wait for the cache until its own timeout.
+// cache over has the decode cancelled at once: the decode would wait for
+// the cache until its own timeout. An error event or an abort with a 4xx
+// is the request's own failure: the client gets the prefill's answer, not
+// retried. An abort without a status (an /abort_request, a prefill shutting
+// down) is the prefill's, tried again as a 5xx is; out of retries, the
+// client gets it.
 func TestPrefillEndedEarly(t *testing.T) {
 	abort := `{"text":"","meta_info":{"finish_reason":{"type":"abort","message":"Aborted by AbortReq.","status_code":null}}}`
 	for _, tc := range []struct {
 		name, body string
 		prefill    fasthttp.RequestHandler
 		want       string
+		attempts   int32
 	}{
-		{"abort", `{"text": "a"}`, jsonBackend(abort), abort},
-		{"streamed error", `{"text": "a", "stream": true}`, sseBackend(`data: {"error":{"message":"bad"}}`+"\n\n", "data: [DONE]\n\n"), `data: {"error":{"message":"bad"}}`},
-		{"streamed 400 abort", `{"text": "a", "stream": true}`, sseBackend(`data: {"text":"","meta_info":{"finish_reason":{"type":"abort","message":"too long","status_code":400}}}`+"\n\n", "data: [DONE]\n\n"), `"too long"`},
-		{"OpenAI abort", `{"prompt": "a"}`, jsonBackend(`{"object":"text_completion","choices":[{"index":0,"text":"","finish_reason":"abort"}]}`), `"finish_reason":"abort"`},
-		{"OpenAI streamed abort", `{"prompt": "a", "stream": true}`, sseBackend(`data: {"choices":[{"index":0,"text":"","finish_reason":"abort"}]}`+"\n\n", "data: [DONE]\n\n"), `"finish_reason":"abort"`},
+		{"abort", `{"text": "a"}`, jsonBackend(abort), abort, 3},
+		{"400 abort", `{"text": "a"}`, jsonBackend(strings.Replace(abort, "null", "400", 1)), `"status_code":400`, 1},
+		{"streamed error", `{"text": "a", "stream": true}`, sseBackend(`data: {"error":{"message":"bad"}}`+"\n\n", "data: [DONE]\n\n"), `data: {"error":{"message":"bad"}}`, 1},
+		{"streamed 400 abort", `{"text": "a", "stream": true}`, sseBackend(`data: {"text":"","meta_info":{"finish_reason":{"type":"abort","message":"too long","status_code":400}}}`+"\n\n", "data: [DONE]\n\n"), `"too long"`, 1},
+		{"OpenAI abort", `{"prompt": "a"}`, jsonBackend(`{"object":"text_completion","choices":[{"index":0,"text":"","finish_reason":"abort"}]}`), `"finish_reason":"abort"`, 3},
+		{"OpenAI streamed abort", `{"prompt": "a", "stream": true}`, sseBackend(`data: {"choices":[{"index":0,"text":"","finish_reason":"abort"}]}`+"\n\n", "data: [DONE]\n\n"), `"finish_reason":"abort"`, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
@@ -832,8 +837,8 @@ func TestPrefillEndedEarly(t *testing.T) {
 			if r.status != fasthttp.StatusOK || !strings.Contains(string(r.body), tc.want) {
 				t.Fatalf("got %d %s; want the prefill's answer", r.status, r.body)
 			}
-			if n := prefills.Load(); n != 1 {
-				t.Fatalf("the prefill got %d attempts; want 1, the request's own failure", n)
+			if n := prefills.Load(); n != tc.attempts {
+				t.Fatalf("the prefill got %d attempts; want %d", n, tc.attempts)
 			}
 			waitIdle(t, srv)
 		})
@@ -935,6 +940,10 @@ func TestPrefillAbortWith5xxIsRetried(t *testing.T) {
 	}
 	if n := prefills.Load(); n != 3 {
 		t.Fatalf("the prefill got %d attempts; want 3, the retries included", n)
+	}
+	// The worker's failure passed on is counted as one.
+	if got := h.metric(`pdlb_request_errors_total{reason="backend_failed"}`); got != "1" {
+		t.Fatalf("got %q backend_failed; want 1", got)
 	}
 	waitIdle(t, srv)
 }
