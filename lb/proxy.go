@@ -369,19 +369,9 @@ func (c *call) end() {
 	}
 	if c == &c.x.prefill {
 		c.x.plan.release()
-		if c.err == nil && c.x.decode.stream {
-			c.broke = streamedFailure(&c.resp)
-		}
 		if c.err == nil {
-			c.early, c.endedEarly = endedEarly(&c.resp)
-			if c.endedEarly && (c.early.status >= fasthttp.StatusInternalServerError || c.early.aborted && c.early.status == 0) {
-				// A failure of the prefill's own (a 5xx, as SGLang answered
-				// before it raised them), or an abort without a status: a
-				// prefill shutting down ends what it holds so, and pdlb
-				// sends no /abort_request of its own but to a call it has
-				// given up. A failed prefill, whose request another may
-				// serve; a 4xx is the request's.
-				c.broke = errFailureIn200
+			if c.early, c.endedEarly = endedEarly(&c.resp); c.endedEarly && c.early.prefillFailed() {
+				c.broke = errFailureIn200 // another prefill may serve the request
 			}
 		}
 	} else if !c.x.single {

@@ -178,23 +178,6 @@ func isFailureEvent(ev []byte) bool {
 	return fr.Get("type").String() == "abort" && fr.Get("status_code").Int() >= fasthttp.StatusInternalServerError
 }
 
-// streamedFailure returns, for a stream's prefill, the failure it streamed
-// in a 200 answer instead of its token, nil if none. SGLang streams some
-// failures so; left unseen, the decode would wait for a KV cache that never
-// comes, up to its own timeout (mini_lb's hang).
-func streamedFailure(resp *fasthttp.Response) error {
-	if resp.StatusCode() != fasthttp.StatusOK || !isEventStream(resp.Header.ContentType()) {
-		return nil
-	}
-	for events := resp.Body(); len(events) > 0; {
-		var ev []byte
-		if ev, events = cutEvent(events); isFailureEvent(ev) {
-			return errFailureIn200
-		}
-	}
-	return nil
-}
-
 // earlyEnd is how a prefill's 200 answer says its request ended without its
 // KV cache being handed over (endedEarly).
 type earlyEnd struct {
@@ -205,14 +188,29 @@ type earlyEnd struct {
 	// status is how a prefill ends what it holds when told to, by
 	// /abort_request or by its own shutdown.
 	aborted bool
+	// failed is set when one of a stream's events, this one or a later, is
+	// a failure of the prefill's own (isFailureEvent).
+	failed bool
+}
+
+// prefillFailed reports whether the early end is the prefill's failure,
+// which another prefill may not repeat, rather than the request's (a 4xx
+// abort, an error event): a 5xx, a failure event, or an abort without a
+// status, as a prefill shutting down ends what it holds (pdlb sends no
+// /abort_request of its own but to a call it has given up).
+func (e earlyEnd) prefillFailed() bool {
+	return e.failed || e.status >= fasthttp.StatusInternalServerError || e.aborted && e.status == 0
 }
 
 // endedEarly reports whether a prefill's 200 answer says its request ended
 // without its KV cache being handed over, and how: a streamed error or
-// abort event of any status (the 5xx ones are streamedFailure's), or a JSON
-// answer, or a batch item, that an abort finished (an /abort_request, a
-// limit of the prefill's own), in the /generate shape or the OpenAI one.
-// The fake servers answer an aborted request so, as SGLang does.
+// abort event of any status, or a JSON answer, or a batch item, that an
+// abort finished (an /abort_request, a limit of the prefill's own), in the
+// /generate shape or the OpenAI one. The first such end is the one it
+// describes; a stream is read to its end for failure events. SGLang
+// streams some failures so, and the fake servers answer an aborted request
+// so, as SGLang does; left unseen, the decode would wait for a KV cache
+// that never comes, up to its own timeout (mini_lb's hang).
 func endedEarly(resp *fasthttp.Response) (earlyEnd, bool) {
 	body := resp.Body()
 	if resp.StatusCode() != fasthttp.StatusOK ||
@@ -220,22 +218,25 @@ func endedEarly(resp *fasthttp.Response) (earlyEnd, bool) {
 		return earlyEnd{}, false // the usual answer, told at the cost of two scans
 	}
 	if isEventStream(resp.Header.ContentType()) {
+		var first earlyEnd
+		ended, failed := false, false
 		for events := body; len(events) > 0; {
 			var ev []byte
 			ev, events = cutEvent(events)
+			failed = failed || isFailureEvent(ev)
 			data, _, ok := eventData(ev)
-			if !ok {
+			if ended || !ok {
 				continue
 			}
 			event := gjson.ParseBytes(data)
 			if e := event.Get("error"); e.IsObject() || e.Type == gjson.String {
-				return earlyEnd{item: int(event.Get("index").Int()), status: int(e.Get("code").Int()), message: e.Get("message").String()}, true
-			}
-			if end, ok := aborted(event, 0); ok {
-				return end, true
+				first, ended = earlyEnd{item: int(event.Get("index").Int()), status: int(e.Get("code").Int()), message: e.Get("message").String()}, true
+			} else {
+				first, ended = aborted(event, 0)
 			}
 		}
-		return earlyEnd{}, false
+		first.failed = failed
+		return first, ended || failed
 	}
 	answer := gjson.ParseBytes(body)
 	if answer.IsArray() {
@@ -266,7 +267,7 @@ func aborted(answer gjson.Result, item int) (earlyEnd, bool) {
 }
 
 // errFailureIn200 marks a prefill whose 200 answer holds a failure of its
-// own (a 5xx) instead of its token: streamed, or a non-stream abort.
+// own instead of its token (earlyEnd.prefillFailed).
 var errFailureIn200 = errors.New("it answered 200 with a failure instead of its token")
 
 // retryFirstEvent says whether a stream whose first event is a failure is
