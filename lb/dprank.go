@@ -85,7 +85,7 @@ func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadli
 	// alone, was enough for it before, and is for one item.
 	hintRouted := false
 	if !hinted && !wantsPolicy && info.RoutedDPRank.Set && st.Ready && st.Info.DPSize > 1 && s.warm != nil {
-		hintRouted = s.warm.warmOrWarming(s.warm.pair(p, d))
+		hintRouted = s.warm.warmSoon(s.warm.pair(p, d))
 	}
 	if (hinted || wantsPolicy) && s.warm != nil {
 		pr := s.warm.pair(p, d)

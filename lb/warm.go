@@ -99,23 +99,17 @@ func (w *warmer) isWarm(pr *pair) bool {
 }
 
 // failing reports whether pr is cold, its last warm-up failed, and none
-// runs now. It starts one in the background if one is due (retryDue).
+// ran when asked. A warm-up that is due starts in the background (warmSoon).
 func (w *warmer) failing(pr *pair) bool {
-	if w.isWarm(pr) {
-		return false
-	}
 	pr.mu.Lock()
 	failed := pr.running == nil && pr.lastErr != nil
 	pr.mu.Unlock()
-	if failed && w.retryDue(pr) {
-		w.start(pr)
-	}
-	return failed
+	return !w.warmSoon(pr) && failed
 }
 
-// warmOrWarming reports whether pr is warm. A cold pair is warmed in the
+// warmSoon reports whether pr is warm. A cold pair is warmed in the
 // background if a warm-up is due (retryDue); nothing waits for it.
-func (w *warmer) warmOrWarming(pr *pair) bool {
+func (w *warmer) warmSoon(pr *pair) bool {
 	if w.isWarm(pr) {
 		return true
 	}
@@ -224,11 +218,8 @@ func (w *warmer) keepWarm(interval time.Duration, done <-chan struct{}) {
 		}
 		for _, row := range w.pairs {
 			for _, pr := range row {
-				if w.isWarm(pr) || !w.s.registry.State(pr.p.index).Ready || !pr.p.available() || !pr.d.available() {
-					continue
-				}
-				if w.retryDue(pr) {
-					w.start(pr)
+				if w.s.registry.State(pr.p.index).Ready && pr.p.available() && pr.d.available() {
+					w.warmSoon(pr)
 				}
 			}
 		}
