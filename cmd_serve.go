@@ -326,9 +326,9 @@ func serveAdmin(srv *lb.Server, addr string, pprof bool, log zerolog.Logger) err
 
 // serveUntilSignal serves until the first of sigs, then drains for grace.
 // Another signal during the drain ends it at once: an operator's second
-// Ctrl-C or TERM means now (but see sameSignalWindow). It returns the exit status: 0 when every
-// request finished, 1 when some were cut, at the grace period's end or by
-// the second signal.
+// Ctrl-C or TERM means now (but see sameSignalWindow). It returns the exit
+// status: 0 when every request finished, 1 when some were cut, at the grace
+// period's end or by the second signal.
 func serveUntilSignal(srv *lb.Server, ln net.Listener, grace time.Duration, sigs <-chan os.Signal, log zerolog.Logger) (int, error) {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
