@@ -73,7 +73,14 @@ type watchConn struct {
 }
 
 // Read returns the byte a watch read ahead, if any, before reading on.
+// Once the server has closed the connection it reads nothing more, as a
+// closed socket does: fasthttputil's pipe would still hand over what the
+// peer sent before the close, and the server would then serve a request
+// it can no longer answer, which a worker never does.
 func (c *watchConn) Read(p []byte) (int, error) {
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
 	c.mu.Lock()
 	if c.watched {
 		c.mu.Unlock()
