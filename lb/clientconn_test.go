@@ -342,6 +342,8 @@ func TestServerReadsRequestsOverTCP(t *testing.T) {
 // A client that stops reading a non-stream answer is let go after
 // ClientWriteTimeout, as one that stops reading a stream is: pdlb's
 // writes fill the sockets, then the write deadline ends the connection.
+// The request is accounted once its answer is cut off, as a 499
+// (client_gone), not as the 200 it was when the answer was ready.
 func TestClientNotReadingAnAnswerIsLetGo(t *testing.T) {
 	h := newHarness(t)
 	// Larger than what the sockets between pdlb and the client can hold
@@ -357,7 +359,8 @@ func TestClientNotReadingAnAnswerIsLetGo(t *testing.T) {
 	})
 	cfg := defaultConfig()
 	cfg.ClientWriteTimeout = 200 * time.Millisecond
-	addr := h.serveTCP(h.start(cfg))
+	srv := h.start(cfg)
+	addr := h.serveTCP(srv)
 	// A small receive buffer, set before connecting so that the window is
 	// small from the start (set later, the sender waits for the window it
 	// first saw to open again, and stalls).
@@ -385,6 +388,24 @@ func TestClientNotReadingAnAnswerIsLetGo(t *testing.T) {
 	got, err := io.Copy(io.Discard, conn)
 	if got >= int64(len(answer)) || isTimeout(err) {
 		t.Fatalf("the client read %d bytes of the %d-byte answer (%v): pdlb did not give up", got, len(answer), err)
+	}
+	waitIdle(t, srv)
+	for name, want := range map[string]string{
+		`pdlb_requests_total{route="/generate",code="499"}`: "1",
+		`pdlb_requests_total{route="/generate",code="200"}`: "",
+		`pdlb_request_errors_total{reason="client_gone"}`:   "1",
+	} {
+		if got := h.metric(name); got != want {
+			t.Fatalf("got %s %q; want %q", name, got, want)
+		}
+	}
+	// The same answer, read at once, is a 200.
+	if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK || string(r.body) != answer {
+		t.Fatalf("got %d and %d bytes; want 200 and the %d-byte answer", r.status, len(r.body), len(answer))
+	}
+	waitIdle(t, srv)
+	if got := h.metric(`pdlb_requests_total{route="/generate",code="200"}`); got != "1" {
+		t.Fatalf("got %q requests counted 200; want 1", got)
 	}
 }
 

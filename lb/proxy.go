@@ -77,6 +77,9 @@ type exchange struct {
 	watcher watcher
 	// scratch holds a merged or buffered answer.
 	scratch []byte
+	// answer writes a large non-stream answer, so that the request is
+	// accounted once it is out (answerBody).
+	answer answerBody
 }
 
 // call is one leg of an exchange: a request to one backend. Its peer is the
@@ -135,6 +138,7 @@ func newExchange(s *Server) *exchange {
 	}
 	x.runPrefill = x.prefill.run
 	x.relay.x = x
+	x.answer.x = x
 	x.watcher.init(x.clientLeft, s.cfg.Now)
 	return x
 }
@@ -488,9 +492,10 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	if x.merge {
 		x.waitPrefill()
 	}
-	x.respond(ctx)
-	x.finish(ctx.Response.StatusCode())
-	x.unref()
+	if !x.respond(ctx) {
+		x.finish(ctx.Response.StatusCode())
+		x.unref()
+	}
 	return outcome{}
 }
 
@@ -502,15 +507,16 @@ func (x *exchange) coldPair(failure []byte) bool {
 }
 
 // respond writes the decode's answer, or the error that explains why there
-// is none.
-func (x *exchange) respond(ctx *fasthttp.RequestCtx) {
+// is none. It reports whether the answer's body accounts the request and
+// lets go of x once it is written (answerBody); else the caller does.
+func (x *exchange) respond(ctx *fasthttp.RequestCtx) (deferred bool) {
 	d, p := &x.decode, &x.prefill
 	if d.err == nil && d.resp.StatusCode() == fasthttp.StatusBadRequest && bytes.Contains(d.resp.Body(), noRoomMarker) {
 		if x.local {
 			x.s.localPrefillUnsupported(d.backend)
 		}
 		x.refuseNoRoom(ctx)
-		return
+		return false
 	}
 	if d.err == nil {
 		body := d.resp.Body()
@@ -523,10 +529,56 @@ func (x *exchange) respond(ctx *fasthttp.RequestCtx) {
 		}
 		ctx.SetStatusCode(d.resp.StatusCode())
 		ctx.Response.Header.SetContentTypeBytes(d.resp.Header.ContentType())
+		if len(body) > largeAnswer {
+			x.answer.Reset(body)
+			x.answer.status = d.resp.StatusCode()
+			ctx.Response.SetBodyStream(&x.answer, len(body))
+			if cc, ok := ctx.Conn().(*clientConn); ok {
+				cc.holdLargeAnswer() // as handle does for a body set whole
+			}
+			return true
+		}
 		ctx.SetBody(body)
-		return
+		return false
 	}
 	x.respondFailed(ctx, x.culprit())
+	return false
+}
+
+// largeAnswer is the size above which a non-stream answer may not fit in
+// the socket's buffers at once, so a client that does not read it can
+// leave it half written, when the client write timeout ends its
+// connection. Smaller answers are accounted as written when the handler
+// returns.
+const largeAnswer = 16 << 10
+
+// answerBody is the body of a large non-stream answer. fasthttp calls
+// CloseWithError once it has written the answer or failed to; the request
+// is accounted then, as a stream is, so that an answer cut off is a 499
+// (client_gone), not a 200. The exchange, which holds the bytes, is let go
+// then too. The last few KiB may still sit in fasthttp's buffer at that
+// point: an answer cut off there counts as written.
+type answerBody struct {
+	x *exchange
+	bytes.Reader
+	status int
+}
+
+func (a *answerBody) CloseWithError(err error) error {
+	x := a.x
+	if a.status == 0 {
+		return nil // closed already
+	}
+	status := a.status
+	if err != nil || a.Len() > 0 { // cut off, or never written
+		status = statusClientGone
+		x.s.errorsByReason[reasonClientGone].Inc()
+	}
+	a.status = 0
+	a.Reset(nil)
+	x.finish(status)
+	x.unref()
+	return nil
 }
 
 // refuseNoRoom answers for a decode that refused a request for lacking a

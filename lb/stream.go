@@ -70,9 +70,10 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 			x.unref()
 			return out
 		}
-		x.respond(ctx)
-		x.finish(ctx.Response.StatusCode())
-		x.unref()
+		if !x.respond(ctx) {
+			x.finish(ctx.Response.StatusCode())
+			x.unref()
+		}
 		return outcome{}
 	}
 	if d.resp.StatusCode() != fasthttp.StatusOK || !isEventStream(d.resp.Header.ContentType()) {
