@@ -113,3 +113,35 @@ func TestWorkerRefusingPDLBsKey(t *testing.T) {
 		t.Fatalf("/flush_cache: got %d %s; want a 502, not the workers' 401 passed on", r.status, r.body)
 	}
 }
+
+// Without a key of its own, pdlb forwards the client's Authorization header
+// to workers behind a key, on the info and control routes as on the
+// generate routes: a client with the key gets their answers, and one
+// without gets the workers' refusal, not a 502 blaming a gateway.
+func TestClientKeyReachesWorkersOnControlRoutes(t *testing.T) {
+	h := newHarness(t)
+	const key = "k-41"
+	p, d := h.pair(fake.Config{APIKey: key}, fake.Config{APIKey: key})
+	h.start(defaultConfig())
+	for _, c := range []struct {
+		method, path string
+		want         int // without the key
+	}{
+		{"GET", "/v1/models", fasthttp.StatusUnauthorized},
+		{"GET", "/get_model_info", fasthttp.StatusUnauthorized},
+		{"GET", "/get_server_info", fasthttp.StatusOK}, // a report of each worker's answer
+		{"POST", "/flush_cache", fasthttp.StatusUnauthorized},
+	} {
+		r := h.do(c.method, c.path, "", "Authorization", "Bearer "+key)
+		if r.status != fasthttp.StatusOK || strings.Contains(string(r.body), "401") {
+			t.Errorf("%s %s with the key: got %d %s; want 200 from the workers", c.method, c.path, r.status, r.body)
+		}
+		r = h.do(c.method, c.path, "")
+		if r.status != c.want || !strings.Contains(string(r.body), "401") && !strings.Contains(string(r.body), "nauthorized") {
+			t.Errorf("%s %s without the key: got %d %s; want %d and the workers' refusal", c.method, c.path, r.status, r.body, c.want)
+		}
+	}
+	if pu, du := p.Stats().Unauthorized, d.Stats().Unauthorized; pu == 0 || du == 0 {
+		t.Fatalf("the workers refused %d and %d calls; the calls without the key reached neither", pu, du)
+	}
+}

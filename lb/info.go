@@ -62,26 +62,46 @@ type answer struct {
 
 func (a *answer) ok() bool { return a.err == nil && a.status == fasthttp.StatusOK }
 
+// clientRefused reports whether the worker refused the client's
+// credentials: a 401 or 403 to a call that carried the client's
+// Authorization header, or none, rather than pdlb's key.
+func (a *answer) clientRefused() bool {
+	return a.err == nil && (a.status == fasthttp.StatusUnauthorized || a.status == fasthttp.StatusForbidden) &&
+		a.backend.authorization == nil
+}
+
+// clientAuthorization is the client's Authorization header, nil if none.
+func clientAuthorization(ctx *fasthttp.RequestCtx) []byte {
+	return ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+}
+
 // fanOut sends method uri to each backend at once and returns their answers
 // in the same order.
-func fanOut(backends []*Backend, method, uri string, timeout time.Duration) []answer {
+func fanOut(backends []*Backend, method, uri string, timeout time.Duration, clientAuth []byte) []answer {
 	answers := make([]answer, len(backends))
 	var wg sync.WaitGroup
 	for i, b := range backends {
-		wg.Go(func() { answers[i] = b.get(method, uri, timeout) })
+		wg.Go(func() { answers[i] = b.get(method, uri, timeout, clientAuth) })
 	}
 	wg.Wait()
 	return answers
 }
 
-// get performs one control call on b.
-func (b *Backend) get(method, uri string, timeout time.Duration) answer {
+// get performs one control call on b. It carries pdlb's key for b, if
+// there is one (--api-key), else clientAuth: the Authorization header of
+// the client the call is made for, nil for pdlb's own calls. A worker
+// behind a key then answers a client that has it, as on the generate
+// routes, which forward the client's headers.
+func (b *Backend) get(method, uri string, timeout time.Duration, clientAuth []byte) answer {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(method)
 	b.setURI(req, []byte(uri))
 	req.Header.SetHost(b.addr)
+	if b.authorization == nil && len(clientAuth) > 0 {
+		req.Header.SetBytesV(fasthttp.HeaderAuthorization, clientAuth)
+	}
 	b.authorize(&req.Header)
 	a := answer{backend: b}
 	deadline := time.Now().Add(timeout)
@@ -122,7 +142,7 @@ func (s *Server) allBackends() []*Backend {
 // /flush_cache answers 400 while requests run) have pdlb answer it too: the
 // workers refused, and no gateway failed.
 func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, method, uri string, timeout time.Duration, failStatus int, passRefusal bool) {
-	answers := fanOut(s.allBackends(), method, uri, timeout)
+	answers := fanOut(s.allBackends(), method, uri, timeout, clientAuthorization(ctx))
 	report := make([]backendStatus, len(answers))
 	failed := 0
 	refusal := 0 // the 4xx every failed worker answered, if they agree
@@ -200,7 +220,7 @@ func (s *Server) serveFlushCache(ctx *fasthttp.RequestCtx) {
 // internal_states concatenated, and each worker's own answer. A worker that
 // cannot answer appears as {"url", "error"} in its list.
 func (s *Server) serveServerInfo(ctx *fasthttp.RequestCtx) {
-	answers := fanOut(s.allBackends(), fasthttp.MethodGet, "/server_info", controlTimeout)
+	answers := fanOut(s.allBackends(), fasthttp.MethodGet, "/server_info", controlTimeout, clientAuthorization(ctx))
 	np, nd := len(s.prefills.backends), len(s.decodes.backends)
 	prefills, decodes, fallbacks := answers[:np], answers[np:np+nd], answers[np+nd:]
 	var states []byte
@@ -257,11 +277,19 @@ func appendInfoList(dst []byte, answers []answer) []byte {
 func (s *Server) proxyFromPrefill(ctx *fasthttp.RequestCtx, uri string) {
 	var last answer
 	for _, b := range s.prefills.backends {
-		if last = b.get(fasthttp.MethodGet, uri, controlTimeout); last.ok() {
+		if last = b.get(fasthttp.MethodGet, uri, controlTimeout, clientAuthorization(ctx)); last.ok() {
 			ctx.SetContentType("application/json")
 			ctx.SetBody(last.body)
 			return
 		}
+	}
+	if last.clientRefused() {
+		// The client's own key (or none) was refused: its answer, as a
+		// worker's 4xx on the generate routes.
+		ctx.SetStatusCode(last.status)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(last.body)
+		return
 	}
 	msg := "no prefill backend answered " + uri + "; last: " + last.backend.url
 	if last.err != nil {
