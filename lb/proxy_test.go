@@ -570,6 +570,28 @@ func TestRedactQuoted(t *testing.T) {
 	}
 }
 
+// A compressed body is refused by name (415), before any worker sees it:
+// neither pdlb nor SGLang's workers decode it, and the JSON error would
+// not say why. "identity" is no encoding.
+func TestCompressedBodyIsRefused(t *testing.T) {
+	h := newHarness(t)
+	p, d := h.pair(fake.Config{}, fake.Config{})
+	h.start(defaultConfig())
+	for _, route := range []string{"/generate", "/v1/completions"} {
+		r := h.post(route, "\x1f\x8b\x08\x00", "Content-Encoding", "gzip")
+		if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != fasthttp.StatusUnsupportedMediaType ||
+			!strings.Contains(msg, `Content-Encoding "gzip"`) {
+			t.Fatalf("%s: got %d %s; want a 415 naming the encoding", route, r.status, r.body)
+		}
+	}
+	if p.Stats().Generate+d.Stats().Generate != 0 {
+		t.Fatal("a worker got a compressed body")
+	}
+	if r := h.post("/generate", `{"text": "a"}`, "Content-Encoding", "Identity"); r.status != fasthttp.StatusOK {
+		t.Fatalf("identity: got %d %s", r.status, r.body)
+	}
+}
+
 // Python clients write float("-inf") as -Infinity, and SGLang's workers
 // read it (json.loads): pdlb passes such a body on, as mini_lb does.
 func TestBodyWithPythonNumbers(t *testing.T) {

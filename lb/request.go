@@ -79,6 +79,14 @@ func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []
 	// Windows tools write them. So does pdlb; the workers get the body
 	// without it.
 	q.body = bytes.TrimPrefix(ctx.PostBody(), utf8BOM)
+	if enc := ctx.Request.Header.ContentEncoding(); len(enc) > 0 && !bytes.EqualFold(enc, identity) {
+		// pdlb reads the body to route it, and SGLang's workers would not
+		// decode it either: a compressed body is refused by name, not as
+		// JSON that does not parse.
+		s.answerError(&q, &answerError{fasthttp.StatusUnsupportedMediaType, reasonInvalidRequest,
+			"Content-Encoding " + strconv.Quote(string(enc)) + " is not supported: send the body uncompressed"})
+		return
+	}
 	var err error
 	if q.info, err = bootstrap.Parse(q.body); err == nil {
 		err = applyDPRankHeader(&q)
@@ -103,7 +111,10 @@ func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []
 	}
 }
 
-var utf8BOM = []byte("\xef\xbb\xbf")
+var (
+	utf8BOM  = []byte("\xef\xbb\xbf")
+	identity = []byte("identity")
+)
 
 // headerDPRank is routed_dp_rank on SGLang's OpenAI routes, taken over the
 // body's (PROTOCOL.md §5). pdlb forwards it, so it plans the request with
