@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -553,6 +554,25 @@ func TestAccessLog(t *testing.T) {
 				t.Fatalf("request %s: got access log line %s; want %+v", id, line, want)
 			}
 		}
+	}
+}
+
+func TestReadErrorMessage(t *testing.T) {
+	for in, want := range map[string]string{
+		`error when reading request headers: unsupported transfer-encoding: "xchunked": buffer size=180, contents: "POST / HTTP/1.1"`: `error when reading request headers: unsupported transfer-encoding: "…"`,
+		`error when reading response headers: forbidden trailer key "Host"`:                                                           `error when reading request trailers: forbidden trailer key "…"`,
+		`cannot parse chunk size`: `cannot parse chunk size`,
+	} {
+		if got := readErrorMessage(errors.New(in)); got != want {
+			t.Errorf("readErrorMessage(%q) = %q; want %q", in, got, want)
+		}
+	}
+	h := newHarness(t)
+	h.start(defaultConfig())
+	status, body := h.sendRaw("POST /generate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n")
+	if msg := gjson.GetBytes(body, "error.message").String(); status != fasthttp.StatusBadRequest ||
+		!strings.Contains(msg, "unsupported transfer-encoding") || strings.Contains(msg, "buffer size") {
+		t.Fatalf("got %d %s; want a 400 naming the transfer-encoding, without fasthttp's buffer", status, body)
 	}
 }
 

@@ -407,7 +407,7 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		status, r = statusClientGone, reasonClientGone
 		msg = "the client closed its connection before sending the whole request"
 	default:
-		msg = "cannot read request: " + redactQuoted(err.Error())
+		msg = "cannot read request: " + readErrorMessage(err)
 	}
 	// A body fasthttp could not read takes the header with it (it resets
 	// the request): such a request's route and request ID are gone, and it
@@ -434,6 +434,19 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	if s.cfg.AccessLog {
 		s.log.Info().Bytes("request_id", requestID).Str("route", path).Int("status", status).Str("error", msg).Msg("request")
 	}
+}
+
+// readErrorMessage is what a client is told of fasthttp's error reading its
+// request: without the quoted values (redactQuoted) and the dump of the
+// read buffer fasthttp appends, and naming a bad trailer as the request's,
+// which fasthttp's message calls a response header.
+func readErrorMessage(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, ": buffer size="); i >= 0 {
+		msg = msg[:i]
+	}
+	msg = strings.Replace(msg, "error when reading response headers", "error when reading request trailers", 1)
+	return redactQuoted(msg)
 }
 
 // redactingLogger is fasthttp's logger: a debug line, with what it quotes
