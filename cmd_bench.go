@@ -31,7 +31,7 @@ type benchCmd struct {
 	Duration time.Duration `help:"Measured time after the warm-up, per target with --compare (default 10s when --requests is 0)." short:"d"`
 	Warmup   time.Duration `help:"Time at the start (of each target's first round with --compare) whose requests are left out of the figures."`
 
-	MaxNewTokens bench.Dist `help:"Output tokens asked for per request: N, or drawn per request from uniform:MIN:MAX, normal:MEAN:SD or lognormal:MEAN:SD (draws rounded, at least 1)." default:"16"`
+	MaxNewTokens bench.Dist `help:"Output tokens asked for per request: N, or drawn per request from uniform:MIN:MAX, normal:MEAN:SD or lognormal:MEAN:SD (N, MAX and MEAN at most 1048576; draws rounded and kept within 1-1048576)." default:"16"`
 	PromptWords  bench.Dist `help:"Prompt length in words, as --max-new-tokens (ignored with --prompts)." default:"32"`
 	Prompts      string     `help:"Send the prompts of this JSON Lines file round robin, verbatim: an object a line with a \"prompt\" string or a \"messages\" list, and optionally \"max_new_tokens\" or \"max_tokens\"." placeholder:"FILE"`
 	Seed         uint64     `help:"Seed for prompt text, drawn sizes and open-loop arrivals." placeholder:"N"`
