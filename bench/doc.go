@@ -42,7 +42,11 @@
 // token when it has text (every /generate chunk; an OpenAI chunk whose
 // choice has non-empty text, content or reasoning_content), and only such
 // events count for TTFT and inter-token latency, so a usage-only final chunk
-// does not add a zero gap. Events/s counts every event but [DONE]. When an
+// does not add a zero gap. An event that says how many tokens it brings
+// (the growth of /generate's meta_info.completion_tokens, or of an OpenAI
+// chunk's usage.completion_tokens) shares its gap among them, one
+// inter-token sample per token, as SGLang's bench_serving does; other
+// events bring one token. Events/s counts every event but [DONE]. When an
 // event carries the sent_unix_nano stamp of the fake servers (bench/fake),
 // its arrival time minus that stamp is its event lag: the delay the path
 // from the server adds (a load balancer's relay included), meaningful only

@@ -91,8 +91,10 @@ type Report struct {
 	// TTFT is the time to the first token event of a stream, or the
 	// latency of a non-stream request.
 	TTFT Summary `json:"ttft"`
-	// ITL summarises the gaps between consecutive token events of
-	// streams; it is empty for non-stream runs.
+	// ITL summarises the inter-token latencies of streams: the gap
+	// between consecutive token events, divided among the new tokens of
+	// the later one where the event says how many it has, one sample per
+	// token (bench_serving's adjust_itl). It is empty for non-stream runs.
 	ITL Summary `json:"itl"`
 	// EventLag summarises, over the events of successful streams that
 	// carry the fake servers' sent_unix_nano stamp, the time from that

@@ -92,7 +92,32 @@ func TestRunRoutes(t *testing.T) {
 			`[DONE]`,
 		},
 		tokens: 4,
-		itl:    2,
+		itl:    3, // the last event's gap, divided between its 2 tokens
+	}, {
+		name:   "generate stream: a count that does not grow",
+		route:  RouteGenerate,
+		stream: true,
+		events: []string{
+			`{"text":" a b","meta_info":{"completion_tokens":2}}`,
+			`{"text":" a b","meta_info":{"completion_tokens":2}}`,
+			`{"text":" a b c d e","meta_info":{"completion_tokens":5}}`,
+			`[DONE]`,
+		},
+		tokens: 5,
+		itl:    3,
+	}, {
+		name:   "chat stream: usage in every chunk",
+		route:  RouteChatCompletions,
+		stream: true,
+		events: []string{
+			`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}],"usage":{"completion_tokens":0}}`,
+			`{"choices":[{"index":0,"delta":{"content":" a"}}],"usage":{"completion_tokens":1}}`,
+			`{"choices":[{"index":0,"delta":{"content":" b c d"}}],"usage":{"completion_tokens":4}}`,
+			`{"choices":[],"usage":{"completion_tokens":4}}`,
+			`[DONE]`,
+		},
+		tokens: 4,
+		itl:    3,
 	}, {
 		name:   "completions stream: final usage chunk",
 		route:  RouteCompletions,
@@ -214,6 +239,45 @@ func TestRunStreamTiming(t *testing.T) {
 	}
 	if rep.ITL.Min > rep.ITL.P50 || rep.ITL.P50 > rep.ITL.P90 || rep.ITL.P90 > rep.ITL.P99 || rep.ITL.P99 > rep.ITL.Max {
 		t.Fatalf("got unordered itl %+v", rep.ITL)
+	}
+}
+
+// TestRunStreamTokensPerEvent streams one token, then three in one event,
+// as SGLang sends what a decode step made at once: the second gap is
+// shared among the three, one sample each, as bench_serving does; it was
+// one sample of the whole gap.
+func TestRunStreamTokensPerEvent(t *testing.T) {
+	const (
+		first = 20 * time.Millisecond // before the first token
+		gap   = 30 * time.Millisecond // before the next three
+	)
+	events := []string{
+		`{"text":" a","meta_info":{"completion_tokens":1}}`,
+		`{"text":" a b c d","meta_info":{"completion_tokens":4}}`,
+		`[DONE]`,
+	}
+	cfg := serve(t, streamHandler(&recorder{}, events, func(i int) {
+		switch i {
+		case 0:
+			pause(first)
+		case 1:
+			pause(gap)
+		}
+	}))
+	cfg.Stream = true
+	cfg.Requests = 1
+	rep := run(t, cfg)
+
+	checkCounts(t, rep, 1, 1)
+	if rep.ITL.Count != 3 || rep.ITL.Min != rep.ITL.Max || rep.OutputTokens != 4 {
+		t.Fatalf("got itl %+v, %d tokens; want 3 equal samples, 4 tokens", rep.ITL, rep.OutputTokens)
+	}
+	// The three samples make up the gap between the events (but the
+	// nanoseconds the division drops), which lies between the first
+	// token and the end, and ends at least first+gap after the start.
+	if shared := 3 * rep.ITL.Max; shared > rep.Latency.Max-rep.TTFT.Max || rep.TTFT.Max+shared+2 < first+gap {
+		t.Fatalf("got ttft %v, 3 samples of %v, latency %v; want the samples to fill the gap between the events",
+			rep.TTFT.Max, rep.ITL.Max, rep.Latency.Max)
 	}
 }
 

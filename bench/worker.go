@@ -229,11 +229,21 @@ func (w *worker) readStream() outcome {
 
 // readEvents reads events up to "data: [DONE]", timing token events and
 // the lag of stamped ones.
+//
+// An event may carry several tokens (SGLang streams what a decode step, or
+// speculative decoding, produced at once). Where the event says how many
+// tokens there are so far (meta_info.completion_tokens on /generate, usage
+// on OpenAI chunks that carry it), the gap since the previous token event
+// is divided among its new tokens, one inter-token sample each, as
+// bench_serving's async_request_sglang_generate does ("adjust_itl"); an
+// event that says nothing counts one token. An event whose count did not
+// grow is skipped, its gap carried on to the next, as there too.
 func (w *worker) readEvents() outcome {
 	var (
 		o           outcome
 		prev        time.Time
 		tokenEvents int
+		seen        int // tokens so far, as the events said or one per event
 		usage       = -1
 	)
 	for {
@@ -273,12 +283,25 @@ func (w *worker) readEvents() outcome {
 		if !hasText {
 			continue
 		}
-		if tokenEvents == 0 {
-			o.first = at
-		} else {
-			w.gaps = append(w.gaps, at.Sub(prev))
+		count := seen + 1
+		if n >= 0 {
+			// A server's count, however wrong, must not make millions
+			// of samples: no request asks for more than maxDraw.
+			count = min(n, maxDraw)
 		}
-		prev = at
+		switch {
+		case tokenEvents == 0:
+			o.first = at
+		case count <= seen:
+			continue
+		default:
+			k := count - seen
+			gap := at.Sub(prev) / time.Duration(k)
+			for range k {
+				w.gaps = append(w.gaps, gap)
+			}
+		}
+		prev, seen = at, count
 		tokenEvents++
 	}
 	o.tokens = tokenEvents
