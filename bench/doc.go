@@ -16,9 +16,10 @@
 // every figure. After it, a request is measured when it starts inside the
 // measured window (Config.Duration, or until Config.Requests have started);
 // the run waits for measured requests to finish, so the last ones are never
-// cut short, and Report.Elapsed runs from the end of the warm-up to the end
-// of the last measured request. Cancelling the context cuts requests in
-// flight and drops them; what finished before is reported.
+// cut short, and Report.Elapsed is the measured time the rates are taken
+// over (its doc says how each loop measures it). Cancelling the context
+// cuts requests in flight and drops them; what finished before is
+// reported.
 //
 // Compare sends the same load to several targets, taking turns in rounds of
 // at most Config.Round (A B A B ...), each round waiting for its requests

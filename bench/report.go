@@ -60,11 +60,16 @@ type Report struct {
 	// Elapsed is the measured time the rates are taken over. In the open
 	// loop it runs from the end of the warm-up to the end of the last
 	// measured request (summed over Compare rounds). In the closed loop
-	// each client is busy from the start of its first measured request to
-	// the end of its last, and Elapsed is the time the clients took for
-	// all measured requests at their combined rate (the sum of each one's
-	// requests over its busy time): about Duration, whatever the warm-up
-	// left in flight.
+	// bounded by Requests, it runs from the start of the first measured
+	// request to the end of the last, whichever clients sent them. In the
+	// closed loop bounded by Duration, each client is busy from the start
+	// of its first measured request to the end of its last, and Elapsed is
+	// the time the clients took for all measured requests at their
+	// combined rate (the sum of each one's requests over its busy time):
+	// about Duration, whatever the warm-up left in flight. That holds only
+	// for clients equally busy, as they are when a window's end stops
+	// them all; a request count stops some while others still have a
+	// request to send.
 	Elapsed time.Duration `json:"-"`
 	// RequestsPerSec is OK per second of Elapsed: failures are not
 	// throughput.

@@ -46,7 +46,7 @@ type runner struct {
 	start        time.Time     // of the current round
 	measureStart time.Time     // end of the round's warm-up
 	measureEnd   time.Time     // zero when only Requests bounds the run
-	elapsed      time.Duration // open loop: the rounds' measured time
+	elapsed      time.Duration // the rounds' measured time, but in a closed loop bounded by Duration
 	window       time.Duration // the measured windows' total length
 	dropped      int           // measured arrivals the open loop could not send
 
@@ -97,9 +97,13 @@ func (r *runner) round(warmup, d time.Duration) {
 	}
 	close(stop)
 	bg.Wait()
-	if r.cfg.openLoop() {
+	switch {
+	case r.cfg.openLoop():
 		r.elapsed += r.roundElapsed()
-	} else {
+	case r.cfg.Requests > 0:
+		r.elapsed += r.roundSpan()
+		r.addBusyTime()
+	default:
 		r.addBusyTime()
 	}
 	if d > 0 {
@@ -150,6 +154,31 @@ func (r *runner) roundElapsed() time.Duration {
 	return last.Sub(r.measureStart)
 }
 
+// roundSpan returns the closed loop's measured time in a round bounded by
+// Requests: from the start of the first measured request of any client to
+// the end of the last (zero if none ended). The clients are then not
+// equally busy: with 9 requests for 8 clients, one sends two in a row
+// while the others wait, and their combined rate (measuredTime) counts
+// the 8 as if they too had gone on. Every worker has stopped.
+func (r *runner) roundSpan() time.Duration {
+	var first, last time.Time
+	for _, w := range r.pool.all {
+		if w.first.IsZero() {
+			continue
+		}
+		if first.IsZero() || w.first.Before(first) {
+			first = w.first
+		}
+		if w.last.After(last) {
+			last = w.last
+		}
+	}
+	if first.IsZero() {
+		return 0
+	}
+	return last.Sub(first)
+}
+
 // addBusyTime adds to each client of the closed loop the time from the
 // start of its first measured request of the round to the end of its last,
 // and clears them for the next round; every worker has stopped.
@@ -170,13 +199,14 @@ func (r *runner) addBusyTime() {
 	}
 }
 
-// measuredTime returns Report.Elapsed: in the open loop the rounds' measured
-// time; in the closed loop, the time the clients took for the measured
-// requests at their combined rate, which is the sum of each client's
-// requests over its busy time. With clients equally busy, that is their
-// busy time.
+// measuredTime returns Report.Elapsed: in the open loop, and in the closed
+// loop bounded by Requests, the rounds' measured time; in the closed loop
+// bounded by Duration, the time the clients took for the measured requests
+// at their combined rate, which is the sum of each client's requests over
+// its busy time. With clients equally busy, as they are until a window's
+// end, that is their busy time.
 func (r *runner) measuredTime() time.Duration {
-	if r.cfg.openLoop() {
+	if r.cfg.openLoop() || r.cfg.Requests > 0 {
 		return r.elapsed
 	}
 	var perSec float64

@@ -482,6 +482,30 @@ func TestInWindow(t *testing.T) {
 	}
 }
 
+// TestRunRequestsElapsed runs 9 requests on 8 clients: one client sends
+// two in a row, so the run takes at least two requests' time. Elapsed was
+// the clients' combined rate, 8 of them at one request per request's time,
+// and claimed about 9/8 of one.
+func TestRunRequestsElapsed(t *testing.T) {
+	const each = 20 * time.Millisecond
+	h := jsonHandler(&recorder{}, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":5}}`)
+	cfg := serve(t, func(ctx *fasthttp.RequestCtx) {
+		pause(each) // the generation time being measured
+		h(ctx)
+	})
+	cfg.Concurrency = 8
+	cfg.Requests = 9
+	rep := run(t, cfg)
+
+	checkCounts(t, rep, 9, 9)
+	if rep.Elapsed < 2*each {
+		t.Fatalf("got elapsed %v; want at least %v, two requests in a row", rep.Elapsed, 2*each)
+	}
+	if s := rep.Elapsed.Seconds(); rep.RequestsPerSec != 9/s || rep.OutputTokensPerSec != 45/s {
+		t.Fatalf("got %v req/s, %v tokens/s; want %v and %v, over elapsed %v", rep.RequestsPerSec, rep.OutputTokensPerSec, 9/s, 45/s, rep.Elapsed)
+	}
+}
+
 // TestMeasuredTime checks the closed loop's Elapsed: the clients' requests
 // over their combined rate, whatever each client's busy time.
 func TestMeasuredTime(t *testing.T) {
