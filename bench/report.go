@@ -57,9 +57,11 @@ type Report struct {
 	// Interrupted is set when the context ended the run early.
 	Interrupted bool `json:"interrupted"`
 
-	// Elapsed is the measured time the rates are taken over. In the open
-	// loop it runs from the end of the warm-up to the end of the last
-	// measured request (summed over Compare rounds). In the closed loop
+	// Elapsed is the measured time the rates are taken over, summed over
+	// Compare rounds. In the open loop it runs from the end of the warm-up
+	// to the end of the window or of the last measured request, whichever
+	// is later (to the last request's end when Requests ended the
+	// arrivals, to the cut when the run was interrupted). In the closed loop
 	// bounded by Requests, it runs from the start of the first measured
 	// request to the end of the last, whichever clients sent them. In the
 	// closed loop bounded by Duration, each client is busy from the start

@@ -48,6 +48,7 @@ type runner struct {
 	measureEnd   time.Time     // zero when only Requests bounds the run
 	elapsed      time.Duration // the rounds' measured time, but in a closed loop bounded by Duration
 	window       time.Duration // the measured windows' total length
+	cutAt        time.Time     // when ctx cut the run; zero while it has not
 	dropped      int           // measured arrivals the open loop could not send
 
 	issued      atomic.Int64  // measured requests started
@@ -108,7 +109,11 @@ func (r *runner) round(warmup, d time.Duration) {
 	}
 	if d > 0 {
 		// All of it, unless the run was interrupted within it.
-		r.window += min(d, max(time.Since(r.measureStart), 0))
+		w := d
+		if !r.cutAt.IsZero() {
+			w = min(d, max(r.cutAt.Sub(r.measureStart), 0))
+		}
+		r.window += w
 	}
 }
 
@@ -136,22 +141,33 @@ func (r *runner) closedLoop() {
 }
 
 // roundElapsed returns the open loop's measured time in the round: from
-// the end of the warm-up to the end of its last measured request (zero if
-// none ended). Arrivals follow their schedule whatever the warm-up's
+// the end of the warm-up to the end of the window or of the last measured
+// request, whichever is later, as SGLang's bench_serving times its run
+// until every request it sent has ended. The last request may end before
+// the window does, and a window that ended there would count arrivals
+// drawn over all of it in part of it. When Requests refused an arrival
+// inside the window, the run ends with its last request; when ctx cut the
+// round, at the cut. Arrivals follow their schedule whatever the warm-up's
 // requests are doing, so the window's start is the measured time's start.
 // It clears the workers' ends for the next round; every worker has stopped.
 func (r *runner) roundElapsed() time.Duration {
-	var last time.Time
+	var end time.Time
 	for _, w := range r.pool.all {
-		if w.last.After(last) {
-			last = w.last
+		if w.last.After(end) {
+			end = w.last
 		}
 		w.first, w.last = time.Time{}, time.Time{}
 	}
-	if !last.After(r.measureStart) {
+	switch {
+	case !r.cutAt.IsZero():
+		end = r.cutAt
+	case !r.measureEnd.IsZero() && !r.countEnded() && r.measureEnd.After(end):
+		end = r.measureEnd
+	}
+	if !end.After(r.measureStart) {
 		return 0
 	}
-	return last.Sub(r.measureStart)
+	return end.Sub(r.measureStart)
 }
 
 // roundSpan returns the closed loop's measured time in a round bounded by
@@ -228,6 +244,7 @@ func (r *runner) measuredTime() time.Duration {
 func (r *runner) cutOnCancel(stop <-chan struct{}) {
 	select {
 	case <-r.ctx.Done():
+		r.cutAt = time.Now()
 		r.interrupted.Store(true)
 		r.t.close()
 	case <-stop:
