@@ -47,7 +47,8 @@
 // (the growth of /generate's meta_info.completion_tokens, or of an OpenAI
 // chunk's usage.completion_tokens) shares its gap among them, one
 // inter-token sample per token, as SGLang's bench_serving does; other
-// events bring one token. Events/s counts every event but [DONE]. When an
+// events bring one token. Events/s counts every event but [DONE] that
+// arrived within the measured window, as Report.EventsPerSec says. When an
 // event carries the sent_unix_nano stamp of the fake servers (bench/fake),
 // its arrival time minus that stamp is its event lag: the delay the path
 // from the server adds (a load balancer's relay included), meaningful only

@@ -81,16 +81,21 @@ type Report struct {
 	OutputTokens int64 `json:"output_tokens"`
 	// OutputTokensPerSec is OutputTokens per second of Elapsed.
 	OutputTokensPerSec float64 `json:"output_tokens_per_s"`
-	// Events is the number of events, [DONE] not included, of successful
-	// streams. EventsPerSec is the rate at which events of successful
-	// streams arrived within the measured windows (Duration, warm-up
-	// excluded), whichever request they belong to; a run bounded by
-	// Requests alone has no window and divides Events by Elapsed. Long
-	// streams make a rate over whole requests unsteady: those of a round's
-	// last turn run past its end with ever fewer left, and where a turn
-	// falls against the end moves the figure by several per cent.
-	Events       int64   `json:"events"`
-	EventsPerSec float64 `json:"events_per_s"`
+	// EventsPerSec is Events over EventWindow, for stream runs. With a
+	// Duration, Events counts the events ([DONE] not included) that
+	// arrived within the measured windows (Duration each, warm-up
+	// excluded, cut short by an interrupt), whichever request they belong
+	// to, but for streams that failed inside a window; EventWindow is the
+	// windows' length. Long streams make a rate over whole requests
+	// unsteady: those of a round's last turn run past its end with ever
+	// fewer left, and where a turn falls against the end moves the figure
+	// by several per cent. A run bounded by Requests alone has no window:
+	// Events counts the events of its successful streams (and of those an
+	// interrupt cut, in the open loop, whose Elapsed runs to the cut), and
+	// EventWindow is Elapsed.
+	Events       int64         `json:"events"`
+	EventWindow  time.Duration `json:"-"`
+	EventsPerSec float64       `json:"events_per_s"`
 
 	// Latency is end to end, from sending the request to the end of the
 	// answer.
@@ -171,8 +176,9 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 	}{s.Count, millis(s.Min), millis(s.Mean), millis(s.P50), millis(s.P90), millis(s.P99), millis(s.Max)})
 }
 
-// MarshalJSON adds Elapsed, Duration, Warmup and Timeout, in seconds to
-// the microsecond, to the tagged fields and rounds rates to three decimals.
+// MarshalJSON adds Elapsed, EventWindow (stream runs), Duration, Warmup
+// and Timeout, in seconds to the microsecond, to the tagged fields and
+// rounds rates to three decimals.
 func (r Report) MarshalJSON() ([]byte, error) {
 	type plain Report // without this method
 	p := plain(r)
@@ -185,7 +191,8 @@ func (r Report) MarshalJSON() ([]byte, error) {
 		WarmupSeconds   float64 `json:"warmup_s"`
 		TimeoutSeconds  float64 `json:"timeout_s"`
 		ElapsedSeconds  float64 `json:"elapsed_s"`
-	}{p, seconds(r.Duration), seconds(r.Warmup), seconds(r.Timeout), seconds(r.Elapsed)})
+		EventWindow     float64 `json:"event_window_s,omitempty"`
+	}{p, seconds(r.Duration), seconds(r.Warmup), seconds(r.Timeout), seconds(r.Elapsed), seconds(r.EventWindow)})
 }
 
 // seconds converts d to seconds, to the microsecond.
@@ -230,7 +237,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "%-12s %.1f req/s, %.1f output tokens/s (%d tokens)\n", "throughput",
 		r.RequestsPerSec, r.OutputTokensPerSec, r.OutputTokens)
 	if r.Stream {
-		fmt.Fprintf(&b, "%-12s %.1f events/s (%d events)\n", "events", r.EventsPerSec, r.Events)
+		fmt.Fprintf(&b, "%-12s %.1f events/s (%d events in %.2f s)\n", "events", r.EventsPerSec, r.Events, r.EventWindow.Seconds())
 	}
 	if r.EventLag.Count > 0 {
 		fmt.Fprintf(&b, "%-12s %s\n", "lag", lagNote)

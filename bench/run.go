@@ -371,13 +371,14 @@ func (r *runner) report() *Report {
 		rep.Requests, rep.Errors[KindDropped] = r.dropped, r.dropped
 	}
 	var latency, ttft, itl, lag []time.Duration
-	var windowEvents int64
+	var windowEvents, cutEvents int64
 	for _, w := range r.pool.all {
 		rep.Requests += w.requests
 		rep.OK += w.ok
 		rep.OutputTokens += w.tokens
 		rep.Events += w.events
 		windowEvents += w.windowEvents
+		cutEvents += w.cutEvents
 		for k, n := range w.errs {
 			rep.Errors[k] += n
 		}
@@ -389,10 +390,22 @@ func (r *runner) report() *Report {
 	if s := rep.Elapsed.Seconds(); s > 0 {
 		rep.RequestsPerSec = float64(rep.OK) / s
 		rep.OutputTokensPerSec = float64(rep.OutputTokens) / s
-		rep.EventsPerSec = float64(rep.Events) / s
 	}
-	if r.window > 0 {
-		rep.EventsPerSec = float64(windowEvents) / r.window.Seconds()
+	if r.cfg.Stream {
+		switch {
+		case r.cfg.Duration > 0:
+			rep.Events, rep.EventWindow = windowEvents, r.window
+		case r.cfg.openLoop() && rep.Interrupted:
+			// Elapsed runs to the cut: the cut streams' events
+			// arrived within it.
+			rep.Events += cutEvents
+			rep.EventWindow = rep.Elapsed
+		default:
+			rep.EventWindow = rep.Elapsed
+		}
+		if s := rep.EventWindow.Seconds(); s > 0 {
+			rep.EventsPerSec = float64(rep.Events) / s
+		}
 	}
 	rep.Latency = summarize(latency)
 	rep.TTFT = summarize(ttft)

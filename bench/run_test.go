@@ -435,29 +435,116 @@ func TestRunProgress(t *testing.T) {
 // TestRunEventRateIsWithinTheWindow streams one event at once and one after
 // the measured window has closed: events/s counts the first alone, over
 // the window, where a rate over whole requests would count both over the
-// time until the stream ended.
+// time until the stream ended. The count shown beside the rate is the one
+// it divides (it was the stream's 2), and a stream that fails after the
+// window's end still delivered its first event within it (it was left
+// out).
 func TestRunEventRateIsWithinTheWindow(t *testing.T) {
 	const (
 		window = 200 * time.Millisecond
 		late   = 350 * time.Millisecond // the second event, well past the window
 	)
-	events := []string{`{"text":" a"}`, `{"text":" a b"}`, `[DONE]`}
+	for _, tc := range []struct {
+		name   string
+		events []string
+		ok     int
+	}{
+		{"a stream that ends well", []string{`{"text":" a"}`, `{"text":" a b"}`, `[DONE]`}, 1},
+		{"a stream that fails after the window", []string{`{"text":" a"}`, `{"error":{"message":"decode lost"}}`, `[DONE]`}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := serve(t, streamHandler(&recorder{}, tc.events, func(i int) {
+				if i == 1 {
+					pause(late)
+				}
+			}))
+			cfg.Stream = true
+			cfg.Duration = window
+			rep := run(t, cfg)
+
+			checkCounts(t, rep, 1, tc.ok)
+			if rep.Events != 1 || rep.EventWindow != window {
+				t.Fatalf("got %d events in %v; want the 1 that arrived in the %v window", rep.Events, rep.EventWindow, window)
+			}
+			if want := 1 / window.Seconds(); rep.EventsPerSec != want {
+				t.Fatalf("got %.2f events/s; want %.2f, the one event that arrived in the %v window", rep.EventsPerSec, want, window)
+			}
+		})
+	}
+}
+
+// TestRunEventRateInterrupted cuts a run while its stream is in flight,
+// once three events have come: they arrived within the measured time,
+// which the cut ends, and count for events/s. They were left out, with the
+// time to the cut counted all the same.
+func TestRunEventRateInterrupted(t *testing.T) {
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	events := []string{`{"text":" a"}`, `{"text":" a b"}`, `{"text":" a b c"}`, `{"text":"!"}`}
 	cfg := serve(t, streamHandler(&recorder{}, events, func(i int) {
-		if i == 1 {
-			pause(late)
+		if i == 3 {
+			<-hang
 		}
 	}))
+	dial := cfg.Dial
 	cfg.Stream = true
-	cfg.Duration = window
-	rep := run(t, cfg)
+	for _, load := range []struct {
+		rate     float64
+		duration time.Duration
+		requests int
+	}{
+		{0, time.Minute, 0},
+		{1000, time.Minute, 0},
+		// No window: the time runs from the start to the cut.
+		{1000, 0, 1000},
+	} {
+		rate := load.rate
+		cfg.Rate, cfg.Duration, cfg.Requests = load.rate, load.duration, load.requests
+		// The third event has been read once a read returns its bytes:
+		// the reader parses what it holds before it reads again. A
+		// channel per run, so the streams of the last one cannot say.
+		third := make(chan struct{}, 1)
+		cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			c, err := dial(ctx, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &watchConn{Conn: c, marker: []byte("a b c"), seen: third}, nil
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := runAsync(t, ctx, cfg)
+		select {
+		case <-third:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the third event never came")
+		}
+		cancel()
+		rep := <-done
+		if !rep.Interrupted || rep.Requests != 0 || rep.Events < 3 || rep.EventWindow <= 0 ||
+			rep.EventsPerSec != float64(rep.Events)/rep.EventWindow.Seconds() {
+			t.Fatalf("rate %v: got %d requests, interrupted %v, %d events in %v, %v events/s; want none, interrupted, at least 3 events, their rate",
+				rate, rep.Requests, rep.Interrupted, rep.Events, rep.EventWindow, rep.EventsPerSec)
+		}
+	}
+}
 
-	checkCounts(t, rep, 1, 1)
-	if rep.Events != 2 {
-		t.Fatalf("got %d events; want the stream's 2", rep.Events)
+// watchConn signals seen, once, when a read returns bytes with marker in
+// them.
+type watchConn struct {
+	net.Conn
+	marker []byte
+	seen   chan<- struct{}
+}
+
+func (c *watchConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if bytes.Contains(p[:n], c.marker) {
+		select {
+		case c.seen <- struct{}{}:
+		default:
+		}
 	}
-	if want := 1 / window.Seconds(); rep.EventsPerSec != want {
-		t.Fatalf("got %.2f events/s; want %.2f, the one event that arrived in the %v window", rep.EventsPerSec, want, window)
-	}
+	return n, err
 }
 
 func TestInWindow(t *testing.T) {

@@ -71,7 +71,8 @@ type tally struct {
 	errs         map[string]int
 	tokens       int64
 	events       int64
-	windowEvents int64 // of successful streams, arrived in a measured window
+	windowEvents int64 // arrived in a measured window, of streams that did not fail in it
+	cutEvents    int64 // of measured streams an interrupt cut
 	latency      []time.Duration
 	ttft         []time.Duration
 	itl          []time.Duration
@@ -91,7 +92,7 @@ type outcome struct {
 	kind   string    // error kind; empty for a success
 	first  time.Time // arrival of the first token event; zero if none
 	tokens int
-	events int // stream events before [DONE]
+	events int // stream events before [DONE], or before the stream failed
 	// inWindow is how many of them arrived in the round's measured window.
 	inWindow int
 }
@@ -137,17 +138,27 @@ func (w *worker) one(measured bool) {
 	start := time.Now()
 	o := w.exchange(start)
 	end := time.Now()
+	cut := w.r.ctx.Err() != nil
+	// Events/s counts what arrived within the window, of every stream
+	// but those that failed inside it: one still in flight at the
+	// window's end, or at the interrupt that ends it, had delivered them
+	// within the measured time, whatever it did afterwards. A run cut
+	// short once counted the time to the cut and the events of finished
+	// streams alone.
+	if o.kind == "" || cut || !end.Before(w.r.measureEnd) {
+		w.windowEvents += int64(o.inWindow)
+	}
 	switch {
-	case w.r.ctx.Err() != nil:
-		// Cut short, or racing the cut: not a figure.
-		return
+	case cut:
+		// Cut short, or racing the cut: not a figure, but for the events
+		// it delivered (Report.Events).
+		if measured {
+			w.cutEvents += int64(o.events)
+		}
 	case !measured:
 		w.r.warm.Add(1)
 	default:
 		w.record(o, start, end)
-	}
-	if o.kind == "" {
-		w.windowEvents += int64(o.inWindow)
 	}
 }
 
@@ -228,7 +239,8 @@ func (w *worker) readStream() outcome {
 }
 
 // readEvents reads events up to "data: [DONE]", timing token events and
-// the lag of stamped ones.
+// the lag of stamped ones. A stream that fails still returns the events it
+// delivered before, for events/s.
 //
 // An event may carry several tokens (SGLang streams what a decode step, or
 // speculative decoding, produced at once). Where the event says how many
@@ -249,7 +261,8 @@ func (w *worker) readEvents() outcome {
 	for {
 		data, at, err := w.sse.next()
 		if err != nil {
-			return outcome{kind: streamKind(err)}
+			o.kind = streamKind(err)
+			return o
 		}
 		if string(data) == "[DONE]" {
 			break
@@ -261,13 +274,16 @@ func (w *worker) readEvents() outcome {
 		}
 		v, err := w.parser.ParseBytes(data)
 		if err != nil {
-			return outcome{kind: KindBadBody}
+			o.kind = KindBadBody
+			return o
 		}
 		if isError(v) {
-			return outcome{kind: KindStreamError}
+			o.kind = KindStreamError
+			return o
 		}
 		if isAbort(v) {
-			return outcome{kind: KindAborted}
+			o.kind = KindAborted
+			return o
 		}
 		o.events++
 		if w.r.inWindow(at) {
