@@ -112,9 +112,10 @@ type Config struct {
 	// means TCP over IPv4 or IPv6, within Timeout; tests pass an in-memory
 	// dialer.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
-	// staleCheckAfter, set by tests, stands in for the constant of that
-	// name.
+	// staleCheckAfter and connectPause, set by tests, stand in for the
+	// constants of those names.
 	staleCheckAfter time.Duration
+	connectPause    time.Duration
 
 	// Progress, when not nil, gets a one-line progress display rewritten
 	// with '\r' about four times a second and cleared at the end. It is

@@ -4,7 +4,8 @@
 //
 // The load is a closed loop by default: Config.Concurrency clients each send
 // the next request as soon as the previous one ends, over one keep-alive
-// connection each. With Config.Rate it is an open loop instead: requests
+// connection each (after a failure to connect, 100 ms later, so that a dead
+// target does not spin them). With Config.Rate it is an open loop instead: requests
 // arrive as a Poisson process (exponential gaps drawn from Config.Seed) and
 // each is sent at its arrival whatever the earlier ones are doing, up to
 // Config.MaxInflight in flight; an arrival beyond is dropped and counted as

@@ -123,7 +123,8 @@ func (r *runner) inWindow(t time.Time) bool {
 }
 
 // closedLoop runs Concurrency workers, each sending its next request when
-// the previous one ends, until the runner says stop.
+// the previous one ends, until the runner says stop. A worker that could
+// not connect pauses first (pauseAfterConnectError).
 func (r *runner) closedLoop() {
 	var wg sync.WaitGroup
 	for _, w := range r.pool.grow(r.cfg.Concurrency) {
@@ -133,11 +134,40 @@ func (r *runner) closedLoop() {
 				if !send {
 					return
 				}
-				w.one(measured)
+				if w.one(measured) == KindConnect {
+					r.pauseAfterConnectError()
+				}
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// connectPause is how long a closed-loop client waits after failing to
+// connect. A refused connection fails in microseconds, so a client that
+// went straight on sent tens of thousands of requests a second to a dead
+// target, taking the CPU the other targets of a Compare needed and making
+// a ratio of its error count; at 10 attempts a second it costs nothing,
+// and a target that comes back is found soon enough.
+const connectPause = 100 * time.Millisecond
+
+// pauseAfterConnectError waits connectPause, or until the round's window
+// ends or the run is cut, whichever comes first. The open loop does not
+// pause: its arrivals keep their schedule whatever the answers.
+func (r *runner) pauseAfterConnectError() {
+	d := cmp.Or(r.cfg.connectPause, connectPause)
+	if !r.measureEnd.IsZero() {
+		d = min(d, time.Until(r.measureEnd))
+	}
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.ctx.Done():
+	}
 }
 
 // roundElapsed returns the open loop's measured time in the round: from

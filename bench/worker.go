@@ -127,8 +127,9 @@ func newWorker(r *runner) *worker {
 	return w
 }
 
-// one sends a request and records how it went.
-func (w *worker) one(measured bool) {
+// one sends a request, records how it went, and returns its error kind
+// (empty for a success, or a request the run cut).
+func (w *worker) one(measured bool) (kind string) {
 	seq := w.r.seq.Add(1)
 	if w.r.wl.random() {
 		w.r.wl.seedFor(&w.pcg, seq)
@@ -155,11 +156,13 @@ func (w *worker) one(measured bool) {
 		if measured {
 			w.cutEvents += int64(o.events)
 		}
+		return ""
 	case !measured:
 		w.r.warm.Add(1)
 	default:
 		w.record(o, start, end)
 	}
+	return o.kind
 }
 
 // record adds one measured request to the figures.
