@@ -201,16 +201,25 @@ func outcome(ctx context.Context, reports []*bench.Report) error {
 	if ctx.Err() != nil {
 		return &exitError{msg: "interrupted", code: 128 + int(syscall.SIGINT)}
 	}
+	var failed []string
 	for _, r := range reports {
 		if r.OK == 0 {
 			target := r.URL
 			if r.Name != "" {
 				target = r.Name
 			}
-			return &exitError{msg: fmt.Sprintf("no request to %s succeeded", target), code: 1}
+			failed = append(failed, target)
 		}
 	}
-	return nil
+	if len(failed) == 0 {
+		return nil
+	}
+	// Every one: a message that named the first alone hid the others.
+	targets := failed[len(failed)-1]
+	if n := len(failed); n > 1 {
+		targets = strings.Join(failed[:n-1], ", ") + " or " + failed[n-1]
+	}
+	return &exitError{msg: fmt.Sprintf("no request to %s succeeded", targets), code: 1}
 }
 
 // catchSignals returns a context the first SIGINT or SIGTERM cancels, with

@@ -128,6 +128,11 @@ func TestBenchExitStatus(t *testing.T) {
 	if code := exitCode(err); code != 1 || !strings.Contains(err.Error(), "down") {
 		t.Fatalf("compare with a dead target: got status %d (%v); want 1 naming it", code, err)
 	}
+	// It named the first alone.
+	_, _, err = runBench(t, t.Context(), "--compare", "down1="+dead, "--compare", "up="+url, "--compare", "down2="+dead, "-d", "100ms", "--round", "100ms")
+	if code := exitCode(err); code != 1 || err.Error() != "no request to down1 or down2 succeeded" {
+		t.Fatalf("compare with two dead targets: got status %d (%v); want 1 naming both", code, err)
+	}
 
 	ctx, cancel := context.WithCancelCause(t.Context())
 	cancel(signalError{syscall.SIGINT})
