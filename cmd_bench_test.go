@@ -253,3 +253,35 @@ func TestBenchConcurrency(t *testing.T) {
 		t.Errorf("no -c gave Concurrency %d; want 0, the default", cfg.Concurrency)
 	}
 }
+
+// An explicit --rate or --duration of 0 or less is a mistake, refused
+// before any load: --rate 0 ran a closed loop, -d 0s ran for 10 s. Not
+// given, they are bench.Config's zero, its default.
+func TestBenchRateAndDuration(t *testing.T) {
+	for _, args := range [][]string{
+		{"--rate", "0"}, {"--rate=-2"}, {"--rate", "NaN"}, {"-d", "0s"}, {"--duration=-1s"},
+	} {
+		_, _, err := runBench(t, t.Context(), append([]string{"http://127.0.0.1:1", "-n", "1"}, args...)...)
+		if err == nil || !strings.Contains(err.Error(), "want more than 0") || exitCode(err) != 2 {
+			t.Errorf("%q: got %v, exit status %d; want a refusal, 2", args, err, exitCode(err))
+		}
+	}
+	c, _, err := parse(t, "bench", "http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.Bench.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Rate != 0 || cfg.Duration != 0 {
+		t.Errorf("no --rate, no -d gave Rate %v, Duration %v; want 0, 0, the defaults", cfg.Rate, cfg.Duration)
+	}
+	c, _, err = parse(t, "bench", "http://127.0.0.1:1", "--rate", "2.5", "-d", "3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = c.Bench.config(); err != nil || cfg.Rate != 2.5 || cfg.Duration != 3*time.Second {
+		t.Errorf("--rate 2.5 -d 3s gave Rate %v, Duration %v, error %v; want 2.5, 3s", cfg.Rate, cfg.Duration, err)
+	}
+}
