@@ -39,7 +39,7 @@ type benchCmd struct {
 	Header       []string   `help:"Send this header with every request; repeat for more." placeholder:"'NAME: VALUE'" short:"H" sep:"none"`
 	APIKey       string     `help:"Send 'Authorization: Bearer KEY' with every request, for a target behind an API key (SGLang's, pdlb's or an OpenAI-style server's --api-key)." placeholder:"KEY"`
 
-	Timeout time.Duration `help:"Longest a request may take." default:"60s"`
+	Timeout time.Duration `help:"Longest a request may take (0: no limit)." default:"60s"`
 	JSON    string        `help:"Also write the report (with --compare, every target's) as JSON to this file, created before the load starts; '-' writes it to standard output, and the table to standard error." placeholder:"FILE"`
 	Quiet   bool          `help:"No progress line (there is none when standard error is not a terminal)." short:"q"`
 }
@@ -274,6 +274,9 @@ func (c *benchCmd) config() (bench.Config, error) {
 		Seed:         c.Seed,
 		Model:        c.Model,
 		Timeout:      c.Timeout,
+	}
+	if c.Timeout == 0 {
+		cfg.Timeout = bench.NoTimeout // bench.Config's zero is its default, 60 s
 	}
 	// nil: not given, the default. Given, the zero that means the
 	// default to bench.Config is a mistake: --rate 0 ran a closed loop,

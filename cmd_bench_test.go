@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"pdlb/bench"
 )
 
 // serveBench runs a fake /generate endpoint on a loopback port and returns
@@ -283,5 +285,23 @@ func TestBenchRateAndDuration(t *testing.T) {
 	}
 	if cfg, err = c.Bench.config(); err != nil || cfg.Rate != 2.5 || cfg.Duration != 3*time.Second {
 		t.Errorf("--rate 2.5 -d 3s gave Rate %v, Duration %v, error %v; want 2.5, 3s", cfg.Rate, cfg.Duration, err)
+	}
+}
+
+// --timeout 0 is no limit, as its help says; it was bench.Config's zero,
+// the default of 60 s.
+func TestBenchNoTimeout(t *testing.T) {
+	c, _, err := parse(t, "bench", "http://127.0.0.1:1", "--timeout", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.Bench.config()
+	if err != nil || cfg.Timeout != bench.NoTimeout {
+		t.Fatalf("got timeout %v, error %v; want bench.NoTimeout", cfg.Timeout, err)
+	}
+	url, _ := serveBench(t)
+	stdout, _, err := runBench(t, t.Context(), url, "-n", "2", "--timeout", "0", "--json", "-")
+	if err != nil || !strings.Contains(stdout, `"ok": 2`) || !strings.Contains(stdout, `"timeout_s": 0,`) {
+		t.Fatalf("got error %v, report %s; want 2 ok requests, timeout_s 0", err, stdout)
 	}
 }

@@ -177,14 +177,18 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 }
 
 // MarshalJSON adds Elapsed, EventWindow (stream runs), Duration, Warmup
-// and Timeout, in seconds to the microsecond, to the tagged fields and
-// rounds rates to three decimals.
+// and Timeout (0 for NoTimeout), in seconds to the microsecond, to the
+// tagged fields and rounds rates to three decimals.
 func (r Report) MarshalJSON() ([]byte, error) {
 	type plain Report // without this method
 	p := plain(r)
 	p.RequestsPerSec = round3(p.RequestsPerSec)
 	p.OutputTokensPerSec = round3(p.OutputTokensPerSec)
 	p.EventsPerSec = round3(p.EventsPerSec)
+	timeout := r.Timeout
+	if timeout == NoTimeout {
+		timeout = 0
+	}
 	return json.Marshal(struct {
 		plain
 		DurationSeconds float64 `json:"duration_s"`
@@ -192,7 +196,7 @@ func (r Report) MarshalJSON() ([]byte, error) {
 		TimeoutSeconds  float64 `json:"timeout_s"`
 		ElapsedSeconds  float64 `json:"elapsed_s"`
 		EventWindow     float64 `json:"event_window_s,omitempty"`
-	}{p, seconds(r.Duration), seconds(r.Warmup), seconds(r.Timeout), seconds(r.Elapsed), seconds(r.EventWindow)})
+	}{p, seconds(r.Duration), seconds(r.Warmup), seconds(timeout), seconds(r.Elapsed), seconds(r.EventWindow)})
 }
 
 // seconds converts d to seconds, to the microsecond.
