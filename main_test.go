@@ -369,7 +369,10 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 	if code := exitCode(err); code != 2 {
 		t.Errorf("bench -c0: got %v, exit status %d; want 2", err, code)
 	}
-	for _, args := range [][]string{{"bench", "127.0.0.1:1"}, {"bench", "--compare", "noequals"}} {
+	for _, args := range [][]string{
+		{"bench", "127.0.0.1:1"}, {"bench", "--compare", "noequals"},
+		{"bench", "http://127.0.0.1:99999"}, {"bench", "--compare", "a=http://127.0.0.1:99999"},
+	} {
 		c, _, err := parse(t, args...)
 		if err != nil {
 			t.Fatal(err)

@@ -268,6 +268,9 @@ func TestRunInvalidConfig(t *testing.T) {
 		{"no scheme", Config{URL: "127.0.0.1:8000"}, "127.0.0.1:8000"},
 		{"no host", Config{URL: "http:///generate"}, "has no host"},
 		{"query", Config{URL: "http://x/?a=1"}, "without query"},
+		// Each request once failed to connect instead.
+		{"port too high", Config{URL: "http://127.0.0.1:99999"}, `url "http://127.0.0.1:99999": port must be from 1 to 65535`},
+		{"port 0", Config{URL: "http://[::1]:0/v1"}, "port must be from 1 to 65535"},
 		{"rate and concurrency", Config{URL: "http://x", Rate: 5, Concurrency: 2},
 			"concurrency and rate are exclusive: concurrency makes a closed loop, rate an open one"},
 		{"negative rate", Config{URL: "http://x", Rate: -1}, "rate must be a finite number of requests per second, not -1"},
