@@ -46,7 +46,7 @@ type runner struct {
 	start        time.Time     // of the current round
 	measureStart time.Time     // end of the round's warm-up
 	measureEnd   time.Time     // zero when only Requests bounds the run
-	elapsed      time.Duration // the rounds' measured time, but in a closed loop bounded by Duration
+	elapsed      time.Duration // the rounds' measured time (not kept for a closed loop bounded by Duration)
 	window       time.Duration // the measured windows' total length
 	cutAt        time.Time     // when ctx cut the run; zero while it has not
 	dropped      int           // measured arrivals the open loop could not send
