@@ -21,17 +21,17 @@ type benchCmd struct {
 	Compare []string      `help:"Send the same load to each target in turn, in rounds, and print their figures side by side with each one's ratio to the first; repeat for each target (or list them with commas)." placeholder:"NAME=URL" sep:","`
 	Round   time.Duration `help:"Longest turn of one target with --compare: each target's --duration is cut into rounds no longer than this." default:"2s"`
 
-	Route       string  `help:"API to call." default:"/generate" enum:"/generate,/v1/completions,/v1/chat/completions"`
-	Stream      bool    `help:"Ask for server-sent events and measure time to first token, inter-token latency, events/s and (against pdlb fake) event lag."`
-	Concurrency *int    `help:"Closed loop: clients, each sending its next request when the previous one ends (default 1)." short:"c" xor:"load"`
-	Rate        float64 `help:"Open loop: mean requests per second, arriving as a Poisson process (seeded by --seed) whatever the answers do." placeholder:"REQ/S" xor:"load"`
-	MaxInflight int     `help:"Open loop: most requests in flight; an arrival beyond is not sent and counts as a 'dropped' error." default:"10000"`
+	Route       string   `help:"API to call." default:"/generate" enum:"/generate,/v1/completions,/v1/chat/completions"`
+	Stream      bool     `help:"Ask for server-sent events and measure time to first token, inter-token latency, events/s and (against pdlb fake) event lag."`
+	Concurrency *int     `help:"Closed loop: clients, each sending its next request when the previous one ends (default 1)." short:"c" xor:"load"`
+	Rate        *float64 `help:"Open loop: mean requests per second (more than 0), arriving as a Poisson process (seeded by --seed) whatever the answers do." placeholder:"REQ/S" xor:"load"`
+	MaxInflight int      `help:"Open loop: most requests in flight; an arrival beyond is not sent and counts as a 'dropped' error." default:"10000"`
 
-	Requests int           `help:"Stop after this many measured requests (0: bounded by --duration; not with --compare)." short:"n"`
-	Duration time.Duration `help:"Measured time after the warm-up, per target with --compare (default 10s when --requests is 0)." short:"d"`
-	Warmup   time.Duration `help:"Time at the start (of each target's first round with --compare) whose requests are left out of the figures."`
+	Requests int            `help:"Stop after this many measured requests (0: bounded by --duration; not with --compare)." short:"n"`
+	Duration *time.Duration `help:"Measured time after the warm-up (more than 0), per target with --compare (default 10s when --requests is 0)." short:"d"`
+	Warmup   time.Duration  `help:"Time at the start (of each target's first round with --compare) whose requests are left out of the figures."`
 
-	MaxNewTokens bench.Dist `help:"Output tokens asked for per request: N, or drawn per request from uniform:MIN:MAX, normal:MEAN:SD or lognormal:MEAN:SD (draws rounded, at least 1)." default:"16"`
+	MaxNewTokens bench.Dist `help:"Output tokens asked for per request: N, or drawn per request from uniform:MIN:MAX, normal:MEAN:SD or lognormal:MEAN:SD (N, MAX and MEAN at most 1048576; draws rounded and kept within 1-1048576)." default:"16"`
 	PromptWords  bench.Dist `help:"Prompt length in words, as --max-new-tokens (ignored with --prompts)." default:"32"`
 	Prompts      string     `help:"Send the prompts of this JSON Lines file round robin, verbatim: an object a line with a \"prompt\" string or a \"messages\" list, and optionally \"max_new_tokens\" or \"max_tokens\"." placeholder:"FILE"`
 	Seed         uint64     `help:"Seed for prompt text, drawn sizes and open-loop arrivals." placeholder:"N"`
@@ -39,7 +39,7 @@ type benchCmd struct {
 	Header       []string   `help:"Send this header with every request; repeat for more." placeholder:"'NAME: VALUE'" short:"H" sep:"none"`
 	APIKey       string     `help:"Send 'Authorization: Bearer KEY' with every request, for a target behind an API key (SGLang's, pdlb's or an OpenAI-style server's --api-key)." placeholder:"KEY"`
 
-	Timeout time.Duration `help:"Longest a request may take." default:"60s"`
+	Timeout time.Duration `help:"Longest a request may take (0: no limit)." default:"60s"`
 	JSON    string        `help:"Also write the report (with --compare, every target's) as JSON to this file, created before the load starts; '-' writes it to standard output, and the table to standard error." placeholder:"FILE"`
 	Quiet   bool          `help:"No progress line (there is none when standard error is not a terminal)." short:"q"`
 }
@@ -201,16 +201,25 @@ func outcome(ctx context.Context, reports []*bench.Report) error {
 	if ctx.Err() != nil {
 		return &exitError{msg: "interrupted", code: 128 + int(syscall.SIGINT)}
 	}
+	var failed []string
 	for _, r := range reports {
 		if r.OK == 0 {
 			target := r.URL
 			if r.Name != "" {
 				target = r.Name
 			}
-			return &exitError{msg: fmt.Sprintf("no request to %s succeeded", target), code: 1}
+			failed = append(failed, target)
 		}
 	}
-	return nil
+	if len(failed) == 0 {
+		return nil
+	}
+	// Every one: a message that named the first alone hid the others.
+	targets := failed[len(failed)-1]
+	if n := len(failed); n > 1 {
+		targets = strings.Join(failed[:n-1], ", ") + " or " + failed[n-1]
+	}
+	return &exitError{msg: fmt.Sprintf("no request to %s succeeded", targets), code: 1}
 }
 
 // catchSignals returns a context the first SIGINT or SIGTERM cancels, with
@@ -256,10 +265,8 @@ func (c *benchCmd) config() (bench.Config, error) {
 		URL:          c.URL,
 		Route:        c.Route,
 		Stream:       c.Stream,
-		Rate:         c.Rate,
 		MaxInflight:  c.MaxInflight,
 		Requests:     c.Requests,
-		Duration:     c.Duration,
 		Warmup:       c.Warmup,
 		Round:        c.Round,
 		MaxNewTokens: c.MaxNewTokens,
@@ -268,11 +275,29 @@ func (c *benchCmd) config() (bench.Config, error) {
 		Model:        c.Model,
 		Timeout:      c.Timeout,
 	}
-	if c.Concurrency != nil { // nil: not given, the default
+	if c.Timeout == 0 {
+		cfg.Timeout = bench.NoTimeout // bench.Config's zero is its default, 60 s
+	}
+	// nil: not given, the default. Given, the zero that means the
+	// default to bench.Config is a mistake: --rate 0 ran a closed loop,
+	// and -d 0s ran for 10 s.
+	if c.Concurrency != nil {
 		if *c.Concurrency < 1 {
 			return cfg, fmt.Errorf("--concurrency %d: want at least 1 client", *c.Concurrency)
 		}
 		cfg.Concurrency = *c.Concurrency
+	}
+	if c.Rate != nil {
+		if !(*c.Rate > 0) {
+			return cfg, fmt.Errorf("--rate %v: want more than 0 requests per second", *c.Rate)
+		}
+		cfg.Rate = *c.Rate
+	}
+	if c.Duration != nil {
+		if *c.Duration <= 0 {
+			return cfg, fmt.Errorf("--duration %v: want more than 0", *c.Duration)
+		}
+		cfg.Duration = *c.Duration
 	}
 	for _, h := range c.Header {
 		name, value, ok := strings.Cut(h, ":")

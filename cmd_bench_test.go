@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"pdlb/bench"
 )
 
 // serveBench runs a fake /generate endpoint on a loopback port and returns
@@ -127,6 +129,11 @@ func TestBenchExitStatus(t *testing.T) {
 	_, _, err = runBench(t, t.Context(), "--compare", "up="+url, "--compare", "down="+dead, "-d", "100ms", "--round", "100ms")
 	if code := exitCode(err); code != 1 || !strings.Contains(err.Error(), "down") {
 		t.Fatalf("compare with a dead target: got status %d (%v); want 1 naming it", code, err)
+	}
+	// It named the first alone.
+	_, _, err = runBench(t, t.Context(), "--compare", "down1="+dead, "--compare", "up="+url, "--compare", "down2="+dead, "-d", "100ms", "--round", "100ms")
+	if code := exitCode(err); code != 1 || err.Error() != "no request to down1 or down2 succeeded" {
+		t.Fatalf("compare with two dead targets: got status %d (%v); want 1 naming both", code, err)
 	}
 
 	ctx, cancel := context.WithCancelCause(t.Context())
@@ -246,5 +253,55 @@ func TestBenchConcurrency(t *testing.T) {
 	}
 	if cfg.Concurrency != 0 { // bench.Config's zero: its default, 1 client
 		t.Errorf("no -c gave Concurrency %d; want 0, the default", cfg.Concurrency)
+	}
+}
+
+// An explicit --rate or --duration of 0 or less is a mistake, refused
+// before any load: --rate 0 ran a closed loop, -d 0s ran for 10 s. Not
+// given, they are bench.Config's zero, its default.
+func TestBenchRateAndDuration(t *testing.T) {
+	for _, args := range [][]string{
+		{"--rate", "0"}, {"--rate=-2"}, {"--rate", "NaN"}, {"-d", "0s"}, {"--duration=-1s"},
+	} {
+		_, _, err := runBench(t, t.Context(), append([]string{"http://127.0.0.1:1", "-n", "1"}, args...)...)
+		if err == nil || !strings.Contains(err.Error(), "want more than 0") || exitCode(err) != 2 {
+			t.Errorf("%q: got %v, exit status %d; want a refusal, 2", args, err, exitCode(err))
+		}
+	}
+	c, _, err := parse(t, "bench", "http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.Bench.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Rate != 0 || cfg.Duration != 0 {
+		t.Errorf("no --rate, no -d gave Rate %v, Duration %v; want 0, 0, the defaults", cfg.Rate, cfg.Duration)
+	}
+	c, _, err = parse(t, "bench", "http://127.0.0.1:1", "--rate", "2.5", "-d", "3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = c.Bench.config(); err != nil || cfg.Rate != 2.5 || cfg.Duration != 3*time.Second {
+		t.Errorf("--rate 2.5 -d 3s gave Rate %v, Duration %v, error %v; want 2.5, 3s", cfg.Rate, cfg.Duration, err)
+	}
+}
+
+// --timeout 0 is no limit, as its help says; it was bench.Config's zero,
+// the default of 60 s.
+func TestBenchNoTimeout(t *testing.T) {
+	c, _, err := parse(t, "bench", "http://127.0.0.1:1", "--timeout", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.Bench.config()
+	if err != nil || cfg.Timeout != bench.NoTimeout {
+		t.Fatalf("got timeout %v, error %v; want bench.NoTimeout", cfg.Timeout, err)
+	}
+	url, _ := serveBench(t)
+	stdout, _, err := runBench(t, t.Context(), url, "-n", "2", "--timeout", "0", "--json", "-")
+	if err != nil || !strings.Contains(stdout, `"ok": 2`) || !strings.Contains(stdout, `"timeout_s": 0,`) {
+		t.Fatalf("got error %v, report %s; want 2 ok requests, timeout_s 0", err, stdout)
 	}
 }

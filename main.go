@@ -6,6 +6,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -43,7 +44,7 @@ func main() {
 	kctx, err := parser.Parse(args)
 	if err != nil {
 		parser.Errorf("%s", err)
-		fmt.Fprintln(parser.Stderr, usageHint)
+		fmt.Fprintln(parser.Stderr, usageHint(err))
 		parser.Exit(usageError{}.ExitCode())
 	}
 	kctx.FatalIfErrorf(kctx.Run(ignoredFlags(ignored)))
@@ -59,9 +60,18 @@ func (usageError) ExitCode() int { return 2 }
 
 func (e usageError) Unwrap() error { return e.error }
 
-// usageHint follows a usage error: serve is the default command, so its
-// flags are not in the top-level help that `pdlb --help` prints.
-const usageHint = `Run "pdlb serve --help" for the load balancer's flags, "pdlb COMMAND --help" for a tool's.`
+// usageHint follows a command line kong refuses: a tool's error points to
+// its own help (bench's pointed to serve's). Serve is the default command,
+// so its flags are not in the top-level help that `pdlb --help` prints.
+func usageHint(err error) string {
+	var pe *kong.ParseError
+	if errors.As(err, &pe) && pe.Context != nil {
+		if cmd := pe.Context.Selected(); cmd != nil && cmd.Name != "serve" {
+			return fmt.Sprintf(`Run "pdlb %s --help" for its flags.`, cmd.Name)
+		}
+	}
+	return `Run "pdlb serve --help" for the load balancer's flags, "pdlb COMMAND --help" for a tool's.`
+}
 
 func newParser(c *cli, stdout, stderr io.Writer) (*kong.Kong, error) {
 	return kong.New(c,

@@ -369,7 +369,10 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 	if code := exitCode(err); code != 2 {
 		t.Errorf("bench -c0: got %v, exit status %d; want 2", err, code)
 	}
-	for _, args := range [][]string{{"bench", "127.0.0.1:1"}, {"bench", "--compare", "noequals"}} {
+	for _, args := range [][]string{
+		{"bench", "127.0.0.1:1"}, {"bench", "--compare", "noequals"},
+		{"bench", "http://127.0.0.1:99999"}, {"bench", "--compare", "a=http://127.0.0.1:99999"},
+	} {
 		c, _, err := parse(t, args...)
 		if err != nil {
 			t.Fatal(err)
@@ -440,5 +443,29 @@ func TestShortPromptsWithoutAFallbackAreWarnedOf(t *testing.T) {
 	}
 	if _, warnings := c.Serve.config(); len(warnings) != 0 {
 		t.Errorf("got warnings %q; want none with a fallback", warnings)
+	}
+}
+
+// A usage error kong finds points to the help of the command it is in:
+// bench's pointed to serve's.
+func TestUsageHint(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--rate", "abc", "http://x"}, `Run "pdlb bench --help" for its flags.`},
+		{[]string{"bench"}, `Run "pdlb bench --help" for its flags.`},
+		{[]string{"bench", "--max-new-tokens", "lognormal:1:1e200", "http://x"}, `Run "pdlb bench --help" for its flags.`},
+		{[]string{"fake", "--bogus"}, `Run "pdlb fake --help" for its flags.`},
+		{[]string{"--prefill", "http://p:1", "--bogus"}, `Run "pdlb serve --help" for the load balancer's flags, "pdlb COMMAND --help" for a tool's.`},
+		{[]string{"serve", "--bogus"}, `Run "pdlb serve --help" for the load balancer's flags, "pdlb COMMAND --help" for a tool's.`},
+	} {
+		_, _, err := parse(t, tc.args...)
+		if err == nil {
+			t.Fatalf("%q: got no error; want a usage error", tc.args)
+		}
+		if got := usageHint(err); got != tc.want {
+			t.Errorf("%q: got hint %q; want %q", tc.args, got, tc.want)
+		}
 	}
 }

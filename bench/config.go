@@ -32,6 +32,11 @@ const (
 	defaultTimeout      = 60 * time.Second
 )
 
+// NoTimeout, as Config.Timeout, lets a request take as long as it takes.
+// It is a century, as deadlines are times; a Report shows it as 0 in JSON,
+// as `pdlb bench --timeout 0` takes it.
+const NoTimeout = 100 * 365 * 24 * time.Hour
+
 // Config describes one load run. Zero values mean the documented defaults;
 // negative numbers are errors. Run and Compare copy the Config, so changing
 // it afterwards has no effect (Prompts included: they only read it).
@@ -105,16 +110,18 @@ type Config struct {
 	// twice sends both values.
 	Headers [][2]string
 
-	// Timeout bounds each request, a whole stream included. Zero means 60 s.
+	// Timeout bounds each request, a whole stream included. Zero means
+	// 60 s; NoTimeout, no bound.
 	Timeout time.Duration
 	// Dial connects to the target address ("host:port"), and must give up
 	// when ctx, the run's, is done: an interrupted run waits for it. Nil
 	// means TCP over IPv4 or IPv6, within Timeout; tests pass an in-memory
 	// dialer.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
-	// staleCheckAfter, set by tests, stands in for the constant of that
-	// name.
+	// staleCheckAfter and connectPause, set by tests, stand in for the
+	// constants of those names.
 	staleCheckAfter time.Duration
+	connectPause    time.Duration
 
 	// Progress, when not nil, gets a one-line progress display rewritten
 	// with '\r' about four times a second and cleared at the end. It is

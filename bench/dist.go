@@ -29,7 +29,8 @@ const maxDraw = 1 << 20
 
 // Dist is the distribution of a per-request size, such as the prompt
 // length or the output length. Draws are rounded to the nearest integer and
-// clamped to [1, 2^20]. It is plain data, safe to copy and to share; the
+// clamped to [1, 2^20]; a fixed value, a uniform law's bounds and a mean
+// must be within 2^20 too. It is plain data, safe to copy and to share; the
 // zero Dist means "the default" to Config.
 //
 // Its text form, read by ParseDist and UnmarshalText and written by
@@ -105,7 +106,8 @@ func numberKind(law string) string {
 	return "decimal"
 }
 
-// check rejects parameters that cannot draw a size of at least 1.
+// check rejects parameters that cannot draw a size of at least 1, a mean
+// above maxDraw, and log-normal parameters that overflow.
 func (d Dist) check() error {
 	switch d.Law {
 	case LawFixed:
@@ -119,6 +121,16 @@ func (d Dist) check() error {
 	case LawNormal, LawLognormal:
 		if !(d.A > 0) || !(d.B >= 0) || math.IsInf(d.A, 0) || math.IsInf(d.B, 0) {
 			return fmt.Errorf("want a positive mean and a non-negative standard deviation, not %s and %s", num(d.A), num(d.B))
+		}
+		// A fixed value has the same bound: a mean above it would draw
+		// the bound nearly every time, not the law asked for.
+		if d.A > maxDraw {
+			return fmt.Errorf("want a mean of at most %d, not %s", maxDraw, num(d.A))
+		}
+		if d.Law == LawLognormal {
+			if mu, sigma := d.lognormal(); !finite(mu) || !finite(sigma) {
+				return fmt.Errorf("mean %s and standard deviation %s overflow the parameters of the underlying normal law", num(d.A), num(d.B))
+			}
 		}
 	default:
 		return fmt.Errorf("unknown law %q", d.Law)
@@ -137,8 +149,14 @@ func (d Dist) String() string {
 	return d.Law + ":" + num(d.A) + ":" + num(d.B)
 }
 
-// num formats a parameter without an exponent.
-func num(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
+// num formats a parameter without an exponent, unless it is so large or
+// small that the digits would run to hundreds (1e+300).
+func num(x float64) string {
+	if a := math.Abs(x); a != 0 && (a < 1e-6 || a >= 1e21) {
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	}
+	return strconv.FormatFloat(x, 'f', -1, 64)
+}
 
 // UnmarshalText reads the text form of a Dist, for flags.
 func (d *Dist) UnmarshalText(text []byte) error {
@@ -169,12 +187,30 @@ func (d Dist) draw(rng *rand.Rand) int {
 	case LawNormal:
 		x = d.A + d.B*rng.NormFloat64()
 	case LawLognormal:
-		// For values of mean m and variance v, the underlying normal has
-		// variance s2 = ln(1 + v/m²) and mean ln(m) - s2/2.
-		s2 := math.Log1p(d.B * d.B / (d.A * d.A))
-		x = math.Exp(math.Log(d.A) - s2/2 + math.Sqrt(s2)*rng.NormFloat64())
+		mu, sigma := d.lognormal()
+		x = math.Exp(mu + sigma*rng.NormFloat64())
 	default:
 		panic("BUG: unchecked distribution law " + d.Law)
 	}
-	return int(min(max(math.Round(x), 1), maxDraw))
+	// Written so that NaN (inf - inf, 0 * inf) clamps too: min and max
+	// pass it on, and int(NaN) is whatever the CPU makes of it.
+	switch x = math.Round(x); {
+	case x > maxDraw:
+		return maxDraw
+	case x >= 1:
+		return int(x)
+	}
+	return 1
 }
+
+// lognormal returns the mean and standard deviation of the normal law
+// underlying a LawLognormal d. For values of mean m and variance v, it has
+// variance s2 = ln(1 + v/m²) and mean ln(m) - s2/2; neither is finite
+// when v/m² overflows (or is 0/0).
+func (d Dist) lognormal() (mu, sigma float64) {
+	s2 := math.Log1p(d.B * d.B / (d.A * d.A))
+	return math.Log(d.A) - s2/2, math.Sqrt(s2)
+}
+
+// finite reports whether x is neither infinite nor NaN.
+func finite(x float64) bool { return !math.IsInf(x, 0) && !math.IsNaN(x) }

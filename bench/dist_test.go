@@ -28,6 +28,8 @@ func TestParseDist(t *testing.T) {
 	f("normal:32:8", Dist{Law: LawNormal, A: 32, B: 8})
 	f("normal:0.5:0", Dist{Law: LawNormal, A: 0.5, B: 0})
 	f("lognormal:200:150.5", Dist{Law: LawLognormal, A: 200, B: 150.5})
+	f("normal:1048576:1e300", Dist{Law: LawNormal, A: 1 << 20, B: 1e300})
+	f("lognormal:16:1e150", Dist{Law: LawLognormal, A: 16, B: 1e150})
 }
 
 func TestParseDistErrors(t *testing.T) {
@@ -56,6 +58,15 @@ func TestParseDistErrors(t *testing.T) {
 	f("lognormal:10:-1", `cannot parse distribution "lognormal:10:-1": want a positive mean and a non-negative standard deviation, not 10 and -1`)
 	f("normal:NaN:1", `cannot parse distribution "normal:NaN:1": want a positive mean and a non-negative standard deviation, not NaN and 1`)
 	f("lognormal:10:Inf", `cannot parse distribution "lognormal:10:Inf": want a positive mean and a non-negative standard deviation, not 10 and +Inf`)
+	// A mean above the bound a fixed value has: normal:1e300:1 was taken,
+	// and every draw clamped.
+	f("normal:1048577:1", `cannot parse distribution "normal:1048577:1": want a mean of at most 1048576, not 1048577`)
+	f("normal:1e300:1", `cannot parse distribution "normal:1e300:1": want a mean of at most 1048576, not 1e+300`)
+	// Parameters of the underlying normal law that overflow: the first
+	// sent max_new_tokens -9223372036854775808, the second ran out of
+	// memory building a prompt of as many words.
+	f("lognormal:1:1e200", `cannot parse distribution "lognormal:1:1e200": mean 1 and standard deviation 1e+200 overflow the parameters of the underlying normal law`)
+	f("lognormal:1e-200:0", `cannot parse distribution "lognormal:1e-200:0": mean 1e-200 and standard deviation 0 overflow the parameters of the underlying normal law`)
 }
 
 // TestDistDraw checks each law's draws over many samples: bounds, and
@@ -116,5 +127,22 @@ func TestDistDrawClamped(t *testing.T) {
 	}
 	if ones < 400 {
 		t.Fatalf("got %d draws of 1 in 1000; want about half clamped to 1", ones)
+	}
+}
+
+// TestDistDrawNaN draws from parameters that make NaN, which check now
+// refuses: the clamp once passed NaN on, and int(NaN) is -1<<63 on amd64.
+func TestDistDrawNaN(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, d := range []Dist{
+		{Law: LawLognormal, A: 1, B: 1e200}, // -Inf + Inf×N
+		{Law: LawNormal, A: math.NaN(), B: 1},
+		{Law: LawNormal, A: 1e308, B: 1e308}, // +Inf past the bound
+	} {
+		for range 100 {
+			if v := d.draw(rng); v < 1 || v > maxDraw {
+				t.Fatalf("%+v: got draw %d; want it in [1, %d]", d, v, maxDraw)
+			}
+		}
 	}
 }

@@ -4,7 +4,8 @@
 //
 // The load is a closed loop by default: Config.Concurrency clients each send
 // the next request as soon as the previous one ends, over one keep-alive
-// connection each. With Config.Rate it is an open loop instead: requests
+// connection each (after a failure to connect, 100 ms later, so that a dead
+// target does not spin them). With Config.Rate it is an open loop instead: requests
 // arrive as a Poisson process (exponential gaps drawn from Config.Seed) and
 // each is sent at its arrival whatever the earlier ones are doing, up to
 // Config.MaxInflight in flight; an arrival beyond is dropped and counted as
@@ -16,9 +17,10 @@
 // every figure. After it, a request is measured when it starts inside the
 // measured window (Config.Duration, or until Config.Requests have started);
 // the run waits for measured requests to finish, so the last ones are never
-// cut short, and Report.Elapsed runs from the end of the warm-up to the end
-// of the last measured request. Cancelling the context cuts requests in
-// flight and drops them; what finished before is reported.
+// cut short, and Report.Elapsed is the measured time the rates are taken
+// over (its doc says how each loop measures it). Cancelling the context
+// cuts requests in flight and drops them; what finished before is
+// reported.
 //
 // Compare sends the same load to several targets, taking turns in rounds of
 // at most Config.Round (A B A B ...), each round waiting for its requests
@@ -42,7 +44,12 @@
 // token when it has text (every /generate chunk; an OpenAI chunk whose
 // choice has non-empty text, content or reasoning_content), and only such
 // events count for TTFT and inter-token latency, so a usage-only final chunk
-// does not add a zero gap. Events/s counts every event but [DONE]. When an
+// does not add a zero gap. An event that says how many tokens it brings
+// (the growth of /generate's meta_info.completion_tokens, or of an OpenAI
+// chunk's usage.completion_tokens) shares its gap among them, one
+// inter-token sample per token, as SGLang's bench_serving does; other
+// events bring one token. Events/s counts every event but [DONE] that
+// arrived within the measured window, as Report.EventsPerSec says. When an
 // event carries the sent_unix_nano stamp of the fake servers (bench/fake),
 // its arrival time minus that stamp is its event lag: the delay the path
 // from the server adds (a load balancer's relay included), meaningful only

@@ -103,14 +103,83 @@ func TestRunErrorKinds(t *testing.T) {
 }
 
 func TestRunConnectError(t *testing.T) {
-	rep := run(t, Config{
-		URL:      "http://fake.test",
-		Requests: 2,
-		Dial:     func(context.Context, string) (net.Conn, error) { return nil, errors.New("connection refused") },
-	})
+	rep := run(t, Config{URL: "http://fake.test", Requests: 2, Dial: refused})
 	checkCounts(t, rep, 2, 0)
 	if rep.Errors[KindConnect] != 2 {
 		t.Fatalf("got errors %v; want %s: 2", rep.Errors, KindConnect)
+	}
+}
+
+// refused is a Dial to a dead target: every connection is refused at once.
+func refused(context.Context, string) (net.Conn, error) {
+	return nil, errors.New("connection refused")
+}
+
+// TestRunConnectErrorPause loads a dead target for 500 ms with two
+// clients. Each went straight on after a refused connection, and sent tens
+// of thousands of requests a second; each must pause 100 ms instead. The
+// open loop keeps its schedule: one request per arrival.
+func TestRunConnectErrorPause(t *testing.T) {
+	const d = 500 * time.Millisecond
+	rep := run(t, Config{URL: "http://fake.test", Concurrency: 2, Duration: d, Timeout: 5 * time.Second, Dial: refused})
+	// Per client: one at the start, then one after each pause.
+	if most := 2 * int(1+d/connectPause); rep.Requests == 0 || rep.Requests > most || rep.Errors[KindConnect] != rep.Requests {
+		t.Fatalf("got %d requests, errors %v; want from 1 to %d, all %s", rep.Requests, rep.Errors, most, KindConnect)
+	}
+
+	const (
+		rate = 1000.0
+		seed = 7
+		od   = 100 * time.Millisecond
+	)
+	want := arrivalsWithin(rate, seed, od)
+	rep = run(t, Config{URL: "http://fake.test", Rate: rate, Seed: seed, Duration: od, Timeout: 5 * time.Second, Dial: refused})
+	if rep.Requests != want || rep.Errors[KindConnect] != want {
+		t.Fatalf("open loop: got %d requests, errors %v; want %d, all %s", rep.Requests, rep.Errors, want, KindConnect)
+	}
+}
+
+// TestRunConnectErrorPauseEnds pauses an hour after a refused connection:
+// the pause must end with the window, and at once when the run is cut.
+func TestRunConnectErrorPauseEnds(t *testing.T) {
+	const clients = 3
+	cfg := Config{URL: "http://fake.test", Concurrency: clients, Duration: 300 * time.Millisecond, Timeout: 5 * time.Second,
+		Dial: refused, connectPause: time.Hour}
+	done := runAsync(t, t.Context(), cfg)
+	select {
+	case rep := <-done:
+		if rep.Requests > clients || rep.Interrupted {
+			t.Fatalf("got %d requests, interrupted %v; want at most one per client, a complete run", rep.Requests, rep.Interrupted)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the pause outlasted the window")
+	}
+
+	dialled := make(chan struct{}, clients)
+	cfg.Duration = time.Minute
+	cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+		select {
+		case dialled <- struct{}{}:
+		default:
+		}
+		return refused(ctx, addr)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done = runAsync(t, ctx, cfg)
+	select {
+	case <-dialled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no client dialled")
+	}
+	cancel()
+	select {
+	case rep := <-done:
+		if !rep.Interrupted {
+			t.Fatal("got a complete run; want an interrupted one")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the pause held the interrupted run")
 	}
 }
 
@@ -199,6 +268,9 @@ func TestRunInvalidConfig(t *testing.T) {
 		{"no scheme", Config{URL: "127.0.0.1:8000"}, "127.0.0.1:8000"},
 		{"no host", Config{URL: "http:///generate"}, "has no host"},
 		{"query", Config{URL: "http://x/?a=1"}, "without query"},
+		// Each request once failed to connect instead.
+		{"port too high", Config{URL: "http://127.0.0.1:99999"}, `url "http://127.0.0.1:99999": port must be from 1 to 65535`},
+		{"port 0", Config{URL: "http://[::1]:0/v1"}, "port must be from 1 to 65535"},
 		{"rate and concurrency", Config{URL: "http://x", Rate: 5, Concurrency: 2},
 			"concurrency and rate are exclusive: concurrency makes a closed loop, rate an open one"},
 		{"negative rate", Config{URL: "http://x", Rate: -1}, "rate must be a finite number of requests per second, not -1"},

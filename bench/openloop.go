@@ -45,6 +45,10 @@ func (a *arrivals) next() time.Duration {
 // than lowering the rate. Latency still runs from the actual send. The
 // clock ends the round all the same once it is maxOverrun past the window:
 // a generator that far behind has no schedule left to keep.
+//
+// A round the window ends lasts until the window's end, even when its last
+// arrival comes, and its requests end, well before: the window is the
+// measured time (roundElapsed).
 func (r *runner) openLoop() {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -55,6 +59,9 @@ func (r *runner) openLoop() {
 		at = at.Add(r.arr.next())
 		send, measured := r.admit(at)
 		if !send || r.overran() || !r.waitUntil(at, timer) {
+			if !r.measureEnd.IsZero() && !r.countEnded() {
+				r.waitUntil(r.measureEnd, timer)
+			}
 			return
 		}
 		w := r.pool.get()
@@ -67,6 +74,12 @@ func (r *runner) openLoop() {
 			r.pool.put(w)
 		})
 	}
+}
+
+// countEnded reports whether Requests refused an arrival inside the
+// window: the count, not the window, ended the arrivals.
+func (r *runner) countEnded() bool {
+	return r.cfg.Requests > 0 && r.issued.Load() > int64(r.cfg.Requests)
 }
 
 // overran reports whether the clock is more than maxOverrun past the end

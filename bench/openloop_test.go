@@ -176,3 +176,79 @@ func TestRunOpenLoopTooFast(t *testing.T) {
 		t.Fatal("the run did not end with its duration")
 	}
 }
+
+// TestRunOpenLoopElapsedCoversTheWindow draws a schedule whose one arrival
+// in a 500 ms window comes at 192 ms, answered at once. Elapsed once ended
+// with that answer, so the rate counted the window's arrivals over part of
+// it; it must run to the window's end, as bench_serving's does to the end
+// of its last request.
+func TestRunOpenLoopElapsedCoversTheWindow(t *testing.T) {
+	const (
+		rate = 10.0
+		d    = 500 * time.Millisecond
+		seed = 3
+	)
+	if n, first := arrivalsWithin(rate, seed, d), newArrivals(rate, seed).next(); n != 1 || first > d/2 {
+		t.Fatalf("got %d arrivals, the first at %v; want one, in the first half of the %v window", n, first, d)
+	}
+	cfg := serve(t, jsonHandler(&recorder{}, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`))
+	cfg.Rate = rate
+	cfg.Duration = d
+	cfg.Seed = seed
+	start := time.Now()
+	rep := run(t, cfg)
+
+	checkCounts(t, rep, 1, 1)
+	if rep.Elapsed < d || rep.RequestsPerSec != 1/rep.Elapsed.Seconds() {
+		t.Fatalf("got elapsed %v, %v req/s; want at least the %v window, 1 request over it", rep.Elapsed, rep.RequestsPerSec, d)
+	}
+	if took := time.Since(start); took < d {
+		t.Fatalf("the run took %v; want the %v window at least, as its elapsed says", took, d)
+	}
+}
+
+// TestRunOpenLoopElapsedInterrupted cuts an open loop whose requests all
+// hang: its measured time runs to the cut, as arrivals went on until then.
+// It was zero, no request having ended.
+func TestRunOpenLoopElapsedInterrupted(t *testing.T) {
+	const (
+		rate = 10.0
+		seed = 2
+	)
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	hanging := make(chan struct{}, 1)
+	cfg := serve(t, func(*fasthttp.RequestCtx) {
+		select {
+		case hanging <- struct{}{}:
+		default:
+		}
+		<-hang
+	})
+	cfg.Rate = rate
+	cfg.Seed = seed
+	cfg.Duration = time.Minute
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	before := time.Now()
+	done := runAsync(t, ctx, cfg)
+	select {
+	case <-hanging:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no request reached the endpoint")
+	}
+	cancel()
+	var rep *Report
+	select {
+	case rep = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+	// The first arrival was sent no earlier than due, and reached the
+	// endpoint before the cut.
+	first := newArrivals(rate, seed).next()
+	if !rep.Interrupted || rep.Requests != 0 || rep.Elapsed < first || rep.Elapsed > time.Since(before) {
+		t.Fatalf("got %d requests, interrupted %v, elapsed %v; want none, interrupted, from %v (the first arrival) to %v",
+			rep.Requests, rep.Interrupted, rep.Elapsed, first, time.Since(before))
+	}
+}

@@ -22,8 +22,9 @@ var utf8BOM = []byte("\xef\xbb\xbf")
 // reads it.
 type Prompt struct {
 	// Text is the prompt of /generate and /v1/completions: the "prompt" of
-	// the file, or the text of its "messages" joined with newlines (the
-	// bench applies no chat template, which it cannot know).
+	// the file, or the text of its "messages" joined with newlines, those
+	// without any (null, images only) left out (the bench applies no chat
+	// template, which it cannot know).
 	Text string
 	// Messages is the compact JSON list of chat messages that
 	// /v1/chat/completions sends as is; nil when the file gave a "prompt",
@@ -114,7 +115,7 @@ func messagesText(v *fastjson.Value) (string, error) {
 	if err != nil || len(msgs) == 0 {
 		return "", errors.New(`"messages" is not a non-empty list`)
 	}
-	var b strings.Builder
+	var texts []string
 	for i, m := range msgs {
 		if role := m.Get("role"); role == nil || role.Type() != fastjson.TypeString {
 			return "", fmt.Errorf(`message %d has no "role" string`, i+1)
@@ -123,17 +124,19 @@ func messagesText(v *fastjson.Value) (string, error) {
 		if !ok {
 			return "", fmt.Errorf(`message %d has no "content" string or list of text parts`, i+1)
 		}
-		if i > 0 {
-			b.WriteByte('\n')
+		// A tool call's null content, or an image alone, is no text: it
+		// would leave a stray newline in the prompt.
+		if text != "" {
+			texts = append(texts, text)
 		}
-		b.WriteString(text)
 	}
-	return b.String(), nil
+	return strings.Join(texts, "\n"), nil
 }
 
 // contentText returns the text of a message's content: a string, or the
-// text parts of a list, joined with newlines; other parts are skipped. Null
-// is no text: OpenAI's assistant turns that call tools have it.
+// non-empty text parts of a list, joined with newlines; other parts are
+// skipped. Null is no text: OpenAI's assistant turns that call tools have
+// it.
 func contentText(v *fastjson.Value) (string, bool) {
 	switch {
 	case v == nil:
@@ -150,8 +153,8 @@ func contentText(v *fastjson.Value) (string, bool) {
 	}
 	var texts []string
 	for _, p := range parts {
-		if string(p.GetStringBytes("type")) == "text" {
-			texts = append(texts, string(p.GetStringBytes("text")))
+		if t := p.GetStringBytes("text"); string(p.GetStringBytes("type")) == "text" && len(t) > 0 {
+			texts = append(texts, string(t))
 		}
 	}
 	return strings.Join(texts, "\n"), true

@@ -15,6 +15,9 @@ func TestReadPrompts(t *testing.T) {
 		`{"prompt":"plain", "other": 1}`,
 		`{"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"tool_calls":[]}],"max_new_tokens":null}`,
 		`{"prompt":"either","max_new_tokens":null,"max_tokens":4}`,
+		// A null system message once made a leading "\n"; an image alone
+		// or an empty text part, stray newlines.
+		`{"messages":[{"role":"system","content":null},{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]},{"role":"user","content":[{"type":"text","text":""},{"type":"text","text":"Describe."}]},{"role":"user","content":""}]}`,
 	}, "\n")
 	got, err := ReadPrompts(strings.NewReader(file))
 	if err != nil {
@@ -29,10 +32,14 @@ func TestReadPrompts(t *testing.T) {
 		},
 		{Text: "plain"},
 		{
-			Text:     "Weather?\n",
+			Text:     "Weather?",
 			Messages: []byte(`[{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"tool_calls":[]}]`),
 		},
 		{Text: "either", MaxNewTokens: 4},
+		{
+			Text:     "Describe.",
+			Messages: []byte(`[{"role":"system","content":null},{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]},{"role":"user","content":[{"type":"text","text":""},{"type":"text","text":"Describe."}]},{"role":"user","content":""}]`),
+		},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v; want %+v", got, want)

@@ -57,14 +57,21 @@ type Report struct {
 	// Interrupted is set when the context ended the run early.
 	Interrupted bool `json:"interrupted"`
 
-	// Elapsed is the measured time the rates are taken over. In the open
-	// loop it runs from the end of the warm-up to the end of the last
-	// measured request (summed over Compare rounds). In the closed loop
-	// each client is busy from the start of its first measured request to
-	// the end of its last, and Elapsed is the time the clients took for
-	// all measured requests at their combined rate (the sum of each one's
-	// requests over its busy time): about Duration, whatever the warm-up
-	// left in flight.
+	// Elapsed is the measured time the rates are taken over, summed over
+	// Compare rounds. In the open loop it runs from the end of the warm-up
+	// to the end of the window or of the last measured request, whichever
+	// is later (to the last request's end when Requests ended the
+	// arrivals, to the cut when the run was interrupted). In the closed loop
+	// bounded by Requests, it runs from the start of the first measured
+	// request to the end of the last, whichever clients sent them. In the
+	// closed loop bounded by Duration, each client is busy from the start
+	// of its first measured request to the end of its last, and Elapsed is
+	// the time the clients took for all measured requests at their
+	// combined rate (the sum of each one's requests over its busy time):
+	// about Duration, whatever the warm-up left in flight. That holds only
+	// for clients equally busy, as they are when a window's end stops
+	// them all; a request count stops some while others still have a
+	// request to send.
 	Elapsed time.Duration `json:"-"`
 	// RequestsPerSec is OK per second of Elapsed: failures are not
 	// throughput.
@@ -74,16 +81,21 @@ type Report struct {
 	OutputTokens int64 `json:"output_tokens"`
 	// OutputTokensPerSec is OutputTokens per second of Elapsed.
 	OutputTokensPerSec float64 `json:"output_tokens_per_s"`
-	// Events is the number of events, [DONE] not included, of successful
-	// streams. EventsPerSec is the rate at which events of successful
-	// streams arrived within the measured windows (Duration, warm-up
-	// excluded), whichever request they belong to; a run bounded by
-	// Requests alone has no window and divides Events by Elapsed. Long
-	// streams make a rate over whole requests unsteady: those of a round's
-	// last turn run past its end with ever fewer left, and where a turn
-	// falls against the end moves the figure by several per cent.
-	Events       int64   `json:"events"`
-	EventsPerSec float64 `json:"events_per_s"`
+	// EventsPerSec is Events over EventWindow, for stream runs. With a
+	// Duration, Events counts the events ([DONE] not included) that
+	// arrived within the measured windows (Duration each, warm-up
+	// excluded, cut short by an interrupt), whichever request they belong
+	// to, but for streams that failed inside a window; EventWindow is the
+	// windows' length. Long streams make a rate over whole requests
+	// unsteady: those of a round's last turn run past its end with ever
+	// fewer left, and where a turn falls against the end moves the figure
+	// by several per cent. A run bounded by Requests alone has no window:
+	// Events counts the events of its successful streams (and of those an
+	// interrupt cut, in the open loop, whose Elapsed runs to the cut), and
+	// EventWindow is Elapsed.
+	Events       int64         `json:"events"`
+	EventWindow  time.Duration `json:"-"`
+	EventsPerSec float64       `json:"events_per_s"`
 
 	// Latency is end to end, from sending the request to the end of the
 	// answer.
@@ -91,8 +103,10 @@ type Report struct {
 	// TTFT is the time to the first token event of a stream, or the
 	// latency of a non-stream request.
 	TTFT Summary `json:"ttft"`
-	// ITL summarises the gaps between consecutive token events of
-	// streams; it is empty for non-stream runs.
+	// ITL summarises the inter-token latencies of streams: the gap
+	// between consecutive token events, divided among the new tokens of
+	// the later one where the event says how many it has, one sample per
+	// token (bench_serving's adjust_itl). It is empty for non-stream runs.
 	ITL Summary `json:"itl"`
 	// EventLag summarises, over the events of successful streams that
 	// carry the fake servers' sent_unix_nano stamp, the time from that
@@ -162,21 +176,27 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 	}{s.Count, millis(s.Min), millis(s.Mean), millis(s.P50), millis(s.P90), millis(s.P99), millis(s.Max)})
 }
 
-// MarshalJSON adds Elapsed, Duration, Warmup and Timeout, in seconds to
-// the microsecond, to the tagged fields and rounds rates to three decimals.
+// MarshalJSON adds Elapsed, EventWindow (stream runs), Duration, Warmup
+// and Timeout (0 for NoTimeout), in seconds to the microsecond, to the
+// tagged fields and rounds rates to three decimals.
 func (r Report) MarshalJSON() ([]byte, error) {
 	type plain Report // without this method
 	p := plain(r)
 	p.RequestsPerSec = round3(p.RequestsPerSec)
 	p.OutputTokensPerSec = round3(p.OutputTokensPerSec)
 	p.EventsPerSec = round3(p.EventsPerSec)
+	timeout := r.Timeout
+	if timeout == NoTimeout {
+		timeout = 0
+	}
 	return json.Marshal(struct {
 		plain
 		DurationSeconds float64 `json:"duration_s"`
 		WarmupSeconds   float64 `json:"warmup_s"`
 		TimeoutSeconds  float64 `json:"timeout_s"`
 		ElapsedSeconds  float64 `json:"elapsed_s"`
-	}{p, seconds(r.Duration), seconds(r.Warmup), seconds(r.Timeout), seconds(r.Elapsed)})
+		EventWindow     float64 `json:"event_window_s,omitempty"`
+	}{p, seconds(r.Duration), seconds(r.Warmup), seconds(timeout), seconds(r.Elapsed), seconds(r.EventWindow)})
 }
 
 // seconds converts d to seconds, to the microsecond.
@@ -221,7 +241,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "%-12s %.1f req/s, %.1f output tokens/s (%d tokens)\n", "throughput",
 		r.RequestsPerSec, r.OutputTokensPerSec, r.OutputTokens)
 	if r.Stream {
-		fmt.Fprintf(&b, "%-12s %.1f events/s (%d events)\n", "events", r.EventsPerSec, r.Events)
+		fmt.Fprintf(&b, "%-12s %.1f events/s (%d events in %.2f s)\n", "events", r.EventsPerSec, r.Events, r.EventWindow.Seconds())
 	}
 	if r.EventLag.Count > 0 {
 		fmt.Fprintf(&b, "%-12s %s\n", "lag", lagNote)

@@ -121,7 +121,9 @@ func TestWriteTextNoSamples(t *testing.T) {
 
 func TestWriteJSON(t *testing.T) {
 	var b bytes.Buffer
-	if err := testReport().WriteJSON(&b); err != nil {
+	r := testReport()
+	r.Events, r.EventWindow, r.EventsPerSec = 2004, 10020*time.Millisecond, 200
+	if err := r.WriteJSON(&b); err != nil {
 		t.Fatal(err)
 	}
 	var got struct {
@@ -140,13 +142,17 @@ func TestWriteJSON(t *testing.T) {
 			Mean float64 `json:"mean_ms"`
 			P99  float64 `json:"p99_ms"`
 		} `json:"itl"`
+		Events      int64   `json:"events"`
+		EventWindow float64 `json:"event_window_s"`
+		EPS         float64 `json:"events_per_s"`
 	}
 	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
 		t.Fatalf("cannot decode %s: %v", b.String(), err)
 	}
 	if got.Requests != 1000 || got.OK != 997 || got.Errors["status_502"] != 2 || got.Elapsed != 10.02 ||
 		got.RPS != 99.5 || got.TPS != 1592 || got.Latency.Count != 997 || got.Latency.P50 != 120 ||
-		got.Latency.Max != 1234.567 || got.ITL.Mean != 6.52 || got.ITL.P99 != 12 {
+		got.Latency.Max != 1234.567 || got.ITL.Mean != 6.52 || got.ITL.P99 != 12 ||
+		got.Events != 2004 || got.EventWindow != 10.02 || got.EPS != 200 {
 		t.Fatalf("got %+v from\n%s", got, b.String())
 	}
 }
@@ -167,7 +173,7 @@ func TestWriteTextOpenLoop(t *testing.T) {
 	r.Name = "pdlb"
 	r.PromptWords, r.MaxNewTokens = Dist{}, Dist{Law: LawLognormal, A: 128, B: 64}
 	r.Prompts = 12
-	r.Events, r.EventsPerSec = 31904, 3184.03
+	r.Events, r.EventsPerSec, r.EventWindow = 31904, 3184.03, 10020*time.Millisecond
 	r.EventLag = Summary{Count: 31904, Min: -2 * time.Microsecond, Mean: 150 * time.Microsecond, P50: 120 * time.Microsecond,
 		P90: 300 * time.Microsecond, P99: 2 * time.Millisecond, Max: 15 * time.Millisecond}
 	var b bytes.Buffer
@@ -178,7 +184,7 @@ func TestWriteTextOpenLoop(t *testing.T) {
 	for _, want := range []string{
 		"target       pdlb http://127.0.0.1:8000/generate (stream, open loop at 250 req/s, at most 10000 in flight)\n",
 		"workload     12 file prompts, lognormal:128:64 new tokens unless a prompt says\n",
-		"events       3184.0 events/s (31904 events)\n",
+		"events       3184.0 events/s (31904 events in 10.02 s)\n",
 		"lag          server's sent_unix_nano to arrival; only meaningful with bench and server on one machine\n",
 		"lag ms          -0.002     0.150     0.120     0.300      2.00      15.0    31904\n",
 	} {

@@ -46,8 +46,9 @@ type runner struct {
 	start        time.Time     // of the current round
 	measureStart time.Time     // end of the round's warm-up
 	measureEnd   time.Time     // zero when only Requests bounds the run
-	elapsed      time.Duration // open loop: the rounds' measured time
+	elapsed      time.Duration // the rounds' measured time (not kept for a closed loop bounded by Duration)
 	window       time.Duration // the measured windows' total length
+	cutAt        time.Time     // when ctx cut the run; zero while it has not
 	dropped      int           // measured arrivals the open loop could not send
 
 	issued      atomic.Int64  // measured requests started
@@ -97,14 +98,22 @@ func (r *runner) round(warmup, d time.Duration) {
 	}
 	close(stop)
 	bg.Wait()
-	if r.cfg.openLoop() {
+	switch {
+	case r.cfg.openLoop():
 		r.elapsed += r.roundElapsed()
-	} else {
+	case r.cfg.Requests > 0:
+		r.elapsed += r.roundSpan()
+		r.addBusyTime()
+	default:
 		r.addBusyTime()
 	}
 	if d > 0 {
 		// All of it, unless the run was interrupted within it.
-		r.window += min(d, max(time.Since(r.measureStart), 0))
+		w := d
+		if !r.cutAt.IsZero() {
+			w = min(d, max(r.cutAt.Sub(r.measureStart), 0))
+		}
+		r.window += w
 	}
 }
 
@@ -114,7 +123,8 @@ func (r *runner) inWindow(t time.Time) bool {
 }
 
 // closedLoop runs Concurrency workers, each sending its next request when
-// the previous one ends, until the runner says stop.
+// the previous one ends, until the runner says stop. A worker that could
+// not connect pauses first (pauseAfterConnectError).
 func (r *runner) closedLoop() {
 	var wg sync.WaitGroup
 	for _, w := range r.pool.grow(r.cfg.Concurrency) {
@@ -124,30 +134,95 @@ func (r *runner) closedLoop() {
 				if !send {
 					return
 				}
-				w.one(measured)
+				if w.one(measured) == KindConnect {
+					r.pauseAfterConnectError()
+				}
 			}
 		})
 	}
 	wg.Wait()
 }
 
+// connectPause is how long a closed-loop client waits after failing to
+// connect. A refused connection fails in microseconds, so a client that
+// went straight on sent tens of thousands of requests a second to a dead
+// target, taking the CPU the other targets of a Compare needed and making
+// a ratio of its error count; at 10 attempts a second it costs nothing,
+// and a target that comes back is found soon enough.
+const connectPause = 100 * time.Millisecond
+
+// pauseAfterConnectError waits connectPause, or until the round's window
+// ends or the run is cut, whichever comes first. The open loop does not
+// pause: its arrivals keep their schedule whatever the answers.
+func (r *runner) pauseAfterConnectError() {
+	d := cmp.Or(r.cfg.connectPause, connectPause)
+	if !r.measureEnd.IsZero() {
+		d = min(d, time.Until(r.measureEnd))
+	}
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.ctx.Done():
+	}
+}
+
 // roundElapsed returns the open loop's measured time in the round: from
-// the end of the warm-up to the end of its last measured request (zero if
-// none ended). Arrivals follow their schedule whatever the warm-up's
+// the end of the warm-up to the end of the window or of the last measured
+// request, whichever is later, as SGLang's bench_serving times its run
+// until every request it sent has ended. The last request may end before
+// the window does, and a window that ended there would count arrivals
+// drawn over all of it in part of it. When Requests refused an arrival
+// inside the window, the run ends with its last request; when ctx cut the
+// round, at the cut. Arrivals follow their schedule whatever the warm-up's
 // requests are doing, so the window's start is the measured time's start.
 // It clears the workers' ends for the next round; every worker has stopped.
 func (r *runner) roundElapsed() time.Duration {
-	var last time.Time
+	var end time.Time
 	for _, w := range r.pool.all {
-		if w.last.After(last) {
-			last = w.last
+		if w.last.After(end) {
+			end = w.last
 		}
 		w.first, w.last = time.Time{}, time.Time{}
 	}
-	if !last.After(r.measureStart) {
+	switch {
+	case !r.cutAt.IsZero():
+		end = r.cutAt
+	case !r.measureEnd.IsZero() && !r.countEnded() && r.measureEnd.After(end):
+		end = r.measureEnd
+	}
+	if !end.After(r.measureStart) {
 		return 0
 	}
-	return last.Sub(r.measureStart)
+	return end.Sub(r.measureStart)
+}
+
+// roundSpan returns the closed loop's measured time in a round bounded by
+// Requests: from the start of the first measured request of any client to
+// the end of the last (zero if none ended). The clients are then not
+// equally busy: with 9 requests for 8 clients, one sends two in a row
+// while the others wait, and their combined rate (measuredTime) counts
+// the 8 as if they too had gone on. Every worker has stopped.
+func (r *runner) roundSpan() time.Duration {
+	var first, last time.Time
+	for _, w := range r.pool.all {
+		if w.first.IsZero() {
+			continue
+		}
+		if first.IsZero() || w.first.Before(first) {
+			first = w.first
+		}
+		if w.last.After(last) {
+			last = w.last
+		}
+	}
+	if first.IsZero() {
+		return 0
+	}
+	return last.Sub(first)
 }
 
 // addBusyTime adds to each client of the closed loop the time from the
@@ -170,13 +245,14 @@ func (r *runner) addBusyTime() {
 	}
 }
 
-// measuredTime returns Report.Elapsed: in the open loop the rounds' measured
-// time; in the closed loop, the time the clients took for the measured
-// requests at their combined rate, which is the sum of each client's
-// requests over its busy time. With clients equally busy, that is their
-// busy time.
+// measuredTime returns Report.Elapsed: in the open loop, and in the closed
+// loop bounded by Requests, the rounds' measured time; in the closed loop
+// bounded by Duration, the time the clients took for the measured requests
+// at their combined rate, which is the sum of each client's requests over
+// its busy time. With clients equally busy, as they are until a window's
+// end, that is their busy time.
 func (r *runner) measuredTime() time.Duration {
-	if r.cfg.openLoop() {
+	if r.cfg.openLoop() || r.cfg.Requests > 0 {
 		return r.elapsed
 	}
 	var perSec float64
@@ -198,6 +274,7 @@ func (r *runner) measuredTime() time.Duration {
 func (r *runner) cutOnCancel(stop <-chan struct{}) {
 	select {
 	case <-r.ctx.Done():
+		r.cutAt = time.Now()
 		r.interrupted.Store(true)
 		r.t.close()
 	case <-stop:
@@ -324,13 +401,14 @@ func (r *runner) report() *Report {
 		rep.Requests, rep.Errors[KindDropped] = r.dropped, r.dropped
 	}
 	var latency, ttft, itl, lag []time.Duration
-	var windowEvents int64
+	var windowEvents, cutEvents int64
 	for _, w := range r.pool.all {
 		rep.Requests += w.requests
 		rep.OK += w.ok
 		rep.OutputTokens += w.tokens
 		rep.Events += w.events
 		windowEvents += w.windowEvents
+		cutEvents += w.cutEvents
 		for k, n := range w.errs {
 			rep.Errors[k] += n
 		}
@@ -342,10 +420,22 @@ func (r *runner) report() *Report {
 	if s := rep.Elapsed.Seconds(); s > 0 {
 		rep.RequestsPerSec = float64(rep.OK) / s
 		rep.OutputTokensPerSec = float64(rep.OutputTokens) / s
-		rep.EventsPerSec = float64(rep.Events) / s
 	}
-	if r.window > 0 {
-		rep.EventsPerSec = float64(windowEvents) / r.window.Seconds()
+	if r.cfg.Stream {
+		switch {
+		case r.cfg.Duration > 0:
+			rep.Events, rep.EventWindow = windowEvents, r.window
+		case r.cfg.openLoop() && rep.Interrupted:
+			// Elapsed runs to the cut: the cut streams' events
+			// arrived within it.
+			rep.Events += cutEvents
+			rep.EventWindow = rep.Elapsed
+		default:
+			rep.EventWindow = rep.Elapsed
+		}
+		if s := rep.EventWindow.Seconds(); s > 0 {
+			rep.EventsPerSec = float64(rep.Events) / s
+		}
 	}
 	rep.Latency = summarize(latency)
 	rep.TTFT = summarize(ttft)

@@ -92,7 +92,32 @@ func TestRunRoutes(t *testing.T) {
 			`[DONE]`,
 		},
 		tokens: 4,
-		itl:    2,
+		itl:    3, // the last event's gap, divided between its 2 tokens
+	}, {
+		name:   "generate stream: a count that does not grow",
+		route:  RouteGenerate,
+		stream: true,
+		events: []string{
+			`{"text":" a b","meta_info":{"completion_tokens":2}}`,
+			`{"text":" a b","meta_info":{"completion_tokens":2}}`,
+			`{"text":" a b c d e","meta_info":{"completion_tokens":5}}`,
+			`[DONE]`,
+		},
+		tokens: 5,
+		itl:    3,
+	}, {
+		name:   "chat stream: usage in every chunk",
+		route:  RouteChatCompletions,
+		stream: true,
+		events: []string{
+			`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}],"usage":{"completion_tokens":0}}`,
+			`{"choices":[{"index":0,"delta":{"content":" a"}}],"usage":{"completion_tokens":1}}`,
+			`{"choices":[{"index":0,"delta":{"content":" b c d"}}],"usage":{"completion_tokens":4}}`,
+			`{"choices":[],"usage":{"completion_tokens":4}}`,
+			`[DONE]`,
+		},
+		tokens: 4,
+		itl:    3,
 	}, {
 		name:   "completions stream: final usage chunk",
 		route:  RouteCompletions,
@@ -214,6 +239,45 @@ func TestRunStreamTiming(t *testing.T) {
 	}
 	if rep.ITL.Min > rep.ITL.P50 || rep.ITL.P50 > rep.ITL.P90 || rep.ITL.P90 > rep.ITL.P99 || rep.ITL.P99 > rep.ITL.Max {
 		t.Fatalf("got unordered itl %+v", rep.ITL)
+	}
+}
+
+// TestRunStreamTokensPerEvent streams one token, then three in one event,
+// as SGLang sends what a decode step made at once: the second gap is
+// shared among the three, one sample each, as bench_serving does; it was
+// one sample of the whole gap.
+func TestRunStreamTokensPerEvent(t *testing.T) {
+	const (
+		first = 20 * time.Millisecond // before the first token
+		gap   = 30 * time.Millisecond // before the next three
+	)
+	events := []string{
+		`{"text":" a","meta_info":{"completion_tokens":1}}`,
+		`{"text":" a b c d","meta_info":{"completion_tokens":4}}`,
+		`[DONE]`,
+	}
+	cfg := serve(t, streamHandler(&recorder{}, events, func(i int) {
+		switch i {
+		case 0:
+			pause(first)
+		case 1:
+			pause(gap)
+		}
+	}))
+	cfg.Stream = true
+	cfg.Requests = 1
+	rep := run(t, cfg)
+
+	checkCounts(t, rep, 1, 1)
+	if rep.ITL.Count != 3 || rep.ITL.Min != rep.ITL.Max || rep.OutputTokens != 4 {
+		t.Fatalf("got itl %+v, %d tokens; want 3 equal samples, 4 tokens", rep.ITL, rep.OutputTokens)
+	}
+	// The three samples make up the gap between the events (but the
+	// nanoseconds the division drops), which lies between the first
+	// token and the end, and ends at least first+gap after the start.
+	if shared := 3 * rep.ITL.Max; shared > rep.Latency.Max-rep.TTFT.Max || rep.TTFT.Max+shared+2 < first+gap {
+		t.Fatalf("got ttft %v, 3 samples of %v, latency %v; want the samples to fill the gap between the events",
+			rep.TTFT.Max, rep.ITL.Max, rep.Latency.Max)
 	}
 }
 
@@ -371,29 +435,116 @@ func TestRunProgress(t *testing.T) {
 // TestRunEventRateIsWithinTheWindow streams one event at once and one after
 // the measured window has closed: events/s counts the first alone, over
 // the window, where a rate over whole requests would count both over the
-// time until the stream ended.
+// time until the stream ended. The count shown beside the rate is the one
+// it divides (it was the stream's 2), and a stream that fails after the
+// window's end still delivered its first event within it (it was left
+// out).
 func TestRunEventRateIsWithinTheWindow(t *testing.T) {
 	const (
 		window = 200 * time.Millisecond
 		late   = 350 * time.Millisecond // the second event, well past the window
 	)
-	events := []string{`{"text":" a"}`, `{"text":" a b"}`, `[DONE]`}
+	for _, tc := range []struct {
+		name   string
+		events []string
+		ok     int
+	}{
+		{"a stream that ends well", []string{`{"text":" a"}`, `{"text":" a b"}`, `[DONE]`}, 1},
+		{"a stream that fails after the window", []string{`{"text":" a"}`, `{"error":{"message":"decode lost"}}`, `[DONE]`}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := serve(t, streamHandler(&recorder{}, tc.events, func(i int) {
+				if i == 1 {
+					pause(late)
+				}
+			}))
+			cfg.Stream = true
+			cfg.Duration = window
+			rep := run(t, cfg)
+
+			checkCounts(t, rep, 1, tc.ok)
+			if rep.Events != 1 || rep.EventWindow != window {
+				t.Fatalf("got %d events in %v; want the 1 that arrived in the %v window", rep.Events, rep.EventWindow, window)
+			}
+			if want := 1 / window.Seconds(); rep.EventsPerSec != want {
+				t.Fatalf("got %.2f events/s; want %.2f, the one event that arrived in the %v window", rep.EventsPerSec, want, window)
+			}
+		})
+	}
+}
+
+// TestRunEventRateInterrupted cuts a run while its stream is in flight,
+// once three events have come: they arrived within the measured time,
+// which the cut ends, and count for events/s. They were left out, with the
+// time to the cut counted all the same.
+func TestRunEventRateInterrupted(t *testing.T) {
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	events := []string{`{"text":" a"}`, `{"text":" a b"}`, `{"text":" a b c"}`, `{"text":"!"}`}
 	cfg := serve(t, streamHandler(&recorder{}, events, func(i int) {
-		if i == 1 {
-			pause(late)
+		if i == 3 {
+			<-hang
 		}
 	}))
+	dial := cfg.Dial
 	cfg.Stream = true
-	cfg.Duration = window
-	rep := run(t, cfg)
+	for _, load := range []struct {
+		rate     float64
+		duration time.Duration
+		requests int
+	}{
+		{0, time.Minute, 0},
+		{1000, time.Minute, 0},
+		// No window: the time runs from the start to the cut.
+		{1000, 0, 1000},
+	} {
+		rate := load.rate
+		cfg.Rate, cfg.Duration, cfg.Requests = load.rate, load.duration, load.requests
+		// The third event has been read once a read returns its bytes:
+		// the reader parses what it holds before it reads again. A
+		// channel per run, so the streams of the last one cannot say.
+		third := make(chan struct{}, 1)
+		cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			c, err := dial(ctx, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &watchConn{Conn: c, marker: []byte("a b c"), seen: third}, nil
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := runAsync(t, ctx, cfg)
+		select {
+		case <-third:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the third event never came")
+		}
+		cancel()
+		rep := <-done
+		if !rep.Interrupted || rep.Requests != 0 || rep.Events < 3 || rep.EventWindow <= 0 ||
+			rep.EventsPerSec != float64(rep.Events)/rep.EventWindow.Seconds() {
+			t.Fatalf("rate %v: got %d requests, interrupted %v, %d events in %v, %v events/s; want none, interrupted, at least 3 events, their rate",
+				rate, rep.Requests, rep.Interrupted, rep.Events, rep.EventWindow, rep.EventsPerSec)
+		}
+	}
+}
 
-	checkCounts(t, rep, 1, 1)
-	if rep.Events != 2 {
-		t.Fatalf("got %d events; want the stream's 2", rep.Events)
+// watchConn signals seen, once, when a read returns bytes with marker in
+// them.
+type watchConn struct {
+	net.Conn
+	marker []byte
+	seen   chan<- struct{}
+}
+
+func (c *watchConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if bytes.Contains(p[:n], c.marker) {
+		select {
+		case c.seen <- struct{}{}:
+		default:
+		}
 	}
-	if want := 1 / window.Seconds(); rep.EventsPerSec != want {
-		t.Fatalf("got %.2f events/s; want %.2f, the one event that arrived in the %v window", rep.EventsPerSec, want, window)
-	}
+	return n, err
 }
 
 func TestInWindow(t *testing.T) {
@@ -415,6 +566,30 @@ func TestInWindow(t *testing.T) {
 	// A run bounded by Requests alone has no window.
 	if (&runner{measureStart: start}).inWindow(start) {
 		t.Error("a runner without a window counted an event in it")
+	}
+}
+
+// TestRunRequestsElapsed runs 9 requests on 8 clients: one client sends
+// two in a row, so the run takes at least two requests' time. Elapsed was
+// the clients' combined rate, 8 of them at one request per request's time,
+// and claimed about 9/8 of one.
+func TestRunRequestsElapsed(t *testing.T) {
+	const each = 20 * time.Millisecond
+	h := jsonHandler(&recorder{}, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":5}}`)
+	cfg := serve(t, func(ctx *fasthttp.RequestCtx) {
+		pause(each) // the generation time being measured
+		h(ctx)
+	})
+	cfg.Concurrency = 8
+	cfg.Requests = 9
+	rep := run(t, cfg)
+
+	checkCounts(t, rep, 9, 9)
+	if rep.Elapsed < 2*each {
+		t.Fatalf("got elapsed %v; want at least %v, two requests in a row", rep.Elapsed, 2*each)
+	}
+	if s := rep.Elapsed.Seconds(); rep.RequestsPerSec != 9/s || rep.OutputTokensPerSec != 45/s {
+		t.Fatalf("got %v req/s, %v tokens/s; want %v and %v, over elapsed %v", rep.RequestsPerSec, rep.OutputTokensPerSec, 9/s, 45/s, rep.Elapsed)
 	}
 }
 

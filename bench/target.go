@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -58,6 +59,13 @@ func newTarget(ctx context.Context, rawURL, route string, dial func(context.Cont
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("url %q: want a base url without query or fragment", rawURL)
+	}
+	if p := u.Port(); p != "" {
+		// url.Parse takes any digits; the dial would fail each request
+		// with a connect error instead of refusing the run.
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("url %q: port must be from 1 to 65535", rawURL)
+		}
 	}
 	addr := u.Host
 	if u.Port() == "" {

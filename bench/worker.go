@@ -71,7 +71,8 @@ type tally struct {
 	errs         map[string]int
 	tokens       int64
 	events       int64
-	windowEvents int64 // of successful streams, arrived in a measured window
+	windowEvents int64 // arrived in a measured window, of streams that did not fail in it
+	cutEvents    int64 // of measured streams an interrupt cut
 	latency      []time.Duration
 	ttft         []time.Duration
 	itl          []time.Duration
@@ -91,7 +92,7 @@ type outcome struct {
 	kind   string    // error kind; empty for a success
 	first  time.Time // arrival of the first token event; zero if none
 	tokens int
-	events int // stream events before [DONE]
+	events int // stream events before [DONE], or before the stream failed
 	// inWindow is how many of them arrived in the round's measured window.
 	inWindow int
 }
@@ -126,8 +127,9 @@ func newWorker(r *runner) *worker {
 	return w
 }
 
-// one sends a request and records how it went.
-func (w *worker) one(measured bool) {
+// one sends a request, records how it went, and returns its error kind
+// (empty for a success, or a request the run cut).
+func (w *worker) one(measured bool) (kind string) {
 	seq := w.r.seq.Add(1)
 	if w.r.wl.random() {
 		w.r.wl.seedFor(&w.pcg, seq)
@@ -137,18 +139,30 @@ func (w *worker) one(measured bool) {
 	start := time.Now()
 	o := w.exchange(start)
 	end := time.Now()
+	cut := w.r.ctx.Err() != nil
+	// Events/s counts what arrived within the window, of every stream
+	// but those that failed inside it: one still in flight at the
+	// window's end, or at the interrupt that ends it, had delivered them
+	// within the measured time, whatever it did afterwards. A run cut
+	// short once counted the time to the cut and the events of finished
+	// streams alone.
+	if o.kind == "" || cut || !end.Before(w.r.measureEnd) {
+		w.windowEvents += int64(o.inWindow)
+	}
 	switch {
-	case w.r.ctx.Err() != nil:
-		// Cut short, or racing the cut: not a figure.
-		return
+	case cut:
+		// Cut short, or racing the cut: not a figure, but for the events
+		// it delivered (Report.Events).
+		if measured {
+			w.cutEvents += int64(o.events)
+		}
+		return ""
 	case !measured:
 		w.r.warm.Add(1)
 	default:
 		w.record(o, start, end)
 	}
-	if o.kind == "" {
-		w.windowEvents += int64(o.inWindow)
-	}
+	return o.kind
 }
 
 // record adds one measured request to the figures.
@@ -228,18 +242,30 @@ func (w *worker) readStream() outcome {
 }
 
 // readEvents reads events up to "data: [DONE]", timing token events and
-// the lag of stamped ones.
+// the lag of stamped ones. A stream that fails still returns the events it
+// delivered before, for events/s.
+//
+// An event may carry several tokens (SGLang streams what a decode step, or
+// speculative decoding, produced at once). Where the event says how many
+// tokens there are so far (meta_info.completion_tokens on /generate, usage
+// on OpenAI chunks that carry it), the gap since the previous token event
+// is divided among its new tokens, one inter-token sample each, as
+// bench_serving's async_request_sglang_generate does ("adjust_itl"); an
+// event that says nothing counts one token. An event whose count did not
+// grow is skipped, its gap carried on to the next, as there too.
 func (w *worker) readEvents() outcome {
 	var (
 		o           outcome
 		prev        time.Time
 		tokenEvents int
+		seen        int // tokens so far, as the events said or one per event
 		usage       = -1
 	)
 	for {
 		data, at, err := w.sse.next()
 		if err != nil {
-			return outcome{kind: streamKind(err)}
+			o.kind = streamKind(err)
+			return o
 		}
 		if string(data) == "[DONE]" {
 			break
@@ -251,13 +277,16 @@ func (w *worker) readEvents() outcome {
 		}
 		v, err := w.parser.ParseBytes(data)
 		if err != nil {
-			return outcome{kind: KindBadBody}
+			o.kind = KindBadBody
+			return o
 		}
 		if isError(v) {
-			return outcome{kind: KindStreamError}
+			o.kind = KindStreamError
+			return o
 		}
 		if isAbort(v) {
-			return outcome{kind: KindAborted}
+			o.kind = KindAborted
+			return o
 		}
 		o.events++
 		if w.r.inWindow(at) {
@@ -273,12 +302,25 @@ func (w *worker) readEvents() outcome {
 		if !hasText {
 			continue
 		}
-		if tokenEvents == 0 {
-			o.first = at
-		} else {
-			w.gaps = append(w.gaps, at.Sub(prev))
+		count := seen + 1
+		if n >= 0 {
+			// A server's count, however wrong, must not make millions
+			// of samples: no request asks for more than maxDraw.
+			count = min(n, maxDraw)
 		}
-		prev = at
+		switch {
+		case tokenEvents == 0:
+			o.first = at
+		case count <= seen:
+			continue
+		default:
+			k := count - seen
+			gap := at.Sub(prev) / time.Duration(k)
+			for range k {
+				w.gaps = append(w.gaps, gap)
+			}
+		}
+		prev, seen = at, count
 		tokenEvents++
 	}
 	o.tokens = tokenEvents
