@@ -145,3 +145,27 @@ func TestClientKeyReachesWorkersOnControlRoutes(t *testing.T) {
 		t.Fatalf("the workers refused %d and %d calls; the calls without the key reached neither", pu, du)
 	}
 }
+
+// SGLang's /server_info answer holds its server_args, api_key included.
+// pdlb, which holds the workers' key, hides it on its open info routes; a
+// secret that is not set stays null.
+func TestServerInfoHidesTheWorkersKeys(t *testing.T) {
+	h := newHarness(t)
+	const key = "k-51"
+	h.pair(fake.Config{APIKey: key}, fake.Config{APIKey: key})
+	cfg := defaultConfig()
+	cfg.APIKey = key
+	h.start(cfg)
+	for _, path := range []string{"/server_info", "/get_server_info"} {
+		r := h.do("GET", path, "")
+		if r.status != fasthttp.StatusOK || strings.Contains(string(r.body), key) {
+			t.Fatalf("%s: got %d %s; want 200 without the key", path, r.status, r.body)
+		}
+		for _, role := range []string{"prefill", "decode"} {
+			w := gjson.GetBytes(r.body, role+".0")
+			if w.Get("api_key").String() != "<redacted>" || w.Get("admin_api_key").Type != gjson.Null || w.Get("dp_size").Int() != 1 {
+				t.Fatalf("%s: got the %s's answer %s; want api_key redacted, admin_api_key null, the rest as it was", path, role, w.Raw)
+			}
+		}
+	}
+}

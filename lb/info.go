@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -259,7 +260,7 @@ func appendInfoList(dst []byte, answers []answer) []byte {
 		}
 		a := &answers[i]
 		if a.ok() && gjson.ValidBytes(a.body) {
-			dst = append(dst, a.body...)
+			dst = appendRedacted(dst, a.body)
 			continue
 		}
 		msg := "answered " + strconv.Itoa(a.status)
@@ -270,6 +271,42 @@ func appendInfoList(dst []byte, answers []answer) []byte {
 		dst = append(dst, b...)
 	}
 	return append(dst, ']')
+}
+
+// appendRedacted appends a worker's /server_info answer with its secrets
+// hidden. SGLang's answer is its whole server_args, api_key and
+// admin_api_key included, which pdlb, holding the key, would otherwise
+// hand to any client of its open info routes. A secret that is set becomes
+// "<redacted>"; one that is not (null) stays as it is.
+func appendRedacted(dst, info []byte) []byte {
+	root := gjson.ParseBytes(info)
+	if !root.IsObject() {
+		return append(dst, info...)
+	}
+	dst = append(dst, '{')
+	first := true
+	root.ForEach(func(k, v gjson.Result) bool {
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = append(dst, k.Raw...)
+		dst = append(dst, ':')
+		if isSecret(k.Str) && v.Type != gjson.Null {
+			dst = append(dst, `"<redacted>"`...)
+		} else {
+			dst = append(dst, v.Raw...)
+		}
+		return true
+	})
+	return append(dst, '}')
+}
+
+// isSecret reports whether a server_args field holds a secret: SGLang's
+// api_key, admin_api_key and ssl_keyfile_password, and fields named like
+// them.
+func isSecret(key string) bool {
+	return strings.HasSuffix(key, "api_key") || strings.HasSuffix(key, "password") || strings.HasSuffix(key, "secret")
 }
 
 // proxyFromPrefill answers with the first prefill's answer to GET uri, as

@@ -58,6 +58,14 @@ func (s *Server) serveServerInfo(ctx *fasthttp.RequestCtx) {
 		// The server arg of SGLang PR #34773, so a router can see the feature.
 		b = append(b, `,"disaggregation_decode_enable_conditional_agg":true`...)
 	}
+	// SGLang's answer is all of server_args, its secrets included.
+	b = append(b, `,"api_key":`...)
+	if s.cfg.APIKey != "" {
+		b = appendString(b, s.cfg.APIKey)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"admin_api_key":null,"ssl_keyfile_password":null`...)
 	b = append(b, `,"page_size":1,"load_balance_method":"round_robin","max_total_num_tokens":1048576,"internal_states":[`...)
 	for r := range s.cfg.DPSize {
 		if r > 0 {
