@@ -217,6 +217,12 @@ func (b *Backend) available() bool {
 		(b.breaker == nil || b.breaker.Allow())
 }
 
+// markedDown reports whether b's health checks find it down. Unlike
+// available, it asks the breaker nothing, so it takes no trial request.
+func (b *Backend) markedDown() bool {
+	return health.State(b.health.Load()) == health.Down
+}
+
 // takes reports whether b may serve a request that needs DP rank rank (-1
 // for none): b has that rank, or its dp_size is unknown.
 func (b *Backend) takes(rank int) bool {

@@ -157,6 +157,10 @@ var errClientGone = errors.New("client closed the connection")
 // errKeyRefused is a call whose worker refused pdlb's --api-key with a 401.
 var errKeyRefused = errors.New("refused pdlb's --api-key (401): the worker needs another key")
 
+// errMarkedDown is a control call not made: health checks find the worker
+// down, and a hung one would hold the route for controlTimeout.
+var errMarkedDown = errors.New("is down by its health checks: not asked")
+
 // errShutdown cancels the calls still running when the shutdown grace
 // period ends (Server.Shutdown): the failure paths then answer the client
 // with it, a 503 or a stream's error event, instead of leaving the process
@@ -171,6 +175,8 @@ func classify(err error, role, addr string) (int, reason, string) {
 		return fasthttp.StatusBadGateway, reasonBackendFailed, role + " backend " + addr + " " + err.Error()
 	case errors.Is(err, errShutdown):
 		return fasthttp.StatusServiceUnavailable, reasonShutdown, errShutdown.Error()
+	case errors.Is(err, errMarkedDown):
+		return fasthttp.StatusServiceUnavailable, reasonNoBackend, role + " backend " + addr + " " + err.Error()
 	case isTimeout(err):
 		return fasthttp.StatusGatewayTimeout, reasonBackendTimeout,
 			"timed out waiting for " + role + " backend " + addr

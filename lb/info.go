@@ -2,6 +2,7 @@ package lb
 
 import (
 	"encoding/json"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -82,6 +83,10 @@ func fanOut(backends []*Backend, method, uri string, timeout time.Duration, clie
 	answers := make([]answer, len(backends))
 	var wg sync.WaitGroup
 	for i, b := range backends {
+		if b.markedDown() {
+			answers[i] = answer{backend: b, err: errMarkedDown}
+			continue
+		}
 		wg.Go(func() { answers[i] = b.get(method, uri, timeout, clientAuth) })
 	}
 	wg.Wait()
@@ -198,6 +203,9 @@ func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, method, uri string, timeo
 	ctx.SetBody(body)
 }
 
+// maxFlushTimeout is the longest ?timeout= that /flush_cache takes.
+const maxFlushTimeout = time.Hour
+
 // serveFlushCache fans out /flush_cache, forwarding ?timeout= as mini_lb
 // does: the workers must get it to drain in-flight KV transfers first.
 func (s *Server) serveFlushCache(ctx *fasthttp.RequestCtx) {
@@ -205,8 +213,12 @@ func (s *Server) serveFlushCache(ctx *fasthttp.RequestCtx) {
 	timeout := controlTimeout
 	if t := ctx.QueryArgs().Peek("timeout"); len(t) > 0 {
 		secs, err := strconv.ParseFloat(string(t), 64)
-		if err != nil {
-			s.writeError(ctx, fasthttp.StatusBadRequest, reasonInvalidRequest, "timeout must be a number of seconds, got "+strconv.Quote(string(t)))
+		if err != nil || math.IsNaN(secs) || secs < 0 || secs > maxFlushTimeout.Seconds() {
+			// A bound, as pdlb waits that long on top of controlTimeout:
+			// "inf" or 1e300 overflowed to a negative wait, which timed out
+			// every healthy worker at once.
+			s.writeError(ctx, fasthttp.StatusBadRequest, reasonInvalidRequest,
+				"timeout must be a number of seconds from 0 to "+strconv.Itoa(int(maxFlushTimeout.Seconds()))+", got "+strconv.Quote(string(t)))
 			return
 		}
 		uri += "?timeout=" + string(t)
@@ -310,10 +322,17 @@ func isSecret(key string) bool {
 }
 
 // proxyFromPrefill answers with the first prefill's answer to GET uri, as
-// mini_lb does, trying the next prefill when one fails.
+// mini_lb does, trying the next prefill when one fails, and skipping those
+// that health checks find down.
 func (s *Server) proxyFromPrefill(ctx *fasthttp.RequestCtx, uri string) {
 	var last answer
 	for _, b := range s.prefills.backends {
+		if b.markedDown() {
+			if last.backend == nil { // said only if no prefill is asked
+				last = answer{backend: b, err: errMarkedDown}
+			}
+			continue
+		}
 		if last = b.get(fasthttp.MethodGet, uri, controlTimeout, clientAuthorization(ctx)); last.ok() {
 			ctx.SetContentType("application/json")
 			ctx.SetBody(last.body)
@@ -329,12 +348,13 @@ func (s *Server) proxyFromPrefill(ctx *fasthttp.RequestCtx, uri string) {
 		return
 	}
 	msg := "no prefill backend answered " + uri + "; last: " + last.backend.url
+	status, r := fasthttp.StatusBadGateway, reasonBackendFailed
 	if last.err != nil {
-		_, _, msg = classify(last.err, last.backend.role, last.backend.addr)
+		status, r, msg = classify(last.err, last.backend.role, last.backend.addr)
 	} else {
 		msg += " answered " + strconv.Itoa(last.status)
 	}
-	s.writeError(ctx, fasthttp.StatusBadGateway, reasonBackendFailed, msg)
+	s.writeError(ctx, status, r, msg)
 }
 
 // bootstrapStatus is one prefill's entry in /bootstrap.

@@ -3,12 +3,14 @@ package lb
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bench/fake"
+	"pdlb/health"
 )
 
 func TestHealth(t *testing.T) {
@@ -62,8 +64,15 @@ func TestFlushCacheForwardsTimeout(t *testing.T) {
 			t.Fatalf("got %d flushes with timeout %q; want 1 with 2.5", st.FlushCache, st.FlushCacheTimeout)
 		}
 	}
-	if r := h.post("/flush_cache?timeout=soon", ""); r.status != fasthttp.StatusBadRequest {
-		t.Fatalf("got %d for a bad timeout; want 400", r.status)
+	// Not a number, or one pdlb would wait on for ever (or overflow).
+	for _, bad := range []string{"soon", "inf", "NaN", "1e300", "-1", "3601"} {
+		if r := h.post("/flush_cache?timeout="+bad, ""); r.status != fasthttp.StatusBadRequest ||
+			!strings.Contains(gjson.GetBytes(r.body, "error.message").String(), "from 0 to 3600") {
+			t.Fatalf("timeout=%s: got %d %s; want a 400 giving the range", bad, r.status, r.body)
+		}
+	}
+	if st := p.Stats(); st.FlushCache != 1 {
+		t.Fatalf("got %d flushes; the bad timeouts must not reach the workers", st.FlushCache)
 	}
 }
 
@@ -158,6 +167,50 @@ func TestModelInfoComesFromAPrefill(t *testing.T) {
 	r := h.do(fasthttp.MethodGet, "/v1/models", "")
 	if r.status != fasthttp.StatusOK || gjson.GetBytes(r.body, "data.0.id").String() != "the-model" {
 		t.Fatalf("/v1/models: got %d %s", r.status, r.body)
+	}
+}
+
+// A worker that health checks find down is not asked on the info and
+// control routes: hung, it would hold each of them for controlTimeout. The
+// answers say it is down.
+func TestControlRoutesSkipWorkersMarkedDown(t *testing.T) {
+	h := newHarness(t)
+	var asked atomic.Int32
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+		asked.Add(1)
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{}`)
+	})
+	h.fake("prefill-1:30000", fake.Config{Role: fake.RolePrefill, Model: "the-model", BootstrapPort: 8999})
+	h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode})
+	cfg := defaultConfig()
+	cfg.Prefill = append(cfg.Prefill, PrefillSpec{URL: "http://prefill-1:30000", BootstrapPort: 8999})
+	srv := h.start(cfg)
+	srv.prefills.backends[0].health.Store(int32(health.Down))
+	for _, c := range []struct {
+		method, path string
+		status       int
+		down         string // where the answer says prefill-0 is down
+	}{
+		{"GET", "/v1/models", fasthttp.StatusOK, ""},
+		{"GET", "/model_info", fasthttp.StatusOK, ""},
+		{"GET", "/health_generate", fasthttp.StatusServiceUnavailable, "backends.0.error"},
+		{"GET", "/server_info", fasthttp.StatusOK, "prefill.0.error"},
+		{"POST", "/flush_cache", fasthttp.StatusBadGateway, "backends.0.error"},
+	} {
+		r := h.do(c.method, c.path, "")
+		if r.status != c.status || c.down != "" && !strings.Contains(gjson.GetBytes(r.body, c.down).String(), "down by its health checks") {
+			t.Errorf("%s %s: got %d %s; want %d, saying prefill-0 is down", c.method, c.path, r.status, r.body, c.status)
+		}
+	}
+	if n := asked.Load(); n != 0 {
+		t.Fatalf("the prefill marked down was asked %d times", n)
+	}
+	// With no prefill up, the info routes say so at once.
+	srv.prefills.backends[1].health.Store(int32(health.Down))
+	if r := h.do("GET", "/v1/models", ""); r.status != fasthttp.StatusServiceUnavailable ||
+		!strings.Contains(gjson.GetBytes(r.body, "error.message").String(), "down by its health checks") {
+		t.Fatalf("/v1/models with every prefill down: got %d %s; want a 503 saying so", r.status, r.body)
 	}
 }
 
