@@ -219,4 +219,8 @@ func TestNoBackendGives503(t *testing.T) {
 	if r.header.Peek("Retry-After") == nil {
 		t.Fatalf("a 503 must say when to retry")
 	}
+	// It went nowhere: it is no decode-only request.
+	if got := h.metric(`pdlb_decode_only_total{reason="no_decode"}`); got != "0" {
+		t.Fatalf("got pdlb_decode_only_total{reason=\"no_decode\"} %q; want 0", got)
+	}
 }

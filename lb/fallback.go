@@ -76,12 +76,14 @@ func (s *Server) decodeOnlyReason(q *clientRequest) (decodeOnly, *answerError) {
 // while workers cannot be reached. With nowhere to go, the client gets a 503
 // that names the empty pool.
 func (s *Server) serveDecodeOnly(q *clientRequest, why decodeOnly) {
-	s.decodeOnly[why].Inc()
 	for attempt := 0; ; attempt++ {
 		b, local := s.pickDecodeOnly(q, why)
 		if b == nil {
 			s.answerError(q, s.nowhereToGo(q, why))
 			return
+		}
+		if attempt == 0 { // counted once it goes somewhere: a 503 skipped nothing
+			s.decodeOnly[why].Inc()
 		}
 		x := s.newExchange(q, 2)
 		x.local = local
