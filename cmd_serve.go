@@ -72,7 +72,7 @@ type serveCmd struct {
 	ConnectTimeoutSecs      float64 `help:"Longest a new connection to a worker may take; a worker that does not accept in time counts as unreachable, and the request goes to another." default:"5"`
 	MaxConnsPerBackend      int     `help:"Most pooled connections to one worker; requests beyond wait for one." default:"4096"`
 	ShutdownGracePeriodSecs int     `help:"On SIGTERM, how long in-flight requests and streams may finish before pdlb exits." default:"180"`
-	AccessLog               bool    `help:"Log one line per request (refusals and control routes included)."`
+	AccessLog               bool    `help:"Log one line per request (refusals and control routes included), at info level whatever --log-level."`
 	PrometheusHost          string  `help:"Address of the extra /metrics listener enabled by --prometheus-port." default:"0.0.0.0"`
 	PrometheusPort          int     `help:"Also serve /metrics on this port (0: only on the main port)." default:"0"`
 	PprofAddr               string  `help:"Serve Go's profiles (/debug/pprof/) and /metrics on this address, e.g. 127.0.0.1:6060; off when empty. Keep it private." placeholder:"HOST:PORT"`

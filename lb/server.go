@@ -32,8 +32,12 @@ var headerRequestID = []byte("X-Request-Id")
 // of Servers can live in one process: each owns its backends, pools and
 // metrics.
 type Server struct {
-	cfg       Config
-	log       zerolog.Logger
+	cfg Config
+	log zerolog.Logger
+	// access writes the access lines of Config.AccessLog: the server's
+	// logger at info level, whatever the root logger's, as an operator
+	// who asked for them wants them under --log-level warn too.
+	access    zerolog.Logger
 	ms        *metrics.Set
 	prefills  *Pool
 	decodes   *Pool
@@ -109,6 +113,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		newRoom: cfg.NewRoom,
 		cut:     make(chan struct{}),
 	}
+	s.access = s.log.Level(zerolog.InfoLevel)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cfg.APIKey != "" {
 		s.clientAuthorization = []byte(bearer(cfg.APIKey))
@@ -378,10 +383,16 @@ func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, rt *route, requestID
 // status after took; nil without --access-log, and zerolog makes nothing
 // of a nil line.
 func (s *Server) accessLine(requestID []byte, route string, status int, took time.Duration) *zerolog.Event {
+	return s.accessStart(requestID, route, status).Dur("took", took)
+}
+
+// accessStart is accessLine without the duration, for a request whose
+// start is not known.
+func (s *Server) accessStart(requestID []byte, route string, status int) *zerolog.Event {
 	if !s.cfg.AccessLog {
 		return nil
 	}
-	return s.log.Info().Bytes("request_id", requestID).Str("route", route).Int("status", status).Dur("took", took)
+	return s.access.Info().Bytes("request_id", requestID).Str("route", route).Int("status", status)
 }
 
 // handleParseError answers requests fasthttp could not read, in pdlb's JSON
@@ -431,9 +442,7 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	// When the read began is not known (fasthttp's ctx here is a fresh
 	// one): no duration is recorded, nor logged.
 	rt.count(status)
-	if s.cfg.AccessLog {
-		s.log.Info().Bytes("request_id", requestID).Str("route", path).Int("status", status).Str("error", msg).Msg("request")
-	}
+	s.accessStart(requestID, path, status).Str("error", msg).Msg("request")
 }
 
 // readErrorMessage is what a client is told of fasthttp's error reading its
