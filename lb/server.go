@@ -326,31 +326,29 @@ func (s *Server) bootstrapPort(p *Backend) int {
 }
 
 // handle routes a request. Unknown paths and wrong methods get JSON errors.
+// Every route's duration runs from here, refusals' included.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	start := s.cfg.Now()
 	requestID := s.setRequestID(ctx)
 	rt := s.routes[string(ctx.Path())]
 	if rt == nil {
 		path := string(ctx.Path())
-		msg := "no route for " + path
-		s.writeError(ctx, fasthttp.StatusNotFound, reasonNotFound, msg)
-		s.notFound.observe(fasthttp.StatusNotFound, 0)
-		s.accessLine(requestID, path, fasthttp.StatusNotFound, 0).Str("error", msg).Msg("request")
+		s.refuse(ctx, s.notFound, path, requestID, start, fasthttp.StatusNotFound, reasonNotFound, "no route for "+path)
 		return
 	}
 	if rt.keyed && s.clientAuthorization != nil &&
 		subtle.ConstantTimeCompare(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization), s.clientAuthorization) != 1 {
-		s.unauthorized(ctx, rt, requestID)
+		s.unauthorized(ctx, rt, requestID, start)
 		return
 	}
 	method := ctx.Method()
 	if string(method) != rt.method && !(rt.method == fasthttp.MethodGet && ctx.IsHead()) {
-		s.methodNotAllowed(ctx, rt, requestID)
+		s.methodNotAllowed(ctx, rt, requestID, start)
 		return
 	}
 	if rt.generate {
-		s.serveGenerate(ctx, rt, requestID)
+		s.serveGenerate(ctx, rt, requestID, start)
 	} else {
-		start := s.cfg.Now()
 		s.serveControl(ctx, rt)
 		took := s.cfg.Now().Sub(start)
 		rt.observe(ctx.Response.StatusCode(), took)
@@ -363,20 +361,26 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 }
 
 // unauthorized refuses a client that did not present the API key.
-func (s *Server) unauthorized(ctx *fasthttp.RequestCtx, rt *route, requestID []byte) {
+func (s *Server) unauthorized(ctx *fasthttp.RequestCtx, rt *route, requestID []byte, start time.Time) {
 	ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, "Bearer")
 	const msg = "missing or wrong API key: send the header 'Authorization: Bearer <key>' with pdlb's --api-key"
-	s.writeError(ctx, fasthttp.StatusUnauthorized, reasonUnauthorized, msg)
-	rt.observe(fasthttp.StatusUnauthorized, 0)
-	s.accessLine(requestID, rt.path, fasthttp.StatusUnauthorized, 0).Str("error", msg).Msg("request")
+	s.refuse(ctx, rt, rt.path, requestID, start, fasthttp.StatusUnauthorized, reasonUnauthorized, msg)
 }
 
-func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, rt *route, requestID []byte) {
+func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, rt *route, requestID []byte, start time.Time) {
 	ctx.Response.Header.Set(fasthttp.HeaderAllow, rt.method)
 	msg := string(ctx.Method()) + " is not allowed on " + rt.path + "; use " + rt.method
-	s.writeError(ctx, fasthttp.StatusMethodNotAllowed, reasonMethodNotAllowed, msg)
-	rt.observe(fasthttp.StatusMethodNotAllowed, 0)
-	s.accessLine(requestID, rt.path, fasthttp.StatusMethodNotAllowed, 0).Str("error", msg).Msg("request")
+	s.refuse(ctx, rt, rt.path, requestID, start, fasthttp.StatusMethodNotAllowed, reasonMethodNotAllowed, msg)
+}
+
+// refuse answers a request pdlb turns away before serving it, accounted
+// under rt and logged under path (the client's, for route "other") with
+// the time since start.
+func (s *Server) refuse(ctx *fasthttp.RequestCtx, rt *route, path string, requestID []byte, start time.Time, status int, r reason, msg string) {
+	s.writeError(ctx, status, r, msg)
+	took := s.cfg.Now().Sub(start)
+	rt.observe(status, took)
+	s.accessLine(requestID, path, status, took).Str("error", msg).Msg("request")
 }
 
 // accessLine starts the access-log line of a request that ended with
