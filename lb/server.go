@@ -243,7 +243,8 @@ func (s *Server) Serve(ln net.Listener) error {
 
 // ServeAdmin serves /metrics on ln (sglang_router's --prometheus-port),
 // and with pprof Go's profiles under /debug/pprof/ too (off unless asked:
-// profiles expose internals), until Shutdown.
+// profiles expose internals), until Shutdown. Like Serve, it logs the
+// address it serves on.
 func (s *Server) ServeAdmin(ln net.Listener, pprof bool) error {
 	rt := s.routes["/metrics"]
 	srv := &fasthttp.Server{Name: "pdlb", Logger: redactingLogger{&s.log}, Handler: func(ctx *fasthttp.RequestCtx) {
@@ -259,6 +260,7 @@ func (s *Server) ServeAdmin(ln net.Listener, pprof bool) error {
 	s.adminMu.Lock()
 	s.admin = append(s.admin, srv)
 	s.adminMu.Unlock()
+	s.log.Info().Str("addr", ln.Addr().String()).Bool("pprof", pprof).Msg("serving admin")
 	return srv.Serve(ln)
 }
 
