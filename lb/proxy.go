@@ -642,9 +642,13 @@ func (x *exchange) respondFailed(ctx *fasthttp.RequestCtx, c *call) {
 	x.s.writeError(ctx, status, r, msg)
 }
 
-// passOn accounts c's failed answer, which the client gets as it is.
+// passOn accounts c's failed answer, which the client gets as it is. It
+// is logged, as the access line names the workers but not which failed.
 func (x *exchange) passOn(c *call) {
 	x.s.errorsByReason[reasonBackendFailed].Inc()
+	x.s.log.Warn().Bytes("request_id", x.requestID).Str("route", x.rt.path).Str("role", c.backend.role).
+		Str("backend", c.backend.addr).Int("status", c.resp.StatusCode()).AnErr("error", c.broke).
+		Msg("passing a worker's failed answer on to the client")
 }
 
 // describe returns the status and message that tell a client why c failed.
