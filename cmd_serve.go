@@ -72,7 +72,7 @@ type serveCmd struct {
 	ConnectTimeoutSecs      float64 `help:"Longest a new connection to a worker may take; a worker that does not accept in time counts as unreachable, and the request goes to another." default:"5"`
 	MaxConnsPerBackend      int     `help:"Most pooled connections to one worker; requests beyond wait for one." default:"4096"`
 	ShutdownGracePeriodSecs int     `help:"On SIGTERM, how long in-flight requests and streams may finish before pdlb exits." default:"180"`
-	AccessLog               bool    `help:"Log one line per request (refusals and control routes included)."`
+	AccessLog               bool    `help:"Log one line per request (refusals and control routes included), at info level whatever --log-level."`
 	PrometheusHost          string  `help:"Address of the extra /metrics listener enabled by --prometheus-port." default:"0.0.0.0"`
 	PrometheusPort          int     `help:"Also serve /metrics on this port (0: only on the main port)." default:"0"`
 	PprofAddr               string  `help:"Serve Go's profiles (/debug/pprof/) and /metrics on this address, e.g. 127.0.0.1:6060; off when empty. Keep it private." placeholder:"HOST:PORT"`
@@ -127,12 +127,56 @@ func (c *serveCmd) Validate() error {
 	if c.PrometheusPort < 0 || c.PrometheusPort > 65535 {
 		return fmt.Errorf("--prometheus-port %d is not a valid port", c.PrometheusPort)
 	}
+	if err := c.checkListenAddrs(); err != nil {
+		return err
+	}
 	if c.PDMinPromptTokens < 0 {
 		return errors.New("--pd-min-prompt-tokens cannot be negative")
 	}
 	for _, p := range []string{c.Policy, c.PrefillPolicy, c.DecodePolicy, c.FallbackPolicy} {
 		if p != "" && !isPolicy(p) && !isRouterOnlyPolicy(p) {
 			return fmt.Errorf("unknown policy %q; want one of %s", p, strings.Join(lb.Policies, ", "))
+		}
+	}
+	return nil
+}
+
+// checkListenAddrs refuses the listen addresses that cannot be listened
+// on whatever the machine: found when pdlb starts, they were failures at
+// run time (status 1) rather than usage errors.
+func (c *serveCmd) checkListenAddrs() error {
+	if err := checkHost("--host", c.Host, "--port"); err != nil {
+		return err
+	}
+	if err := checkHost("--prometheus-host", c.PrometheusHost, "--prometheus-port"); err != nil {
+		return err
+	}
+	if c.PprofAddr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(c.PprofAddr)
+	if err != nil {
+		return fmt.Errorf("--pprof-addr %q is not HOST:PORT, such as 127.0.0.1:6060: %w", c.PprofAddr, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return fmt.Errorf("--pprof-addr %q: %q is not a port from 1 to 65535", c.PprofAddr, port)
+	}
+	if strings.ContainsAny(host, "[]") {
+		return fmt.Errorf("--pprof-addr %q is not HOST:PORT, such as 127.0.0.1:6060 or [::1]:6060", c.PprofAddr)
+	}
+	return nil
+}
+
+// checkHost refuses a host flag's value that holds a port, or brackets, as
+// "0.0.0.0:9000" or "[::]" do: pdlb joins it to portFlag's port, and could
+// listen on neither. A colon belongs to an IPv6 address only.
+func checkHost(flag, host, portFlag string) error {
+	if strings.ContainsAny(host, "[]") {
+		return fmt.Errorf("%s %q is not a host: write an IPv6 address without brackets", flag, host)
+	}
+	if strings.Contains(host, ":") {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("%s %q is not a host: give the port with %s", flag, host, portFlag)
 		}
 	}
 	return nil

@@ -392,6 +392,43 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 	}
 }
 
+// A listen address that cannot be listened on anywhere is a usage error,
+// refused as the command line is parsed (main exits with status 2):
+// --pprof-addr 33660 used to fail once pdlb was starting, with status 1.
+func TestListenAddressesAreCheckedAtParse(t *testing.T) {
+	workers := []string{"--prefill", "http://p:1", "--decode", "http://d:1"}
+	f := func(wantErr string, args ...string) {
+		t.Helper()
+		_, _, err := parse(t, append(workers, args...)...)
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("%q: got error %v; want one containing %q", args, err, wantErr)
+		}
+	}
+	f(`--pprof-addr "33660" is not HOST:PORT`, "--pprof-addr", "33660")
+	f(`--pprof-addr "localhost" is not HOST:PORT`, "--pprof-addr", "localhost")
+	f(`--pprof-addr "::1:6060" is not HOST:PORT`, "--pprof-addr", "::1:6060")
+	f(`"http" is not a port from 1 to 65535`, "--pprof-addr", "127.0.0.1:http")
+	f(`"70000" is not a port from 1 to 65535`, "--pprof-addr", "127.0.0.1:70000")
+	f(`"0" is not a port from 1 to 65535`, "--pprof-addr", ":0")
+	f(`"" is not a port from 1 to 65535`, "--pprof-addr", "127.0.0.1:")
+	f(`--prometheus-host "0.0.0.0:9000" is not a host: give the port with --prometheus-port`,
+		"--prometheus-host", "0.0.0.0:9000", "--prometheus-port", "29000")
+	f(`--prometheus-host "[::]" is not a host`, "--prometheus-host", "[::]", "--prometheus-port", "29000")
+	// Refused without --prometheus-port too: whoever wrote it meant a port.
+	f(`--prometheus-host "0.0.0.0:9000" is not a host`, "--prometheus-host", "0.0.0.0:9000")
+	f(`--host "0.0.0.0:8000" is not a host: give the port with --port`, "--host", "0.0.0.0:8000")
+
+	for _, args := range [][]string{
+		{"--pprof-addr", "127.0.0.1:6060"}, {"--pprof-addr", ":6060"}, {"--pprof-addr", "[::1]:6060"},
+		{"--pprof-addr", "localhost:6060"}, {"--prometheus-host", "::", "--prometheus-port", "29000"},
+		{"--prometheus-host", "fe80::1%eth0", "--prometheus-port", "29000"}, {"--host", "::1"},
+	} {
+		if _, _, err := parse(t, append(workers, args...)...); err != nil {
+			t.Errorf("%q: got error %v; want none", args, err)
+		}
+	}
+}
+
 // 0.0.0.0 listens on IPv4 only, as it does for uvicorn; :: on both.
 func TestListenHonoursTheAddressFamily(t *testing.T) {
 	reachableOverIPv6 := func(addr string) bool {

@@ -135,7 +135,9 @@ type Config struct {
 	// reads a request. Zero means 4 KiB.
 	MaxHeaderSize int
 
-	// AccessLog writes one info-level line per finished request.
+	// AccessLog writes one info-level line per finished request, whatever
+	// the level of the logger New is given: they are what the operator
+	// asked for.
 	AccessLog bool
 
 	// NoPrewarm turns off pair warm-up, for decodes without SGLang's

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
@@ -222,5 +223,54 @@ func TestNoBackendGives503(t *testing.T) {
 	// It went nowhere: it is no decode-only request.
 	if got := h.metric(`pdlb_decode_only_total{reason="no_decode"}`); got != "0" {
 		t.Fatalf("got pdlb_decode_only_total{reason=\"no_decode\"} %q; want 0", got)
+	}
+}
+
+// A worker's failed answer that the client gets as it is (out of retries)
+// is logged as a warning naming the worker, its role and status: the
+// access line names both workers of the pair, and nothing said which one
+// failed.
+func TestPassedOnFailureIsLogged(t *testing.T) {
+	for _, c := range []struct {
+		name, role, backend, body string
+	}{
+		{"decode", roleDecode, "decode-0:30010", `{"text": "a"}`},
+		{"decode stream", roleDecode, "decode-0:30010", `{"text": "a", "stream": true}`},
+		{"prefill", rolePrefill, "prefill-0:30000", `{"text": "a"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			var served atomic.Int32
+			fail := failing(&served, fasthttp.StatusServiceUnavailable, `{"error": "boom"}`)
+			if c.role == rolePrefill {
+				release := make(chan struct{})
+				h.backend("prefill-0:30000", fail)
+				h.backend("decode-0:30010", func(*fasthttp.RequestCtx) { <-release }) // the KV cache never comes
+				// Registered last, so run first: the backend's shutdown waits for it.
+				t.Cleanup(func() { close(release) })
+			} else {
+				h.backend("prefill-0:30000", jsonBackend(`{}`))
+				h.backend("decode-0:30010", fail)
+			}
+			cfg := defaultConfig()
+			cfg.DisableRetries = true
+			var logs syncBuffer
+			srv := h.startLogged(cfg, zerolog.New(&logs).Level(zerolog.WarnLevel))
+			r := h.post("/generate", c.body, "X-Request-Id", "r-1")
+			if r.status != fasthttp.StatusServiceUnavailable {
+				t.Fatalf("got %d %s; want the %s's 503", r.status, r.body, c.role)
+			}
+			waitIdle(t, srv)
+			var warned []string
+			for line := range strings.Lines(logs.String()) {
+				if gjson.Get(line, "request_id").String() == "r-1" && gjson.Get(line, "level").String() == "warn" {
+					warned = append(warned, line)
+				}
+			}
+			if len(warned) != 1 || gjson.Get(warned[0], "role").String() != c.role ||
+				gjson.Get(warned[0], "backend").String() != c.backend || gjson.Get(warned[0], "status").Int() != 503 {
+				t.Fatalf("got warnings %q; want one naming the %s %s and its 503", warned, c.role, c.backend)
+			}
+		})
 	}
 }

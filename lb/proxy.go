@@ -525,7 +525,7 @@ func (x *exchange) respond(ctx *fasthttp.RequestCtx) (deferred bool) {
 			body = x.scratch
 		}
 		if d.resp.StatusCode() >= fasthttp.StatusInternalServerError {
-			x.s.errorsByReason[reasonBackendFailed].Inc() // the decode's failure, passed on
+			x.passOn(d)
 		}
 		ctx.SetStatusCode(d.resp.StatusCode())
 		ctx.Response.Header.SetContentTypeBytes(d.resp.Header.ContentType())
@@ -630,7 +630,7 @@ func (x *exchange) respondFailed(ctx *fasthttp.RequestCtx, c *call) {
 	}
 	if c.err == nil {
 		if c.resp.StatusCode() >= fasthttp.StatusInternalServerError || c.broke != nil {
-			x.s.errorsByReason[reasonBackendFailed].Inc() // the worker's failure, passed on
+			x.passOn(c)
 		}
 		ctx.SetStatusCode(c.resp.StatusCode())
 		ctx.Response.Header.SetContentTypeBytes(c.resp.Header.ContentType())
@@ -640,6 +640,15 @@ func (x *exchange) respondFailed(ctx *fasthttp.RequestCtx, c *call) {
 	status, r, msg := classify(c.err, c.backend.role, c.backend.addr)
 	x.logFailure(c, msg)
 	x.s.writeError(ctx, status, r, msg)
+}
+
+// passOn accounts c's failed answer, which the client gets as it is. It
+// is logged, as the access line names the workers but not which failed.
+func (x *exchange) passOn(c *call) {
+	x.s.errorsByReason[reasonBackendFailed].Inc()
+	x.s.log.Warn().Bytes("request_id", x.requestID).Str("route", x.rt.path).Str("role", c.backend.role).
+		Str("backend", c.backend.addr).Int("status", c.resp.StatusCode()).AnErr("error", c.broke).
+		Msg("passing a worker's failed answer on to the client")
 }
 
 // describe returns the status and message that tell a client why c failed.

@@ -557,6 +557,46 @@ func TestAccessLog(t *testing.T) {
 	}
 }
 
+// The access log is written whatever the logger's level: its lines are
+// info-level events, which --log-level warn used to drop, leaving an
+// operator who asked for --access-log with none.
+func TestAccessLogIgnoresTheLogLevel(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	cfg := defaultConfig()
+	cfg.AccessLog = true
+	var logs syncBuffer
+	h.startLogged(cfg, zerolog.New(&logs).Level(zerolog.WarnLevel))
+	h.post("/generate", `{"text": "a"}`, "X-Request-Id", "pd")
+	h.post("/generate", `{"text": `, "X-Request-Id", "invalid")
+	h.do(fasthttp.MethodGet, "/generate", "", "X-Request-Id", "wrong-method")
+	h.do(fasthttp.MethodGet, "/nothing", "", "X-Request-Id", "no-route")
+	h.do(fasthttp.MethodGet, "/health", "", "X-Request-Id", "control")
+	h.sendRaw("POST/generate\r\nHost: pdlb\r\n\r\n") // unread: its ID is pdlb's
+	got := map[string]int{}
+	n := 0
+	for line := range strings.Lines(logs.String()) {
+		if gjson.Get(line, "message").String() == "request" {
+			n++
+			got[gjson.Get(line, "request_id").String()]++
+			if level := gjson.Get(line, "level").String(); level != "info" {
+				t.Errorf("got level %q in %s; want info", level, line)
+			}
+		}
+	}
+	for _, id := range []string{"pd", "invalid", "wrong-method", "no-route", "control"} {
+		if got[id] != 1 {
+			t.Errorf("request %s: got %d access lines; want 1", id, got[id])
+		}
+	}
+	if n != 6 {
+		t.Errorf("got %d access lines; want 6:\n%s", n, logs.String())
+	}
+	if strings.Contains(logs.String(), `"level":"debug"`) {
+		t.Errorf("got debug lines under a warn logger:\n%s", logs.String())
+	}
+}
+
 func TestReadErrorMessage(t *testing.T) {
 	for in, want := range map[string]string{
 		`error when reading request headers: unsupported transfer-encoding: "xchunked": buffer size=180, contents: "POST / HTTP/1.1"`: `error when reading request headers: unsupported transfer-encoding: "…"`,

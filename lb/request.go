@@ -71,8 +71,8 @@ const (
 // serveGenerate is the path shared by /generate, /v1/completions and
 // /v1/chat/completions: PD, or decode-only when the request or the state
 // of the pools asks for it (fallback.go).
-func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []byte) {
-	q := clientRequest{ctx: ctx, rt: rt, id: requestID, start: s.cfg.Now()}
+func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []byte, start time.Time) {
+	q := clientRequest{ctx: ctx, rt: rt, id: requestID, start: start}
 	q.deadline = q.start.Add(s.cfg.RequestTimeout)
 	// Python's json.loads, which SGLang's workers and mini_lb read bodies
 	// with, takes UTF-8 bytes that begin with a byte-order mark, as some

@@ -32,8 +32,12 @@ var headerRequestID = []byte("X-Request-Id")
 // of Servers can live in one process: each owns its backends, pools and
 // metrics.
 type Server struct {
-	cfg       Config
-	log       zerolog.Logger
+	cfg Config
+	log zerolog.Logger
+	// access writes the access lines of Config.AccessLog: the server's
+	// logger at info level, whatever the root logger's, as an operator
+	// who asked for them wants them under --log-level warn too.
+	access    zerolog.Logger
 	ms        *metrics.Set
 	prefills  *Pool
 	decodes   *Pool
@@ -109,6 +113,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		newRoom: cfg.NewRoom,
 		cut:     make(chan struct{}),
 	}
+	s.access = s.log.Level(zerolog.InfoLevel)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cfg.APIKey != "" {
 		s.clientAuthorization = []byte(bearer(cfg.APIKey))
@@ -238,7 +243,8 @@ func (s *Server) Serve(ln net.Listener) error {
 
 // ServeAdmin serves /metrics on ln (sglang_router's --prometheus-port),
 // and with pprof Go's profiles under /debug/pprof/ too (off unless asked:
-// profiles expose internals), until Shutdown.
+// profiles expose internals), until Shutdown. Like Serve, it logs the
+// address it serves on.
 func (s *Server) ServeAdmin(ln net.Listener, pprof bool) error {
 	rt := s.routes["/metrics"]
 	srv := &fasthttp.Server{Name: "pdlb", Logger: redactingLogger{&s.log}, Handler: func(ctx *fasthttp.RequestCtx) {
@@ -254,6 +260,7 @@ func (s *Server) ServeAdmin(ln net.Listener, pprof bool) error {
 	s.adminMu.Lock()
 	s.admin = append(s.admin, srv)
 	s.adminMu.Unlock()
+	s.log.Info().Str("addr", ln.Addr().String()).Bool("pprof", pprof).Msg("serving admin")
 	return srv.Serve(ln)
 }
 
@@ -321,31 +328,29 @@ func (s *Server) bootstrapPort(p *Backend) int {
 }
 
 // handle routes a request. Unknown paths and wrong methods get JSON errors.
+// Every route's duration runs from here, refusals' included.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	start := s.cfg.Now()
 	requestID := s.setRequestID(ctx)
 	rt := s.routes[string(ctx.Path())]
 	if rt == nil {
 		path := string(ctx.Path())
-		msg := "no route for " + path
-		s.writeError(ctx, fasthttp.StatusNotFound, reasonNotFound, msg)
-		s.notFound.observe(fasthttp.StatusNotFound, 0)
-		s.accessLine(requestID, path, fasthttp.StatusNotFound, 0).Str("error", msg).Msg("request")
+		s.refuse(ctx, s.notFound, path, requestID, start, fasthttp.StatusNotFound, reasonNotFound, "no route for "+path)
 		return
 	}
 	if rt.keyed && s.clientAuthorization != nil &&
 		subtle.ConstantTimeCompare(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization), s.clientAuthorization) != 1 {
-		s.unauthorized(ctx, rt, requestID)
+		s.unauthorized(ctx, rt, requestID, start)
 		return
 	}
 	method := ctx.Method()
 	if string(method) != rt.method && !(rt.method == fasthttp.MethodGet && ctx.IsHead()) {
-		s.methodNotAllowed(ctx, rt, requestID)
+		s.methodNotAllowed(ctx, rt, requestID, start)
 		return
 	}
 	if rt.generate {
-		s.serveGenerate(ctx, rt, requestID)
+		s.serveGenerate(ctx, rt, requestID, start)
 	} else {
-		start := s.cfg.Now()
 		s.serveControl(ctx, rt)
 		took := s.cfg.Now().Sub(start)
 		rt.observe(ctx.Response.StatusCode(), took)
@@ -358,30 +363,42 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 }
 
 // unauthorized refuses a client that did not present the API key.
-func (s *Server) unauthorized(ctx *fasthttp.RequestCtx, rt *route, requestID []byte) {
+func (s *Server) unauthorized(ctx *fasthttp.RequestCtx, rt *route, requestID []byte, start time.Time) {
 	ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, "Bearer")
 	const msg = "missing or wrong API key: send the header 'Authorization: Bearer <key>' with pdlb's --api-key"
-	s.writeError(ctx, fasthttp.StatusUnauthorized, reasonUnauthorized, msg)
-	rt.observe(fasthttp.StatusUnauthorized, 0)
-	s.accessLine(requestID, rt.path, fasthttp.StatusUnauthorized, 0).Str("error", msg).Msg("request")
+	s.refuse(ctx, rt, rt.path, requestID, start, fasthttp.StatusUnauthorized, reasonUnauthorized, msg)
 }
 
-func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, rt *route, requestID []byte) {
+func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, rt *route, requestID []byte, start time.Time) {
 	ctx.Response.Header.Set(fasthttp.HeaderAllow, rt.method)
 	msg := string(ctx.Method()) + " is not allowed on " + rt.path + "; use " + rt.method
-	s.writeError(ctx, fasthttp.StatusMethodNotAllowed, reasonMethodNotAllowed, msg)
-	rt.observe(fasthttp.StatusMethodNotAllowed, 0)
-	s.accessLine(requestID, rt.path, fasthttp.StatusMethodNotAllowed, 0).Str("error", msg).Msg("request")
+	s.refuse(ctx, rt, rt.path, requestID, start, fasthttp.StatusMethodNotAllowed, reasonMethodNotAllowed, msg)
+}
+
+// refuse answers a request pdlb turns away before serving it, accounted
+// under rt and logged under path (the client's, for route "other") with
+// the time since start.
+func (s *Server) refuse(ctx *fasthttp.RequestCtx, rt *route, path string, requestID []byte, start time.Time, status int, r reason, msg string) {
+	s.writeError(ctx, status, r, msg)
+	took := s.cfg.Now().Sub(start)
+	rt.observe(status, took)
+	s.accessLine(requestID, path, status, took).Str("error", msg).Msg("request")
 }
 
 // accessLine starts the access-log line of a request that ended with
 // status after took; nil without --access-log, and zerolog makes nothing
 // of a nil line.
 func (s *Server) accessLine(requestID []byte, route string, status int, took time.Duration) *zerolog.Event {
+	return s.accessStart(requestID, route, status).Dur("took", took)
+}
+
+// accessStart is accessLine without the duration, for a request whose
+// start is not known.
+func (s *Server) accessStart(requestID []byte, route string, status int) *zerolog.Event {
 	if !s.cfg.AccessLog {
 		return nil
 	}
-	return s.log.Info().Bytes("request_id", requestID).Str("route", route).Int("status", status).Dur("took", took)
+	return s.access.Info().Bytes("request_id", requestID).Str("route", route).Int("status", status)
 }
 
 // handleParseError answers requests fasthttp could not read, in pdlb's JSON
@@ -431,9 +448,7 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	// When the read began is not known (fasthttp's ctx here is a fresh
 	// one): no duration is recorded, nor logged.
 	rt.count(status)
-	if s.cfg.AccessLog {
-		s.log.Info().Bytes("request_id", requestID).Str("route", path).Int("status", status).Str("error", msg).Msg("request")
-	}
+	s.accessStart(requestID, path, status).Str("error", msg).Msg("request")
 }
 
 // readErrorMessage is what a client is told of fasthttp's error reading its

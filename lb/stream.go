@@ -309,6 +309,9 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 		x.logFailure(d, msg)
 		x.s.writeError(ctx, status, r, msg)
 	} else {
+		if d.resp.StatusCode() >= fasthttp.StatusInternalServerError {
+			x.passOn(d)
+		}
 		ctx.SetStatusCode(d.resp.StatusCode())
 		ctx.Response.Header.SetContentTypeBytes(d.resp.Header.ContentType())
 		ctx.SetBody(x.scratch)

@@ -947,3 +947,24 @@ func TestPrefillAbortWith5xxIsRetried(t *testing.T) {
 	}
 	waitIdle(t, srv)
 }
+
+// A stream request that its decode answers with a 5xx instead of a stream
+// gets that answer, counted as the worker's failure passed on, as it is for
+// a non-stream request: it was not counted.
+func TestDecode5xxToAStreamIsCounted(t *testing.T) {
+	h := newHarness(t)
+	h.backend("prefill-0:30000", jsonBackend(`{}`))
+	var served atomic.Int32
+	h.backend("decode-0:30010", failing(&served, fasthttp.StatusInternalServerError, `{"error": "boom"}`))
+	cfg := defaultConfig()
+	cfg.DisableRetries = true
+	srv := h.start(cfg)
+	r := h.post("/generate", `{"text": "a", "stream": true}`)
+	if r.status != fasthttp.StatusInternalServerError || !strings.Contains(string(r.body), "boom") {
+		t.Fatalf("got %d %s; want the decode's 500", r.status, r.body)
+	}
+	if got := h.metric(`pdlb_request_errors_total{reason="backend_failed"}`); got != "1" {
+		t.Fatalf("got %q backend_failed; want 1", got)
+	}
+	waitIdle(t, srv)
+}
