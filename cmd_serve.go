@@ -51,7 +51,7 @@ type serveCmd struct {
 	ClientWriteTimeoutSecs int  `help:"Longest a write to a client may take, so a client that stops reading is let go." default:"60"`
 	ClientReadTimeoutSecs  int  `help:"Longest reading a client's request may take, so a client that sends slowly is let go." default:"60"`
 	MaxHeaderSize          int  `help:"Largest request header accepted, in bytes; larger ones get a 431. A client connection holds a buffer this large while it reads a request." default:"4096"`
-	RetryMaxRetries        int  `help:"More attempts a request may get, on a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"2"`
+	RetryMaxRetries        int  `help:"Attempts a request may get in all, as sglang_router counts them (0 and 1: no retry); each retry goes to a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"3"`
 	DisableRetries         bool `help:"Give every request a single attempt."`
 	MaxConcurrentRequests  int  `help:"Most generate requests in flight; beyond, they wait in a queue, then get a 429 (0 or less, as sglang_router's -1: no limit)." default:"0"`
 
@@ -235,8 +235,11 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		ClientWriteTimeout:    time.Duration(c.ClientWriteTimeoutSecs) * time.Second,
 		ClientReadTimeout:     time.Duration(c.ClientReadTimeoutSecs) * time.Second,
 		MaxHeaderSize:         c.MaxHeaderSize,
-		MaxRetries:            c.RetryMaxRetries,
-		DisableRetries:        c.DisableRetries || c.RetryMaxRetries == 0,
+		// sglang_router's retry_max_retries counts every attempt, the
+		// first included (retry.rs: max(1), is_last = attempt+1 >= max);
+		// lb counts the ones after it.
+		MaxRetries:            max(c.RetryMaxRetries, 1) - 1,
+		DisableRetries:        c.DisableRetries || c.RetryMaxRetries <= 1,
 		MaxConcurrentRequests: max(c.MaxConcurrentRequests, 0),
 		QueueSize:             cmp.Or(c.QueueSize, -1), // lb's zero is its default
 		QueueTimeout:          time.Duration(c.QueueTimeoutSecs) * time.Second,

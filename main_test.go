@@ -132,6 +132,35 @@ func TestParseRouterFlags(t *testing.T) {
 	}
 }
 
+// --retry-max-retries counts every attempt, as sglang_router's
+// retry_max_retries does: a line copied from a router deployment gets the
+// same number of tries, not one more.
+func TestRetryMaxRetriesCountsEveryAttempt(t *testing.T) {
+	for flag, want := range map[string]struct {
+		retries  int
+		disabled bool
+	}{
+		"":  {2, false}, // the default, 3 attempts
+		"0": {0, true},
+		"1": {0, true},
+		"2": {1, false},
+		"5": {4, false},
+	} {
+		args := []string{"--prefill", "http://p:1", "--decode", "http://d:1"}
+		if flag != "" {
+			args = append(args, "--retry-max-retries", flag)
+		}
+		c, _, err := parse(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, _ := c.Serve.config()
+		if cfg.MaxRetries != want.retries || cfg.DisableRetries != want.disabled {
+			t.Errorf("--retry-max-retries %q: got %d retries, disabled %v; want %d, %v", flag, cfg.MaxRetries, cfg.DisableRetries, want.retries, want.disabled)
+		}
+	}
+}
+
 // TestParseNegativeValues reads a negative number after a flag as its
 // value, as argparse does: sglang_router's scripts pass
 // "--max-concurrent-requests -1" for no limit.
