@@ -220,6 +220,10 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		return p
 	}
 	base := policy("--policy", c.Policy)
+	// sglang_router's retry_max_retries counts every attempt, the first
+	// included (retry.rs: max(1), is_last = attempt+1 >= max); lb counts
+	// the ones after it.
+	attempts := max(c.RetryMaxRetries, 1)
 	cfg := lb.Config{
 		Prefill:               c.Prefill,
 		Decode:                listItems(c.Decode),
@@ -235,11 +239,8 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		ClientWriteTimeout:    time.Duration(c.ClientWriteTimeoutSecs) * time.Second,
 		ClientReadTimeout:     time.Duration(c.ClientReadTimeoutSecs) * time.Second,
 		MaxHeaderSize:         c.MaxHeaderSize,
-		// sglang_router's retry_max_retries counts every attempt, the
-		// first included (retry.rs: max(1), is_last = attempt+1 >= max);
-		// lb counts the ones after it.
-		MaxRetries:            max(c.RetryMaxRetries, 1) - 1,
-		DisableRetries:        c.DisableRetries || c.RetryMaxRetries <= 1,
+		MaxRetries:            attempts - 1,
+		DisableRetries:        c.DisableRetries || attempts == 1,
 		MaxConcurrentRequests: max(c.MaxConcurrentRequests, 0),
 		QueueSize:             cmp.Or(c.QueueSize, -1), // lb's zero is its default
 		QueueTimeout:          time.Duration(c.QueueTimeoutSecs) * time.Second,
