@@ -386,9 +386,10 @@ type relay struct {
 	prefillLogprobs []byte
 	merged          []byte
 	// items is the number of items of a /generate batch, whose events each
-	// carry their item's "index", 0 for a request that is no batch:
-	// prefillLogprobs then holds every item's list, back to back, and
-	// itemLogprobs[i] bounds item i's in it (empty if it has none).
+	// carry their output's "index", 0 for a request that is no batch:
+	// prefillLogprobs then holds every output's list, back to back, and
+	// itemLogprobs[i] bounds output i's in it (empty if it has none). With
+	// n > 1 samples a batch has more outputs than items (items × n).
 	items        int
 	itemLogprobs [][2]int
 
@@ -453,9 +454,14 @@ func (r *relay) usePrefill(p *call) {
 	}
 }
 
-// useItemLogprobs takes, for each item of a batch, the input_token_logprobs
-// of the first event of the prefill's stream with its "index". (mini_lb
-// puts the first item's in every item's events.)
+// maxOutputIndex bounds the "index" of a batch's stream events that
+// useItemLogprobs takes, so an odd worker cannot make it grow without end.
+const maxOutputIndex = 1 << 16
+
+// useItemLogprobs takes, for each output of a batch (an item, or one of an
+// item's n samples), the input_token_logprobs of the first event of the
+// prefill's stream with its "index". (mini_lb puts the first output's in
+// every output's events.)
 func (r *relay) useItemLogprobs(stream []byte) {
 	for len(stream) > 0 {
 		var ev []byte
@@ -466,8 +472,8 @@ func (r *relay) useItemLogprobs(stream []byte) {
 		}
 		i := int(gjson.GetBytes(data, "index").Int())
 		lp := gjson.GetBytes(data, "meta_info.input_token_logprobs")
-		if i < 0 || i >= r.items || !lp.IsArray() {
-			continue // an index no item has, from an odd worker
+		if i < 0 || i >= maxOutputIndex || !lp.IsArray() {
+			continue // an index no output has, from an odd worker
 		}
 		for len(r.itemLogprobs) <= i {
 			r.itemLogprobs = append(r.itemLogprobs, [2]int{})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -558,30 +559,37 @@ func TestStreamLogprobsAreMerged(t *testing.T) {
 	}
 }
 
-// In a /generate batch stream, each item's events get that item's prefill
-// logprobs, found by the events' "index" (mini_lb gives every item the
-// first one's).
+// In a /generate batch stream, each output's events get its item's prefill
+// logprobs, found by the events' "index" (mini_lb gives every output the
+// first one's). With n samples an item has n outputs, indexed item×n+j.
 func TestStreamBatchLogprobsAreMergedPerItem(t *testing.T) {
 	h := newHarness(t)
 	h.pair(fake.Config{}, fake.Config{})
 	h.start(defaultConfig())
-	s := h.openStream("/generate", `{"input_ids": [[5, 6, 7, 8], [9, 10]], "return_logprob": true, "stream": true, "sampling_params": {"max_new_tokens": 2}}`)
-	events := append([]string{s.next()}, s.rest()...)
-	want := map[int64]string{0: "[5,6,7,8,8]", 1: "[9,10,10]"}
-	seen := map[int64]int{}
-	for _, ev := range events {
-		data := strings.TrimSpace(strings.TrimPrefix(ev, "data: "))
-		if data == "[DONE]" {
-			continue
+	item := []string{"[5,6,7,8,8]", "[9,10,10]"}
+	for _, n := range []int{1, 2} {
+		s := h.openStream("/generate", `{"input_ids": [[5, 6, 7, 8], [9, 10]], "return_logprob": true, "stream": true, "sampling_params": {"max_new_tokens": 2, "n": `+strconv.Itoa(n)+`}}`)
+		events := append([]string{s.next()}, s.rest()...)
+		seen := map[int64]int{}
+		for _, ev := range events {
+			data := strings.TrimSpace(strings.TrimPrefix(ev, "data: "))
+			if data == "[DONE]" {
+				continue
+			}
+			i := gjson.Get(data, "index").Int()
+			if want := item[i/int64(n)]; gjson.Get(data, "meta_info.input_token_logprobs.#.1").Raw != want {
+				t.Fatalf("n=%d, output %d: got %s; want the logprobs of tokens %s", n, i, data, want)
+			}
+			seen[i]++
 		}
-		i := gjson.Get(data, "index").Int()
-		if got := gjson.Get(data, "meta_info.input_token_logprobs.#.1").Raw; got != want[i] {
-			t.Fatalf("item %d: got the logprobs of tokens %s; want %s", i, got, want[i])
+		if len(seen) != 2*n {
+			t.Fatalf("n=%d: got %v events by output; want %d outputs: %q", n, seen, 2*n, events)
 		}
-		seen[i]++
-	}
-	if seen[0] != 2 || seen[1] != 2 {
-		t.Fatalf("got %v events by item; want 2 each: %q", seen, events)
+		for i, c := range seen {
+			if c != 2 {
+				t.Fatalf("n=%d: got %d events for output %d; want 2: %q", n, c, i, events)
+			}
+		}
 	}
 }
 
