@@ -546,7 +546,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	if r.start < r.end {
 		tail := r.buf[r.start:r.end]
 		r.start = r.end
-		if r.readErr == io.EOF {
+		if r.readErr == io.EOF && wholeEvent(tail) {
 			// The stream ended whole, its last event without the blank
 			// line that ends it: end it, so nothing runs into it.
 			r.noteDone(tail)
@@ -558,8 +558,9 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 				return written, err
 			}
 		}
-		// Else the stream broke in the middle of an event: that piece is
-		// dropped, as a client could not parse it, nor the error event
+		// Else the stream broke in the middle of an event (its connection
+		// cut, or its body ended in the middle of the data): that piece
+		// is dropped, as a client could not parse it, nor the error event
 		// written after it.
 	}
 	if r.sawDone {
@@ -765,6 +766,15 @@ func (r *relay) clientGone() {
 	r.x.s.errorsByReason[reasonClientGone].Inc()
 	r.x.decode.abort(errClientGone)
 	r.x.prefill.abort(errClientGone)
+}
+
+// wholeEvent reports whether ev, the end of a stream that lacks the blank
+// line ending it, is an event whole: its data [DONE] or JSON that parses,
+// or no data line at all (a comment). A body that ends in the middle of an
+// event's JSON leaves only a piece of it.
+func wholeEvent(ev []byte) bool {
+	data, _, ok := eventData(ev)
+	return !ok || bytes.Equal(data, doneData) || gjson.ValidBytes(data)
 }
 
 // errNoDone is why a stream that ended without its [DONE] broke off.

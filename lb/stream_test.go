@@ -485,7 +485,8 @@ func TestStreamThatEndsEarlyGetsAnErrorEvent(t *testing.T) {
 }
 
 // However the decode's stream ends, the client gets whole events: a piece
-// of one cut off is dropped before the error event, a last one without its
+// of one cut off is dropped before the error event (a connection cut, or a
+// body that ended with data that does not parse), a last one without its
 // blank line gets one, and a stream that sent [DONE] is complete even if
 // its connection broke before the body's end.
 func TestStreamEndings(t *testing.T) {
@@ -508,6 +509,8 @@ func TestStreamEndings(t *testing.T) {
 			[]string{a, "data: [DONE]\n\n"}, ""},
 		{"an event without its blank line, then the end", chunk(a) + chunk(`data: {"b":2}`) + lastChunk, false,
 			[]string{a, "data: {\"b\":2}\n\n"}, "ended the stream early"},
+		{"a piece of an event, then the end", chunk(a) + chunk(`data: {"b":2,"long":`) + lastChunk, false,
+			[]string{a}, "ended the stream early"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
