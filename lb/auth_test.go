@@ -15,8 +15,8 @@ import (
 // With an API key, pdlb presents it to workers that require it on every
 // call it makes: both legs of a generation, the warm-up, the /server_info
 // that tells a prefill's bootstrap port, the info routes, /flush_cache and
-// health probes. Clients must present it on the generate routes and
-// /flush_cache, and only there.
+// health probes. Clients must present it on the generate routes,
+// /flush_cache and /abort_request, and only there.
 func TestAPIKey(t *testing.T) {
 	h := newHarness(t)
 	const key = "k-31"
@@ -48,6 +48,7 @@ func TestAPIKey(t *testing.T) {
 		{"POST", "/v1/completions", "", fasthttp.StatusUnauthorized},
 		{"POST", "/v1/chat/completions", "", fasthttp.StatusUnauthorized},
 		{"POST", "/flush_cache", "", fasthttp.StatusUnauthorized},
+		{"POST", "/abort_request", "", fasthttp.StatusUnauthorized},
 		{"POST", "/generate", "Bearer " + key, fasthttp.StatusOK},
 		// With a timeout: a worker still finishing the generation above
 		// would refuse to flush, as SGLang's does.
@@ -82,8 +83,8 @@ func TestAPIKey(t *testing.T) {
 				st.Unauthorized, st.Generate, st.ServerInfo, st.FlushCache)
 		}
 	}
-	if got := srv.errorsByReason[reasonUnauthorized].Get(); got != 6 {
-		t.Errorf("got %d unauthorized in the metrics; want 6", got)
+	if got := srv.errorsByReason[reasonUnauthorized].Get(); got != 7 {
+		t.Errorf("got %d unauthorized in the metrics; want 7", got)
 	}
 }
 

@@ -46,8 +46,9 @@ type Config struct {
 	Decode []string
 	// APIKey, when set, is sglang_router's --api-key: pdlb sends it to the
 	// workers ("Authorization: Bearer <key>") on every call it makes, and
-	// requires it of clients on the generate routes and /flush_cache. The
-	// health, info and metrics routes stay open, as sglang_router's do.
+	// requires it of clients on the generate routes, /flush_cache and
+	// /abort_request. The health, info and metrics routes stay open, as
+	// sglang_router's do.
 	APIKey string
 	// RequestIDHeaders are the headers a client's request ID is taken
 	// from, the first present wins (sglang_router's --request-id-headers).

@@ -13,5 +13,6 @@
 // computes, are merged into the decode's answer as mini_lb does.
 //
 // The other routes mirror mini_lb: /health, /health_generate, /flush_cache,
-// /server_info, /model_info, /v1/models, plus /metrics in Prometheus format.
+// /abort_request, /server_info, /model_info, /v1/models, plus /metrics in
+// Prometheus format.
 package lb

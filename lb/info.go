@@ -28,9 +28,15 @@ func (s *Server) serveControl(ctx *fasthttp.RequestCtx, rt *route) {
 		// As mini_lb: pdlb itself is up; no backend is contacted.
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	case "/health_generate":
-		s.serveFanOut(ctx, fasthttp.MethodGet, "/health_generate", controlTimeout, fasthttp.StatusServiceUnavailable, false)
+		s.serveFanOut(ctx, controlCall{method: fasthttp.MethodGet, uri: "/health_generate", timeout: controlTimeout},
+			fasthttp.StatusServiceUnavailable, false)
 	case "/flush_cache":
 		s.serveFlushCache(ctx)
+	case "/abort_request":
+		// The newest mini_lb's: the client's body, to every worker (a rid
+		// lives on one prefill and one decode; abort_all on all of them).
+		s.serveFanOut(ctx, controlCall{method: fasthttp.MethodPost, uri: "/abort_request",
+			body: ctx.PostBody(), timeout: controlTimeout}, fasthttp.StatusBadGateway, true)
 	case "/server_info", "/get_server_info":
 		s.serveServerInfo(ctx)
 	case "/model_info", "/get_model_info":
@@ -79,7 +85,7 @@ func clientAuthorization(ctx *fasthttp.RequestCtx) []byte {
 
 // fanOut sends method uri to each backend at once and returns their answers
 // in the same order.
-func fanOut(backends []*Backend, method, uri string, timeout time.Duration, clientAuth []byte) []answer {
+func fanOut(backends []*Backend, cc controlCall) []answer {
 	answers := make([]answer, len(backends))
 	var wg sync.WaitGroup
 	for i, b := range backends {
@@ -87,30 +93,45 @@ func fanOut(backends []*Backend, method, uri string, timeout time.Duration, clie
 			answers[i] = answer{backend: b, err: errMarkedDown}
 			continue
 		}
-		wg.Go(func() { answers[i] = b.get(method, uri, timeout, clientAuth) })
+		wg.Go(func() { answers[i] = b.get(cc) })
 	}
 	wg.Wait()
 	return answers
 }
 
+// controlCall is a call the control routes, and pdlb's own reads of a
+// worker's state, make to workers.
+type controlCall struct {
+	method, uri string
+	// body, when not nil, is sent as JSON.
+	body    []byte
+	timeout time.Duration
+	// clientAuth is the Authorization header of the client the call is made
+	// for, nil for pdlb's own calls.
+	clientAuth []byte
+}
+
 // get performs one control call on b. It carries pdlb's key for b, if
-// there is one (--api-key), else clientAuth: the Authorization header of
-// the client the call is made for, nil for pdlb's own calls. A worker
-// behind a key then answers a client that has it, as on the generate
-// routes, which forward the client's headers.
-func (b *Backend) get(method, uri string, timeout time.Duration, clientAuth []byte) answer {
+// there is one (--api-key), else the client's Authorization header. A
+// worker behind a key then answers a client that has it, as on the
+// generate routes, which forward the client's headers.
+func (b *Backend) get(cc controlCall) answer {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod(method)
-	b.setURI(req, []byte(uri))
+	req.Header.SetMethod(cc.method)
+	b.setURI(req, []byte(cc.uri))
 	req.Header.SetHost(b.addr)
-	if b.authorization == nil && len(clientAuth) > 0 {
-		req.Header.SetBytesV(fasthttp.HeaderAuthorization, clientAuth)
+	if cc.body != nil {
+		req.Header.SetContentType("application/json")
+		req.SetBodyRaw(cc.body)
+	}
+	if b.authorization == nil && len(cc.clientAuth) > 0 {
+		req.Header.SetBytesV(fasthttp.HeaderAuthorization, cc.clientAuth)
 	}
 	b.authorize(&req.Header)
 	a := answer{backend: b}
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(cc.timeout)
 	a.err = b.hc.DoDeadline(req, resp, deadline)
 	if a.err != nil && isConnDrop(a.err) {
 		// A kept-alive connection of a worker that has restarted since:
@@ -147,8 +168,9 @@ func (s *Server) allBackends() []*Backend {
 // passRefusal, workers that all failed with the same 4xx answer (SGLang's
 // /flush_cache answers 400 while requests run) have pdlb answer it too: the
 // workers refused, and no gateway failed.
-func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, method, uri string, timeout time.Duration, failStatus int, passRefusal bool) {
-	answers := fanOut(s.allBackends(), method, uri, timeout, clientAuthorization(ctx))
+func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, cc controlCall, failStatus int, passRefusal bool) {
+	cc.clientAuth = clientAuthorization(ctx)
+	answers := fanOut(s.allBackends(), cc)
 	report := make([]backendStatus, len(answers))
 	failed := 0
 	refusal := 0 // the 4xx every failed worker answered, if they agree
@@ -189,7 +211,7 @@ func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, method, uri string, timeo
 		Backends []backendStatus `json:"backends"`
 	}{
 		Error: errorDetail{
-			Message: strconv.Itoa(failed) + " of " + strconv.Itoa(len(answers)) + " backends " + verb + " " + uri,
+			Message: strconv.Itoa(failed) + " of " + strconv.Itoa(len(answers)) + " backends " + verb + " " + cc.uri,
 			Type:    errorType(failStatus),
 			Code:    failStatus,
 		},
@@ -226,14 +248,15 @@ func (s *Server) serveFlushCache(ctx *fasthttp.RequestCtx) {
 			timeout += time.Duration(secs * float64(time.Second))
 		}
 	}
-	s.serveFanOut(ctx, fasthttp.MethodPost, uri, timeout, fasthttp.StatusBadGateway, true)
+	s.serveFanOut(ctx, controlCall{method: fasthttp.MethodPost, uri: uri, timeout: timeout}, fasthttp.StatusBadGateway, true)
 }
 
 // serveServerInfo answers mini_lb's aggregated /server_info: every decode's
 // internal_states concatenated, and each worker's own answer. A worker that
 // cannot answer appears as {"url", "error"} in its list.
 func (s *Server) serveServerInfo(ctx *fasthttp.RequestCtx) {
-	answers := fanOut(s.allBackends(), fasthttp.MethodGet, "/server_info", controlTimeout, clientAuthorization(ctx))
+	answers := fanOut(s.allBackends(), controlCall{method: fasthttp.MethodGet, uri: "/server_info",
+		timeout: controlTimeout, clientAuth: clientAuthorization(ctx)})
 	np, nd := len(s.prefills.backends), len(s.decodes.backends)
 	prefills, decodes, fallbacks := answers[:np], answers[np:np+nd], answers[np+nd:]
 	var states []byte
@@ -333,7 +356,7 @@ func (s *Server) proxyFromPrefill(ctx *fasthttp.RequestCtx, uri string) {
 			}
 			continue
 		}
-		if last = b.get(fasthttp.MethodGet, uri, controlTimeout, clientAuthorization(ctx)); last.ok() {
+		if last = b.get(controlCall{method: fasthttp.MethodGet, uri: uri, timeout: controlTimeout, clientAuth: clientAuthorization(ctx)}); last.ok() {
 			ctx.SetContentType("application/json")
 			ctx.SetBody(last.body)
 			return

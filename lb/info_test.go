@@ -214,6 +214,36 @@ func TestControlRoutesSkipWorkersMarkedDown(t *testing.T) {
 	}
 }
 
+// POST /abort_request goes to every worker with the client's body, as the
+// newest mini_lb does: a request pdlb serves, named by its rid, ends on
+// both legs, and the client gets the abort's answer.
+func TestAbortRequestReachesEveryWorker(t *testing.T) {
+	h := newHarness(t)
+	gate := make(chan struct{})
+	p, d := h.pair(fake.Config{}, fake.Config{TokenGate: gate})
+	srv := h.start(defaultConfig())
+	got := make(chan reply, 1)
+	go func() {
+		got <- h.post("/generate", `{"text": "a", "rid": "r-1", "sampling_params": {"max_new_tokens": 4}}`)
+	}()
+	waitFor(t, "the decode to hold the request", func() bool { return d.Stats().InFlight == 1 })
+	if r := h.post("/abort_request", `{"rid": "r-1"}`); r.status != fasthttp.StatusOK {
+		t.Fatalf("/abort_request: got %d %s", r.status, r.body)
+	}
+	r := <-got
+	if reason := gjson.GetBytes(r.body, "meta_info.finish_reason.type").String(); r.status != fasthttp.StatusOK || reason != "abort" {
+		t.Fatalf("the aborted request got %d %s; want the decode's abort", r.status, r.body)
+	}
+	if pa, da := p.Stats().AbortRequest, d.Stats().AbortRequest; pa != 1 || da != 1 {
+		t.Fatalf("the prefill and decode got %d and %d /abort_request; want 1 each", pa, da)
+	}
+	waitIdle(t, srv)
+	// A body a worker refuses is the workers' refusal, passed on.
+	if r := h.post("/abort_request", `not json`); r.status != fasthttp.StatusBadRequest {
+		t.Fatalf("a bad body: got %d %s; want the workers' 400", r.status, r.body)
+	}
+}
+
 func TestModelInfoWithNoPrefill(t *testing.T) {
 	h := newHarness(t)
 	h.start(defaultConfig())

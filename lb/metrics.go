@@ -19,7 +19,8 @@ type route struct {
 	generate bool
 	batch    bool
 	// keyed routes need the client to present the API key, when pdlb has
-	// one (Config.APIKey): the generate routes and /flush_cache.
+	// one (Config.APIKey): the generate routes, /flush_cache and
+	// /abort_request.
 	keyed bool
 
 	ms       *metrics.Set
@@ -35,7 +36,7 @@ func newRoute(ms *metrics.Set, path, method string, generate bool) *route {
 		method:   method,
 		generate: generate,
 		batch:    path == "/generate",
-		keyed:    generate || path == "/flush_cache",
+		keyed:    generate || path == "/flush_cache" || path == "/abort_request",
 		ms:       ms,
 		duration: ms.NewPrometheusHistogram(fmt.Sprintf(`pdlb_request_duration_seconds{route=%q}`, path)),
 	}

@@ -211,7 +211,9 @@ func (s *Server) buildRoutes() {
 	for _, p := range []string{"/generate", "/v1/completions", "/v1/chat/completions"} {
 		s.routes[p] = newRoute(s.ms, p, fasthttp.MethodPost, true)
 	}
-	s.routes["/flush_cache"] = newRoute(s.ms, "/flush_cache", fasthttp.MethodPost, false)
+	for _, p := range []string{"/flush_cache", "/abort_request"} {
+		s.routes[p] = newRoute(s.ms, p, fasthttp.MethodPost, false)
+	}
 	for _, p := range []string{"/health", "/health_generate", "/server_info", "/get_server_info",
 		"/model_info", "/get_model_info", "/v1/models", "/metrics", "/bootstrap", "/readiness", "/liveness"} {
 		s.routes[p] = newRoute(s.ms, p, fasthttp.MethodGet, false)

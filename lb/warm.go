@@ -298,7 +298,7 @@ func (b *Backend) learnDPSize(ctx context.Context, now func() time.Time) int {
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
-	a := b.get(fasthttp.MethodGet, "/server_info", timeout, nil)
+	a := b.get(controlCall{method: fasthttp.MethodGet, uri: "/server_info", timeout: timeout})
 	n := 1
 	if v := gjson.GetBytes(a.body, "dp_size"); a.ok() && v.Type == gjson.Number && v.Int() > 1 && v.Int() <= 1024 {
 		n = int(v.Int())
