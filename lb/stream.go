@@ -136,6 +136,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 			x.unref()
 			return outcome{}
 		}
+		x.passOn(d) // the client gets the failure event as the worker sent it
 	}
 	// The decode's stream is relayed from here on, and the decode needs
 	// nothing more of the prefill: its first event is tokens, so it has the

@@ -979,3 +979,24 @@ func TestDecode5xxToAStreamIsCounted(t *testing.T) {
 	}
 	waitIdle(t, srv)
 }
+
+// A stream whose first event is the decode's failure is relayed as it is
+// once no retry is left, and counted and logged as a worker's failure
+// passed on, as a 5xx answer is.
+func TestDecodeFailureEventPassedOnIsCounted(t *testing.T) {
+	h := newHarness(t)
+	h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
+	failure := `data: {"error": {"message": "boom", "code": 500}}` + "\n\n"
+	h.backend("decode-0:30010", sseBackend(failure, "data: [DONE]\n\n"))
+	cfg := defaultConfig()
+	cfg.DisableRetries = true
+	srv := h.start(cfg)
+	s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+	if got := append([]string{s.next()}, s.rest()...); len(got) != 2 || got[0] != failure {
+		t.Fatalf("got %q; want the decode's failure event and [DONE]", got)
+	}
+	waitIdle(t, srv)
+	if got := h.metric(`pdlb_request_errors_total{reason="backend_failed"}`); got != "1" {
+		t.Fatalf("got %q backend_failed; want 1", got)
+	}
+}
