@@ -449,16 +449,30 @@ func (p *prefillFlags) Decode(ctx *kong.DecodeContext) error {
 		return p.decodeList(raw)
 	}
 	spec := lb.PrefillSpec{URL: raw}
-	if next := ctx.Scan.Peek(); next.IsValue() {
-		if port, ok, err := parseBootstrapPort(fmt.Sprint(next.Value)); err != nil {
+	if next := ctx.Scan.Peek(); isBootstrapPortToken(next) {
+		ctx.Scan.Pop()
+		port, err := parseBootstrapPort(raw, fmt.Sprint(next.Value))
+		if err != nil {
 			return err
-		} else if ok {
-			ctx.Scan.Pop()
-			spec.BootstrapPort = port
 		}
+		spec.BootstrapPort = port
 	}
 	*p = append(*p, spec)
 	return nil
+}
+
+// isBootstrapPortToken reports whether tok, the one after a prefill URL,
+// is its bootstrap port: anything but a flag. Serve takes no positional
+// arguments, so a token that is not a flag can only be the port, and a bad
+// one is a bad port (it was "unexpected argument abc"). A hyphen and a
+// digit is a negative number, as argparse reads it, not a short flag
+// ("unknown flag -1" it was).
+func isBootstrapPortToken(tok kong.Token) bool {
+	if tok.IsValue() {
+		return true
+	}
+	s, ok := tok.Value.(string)
+	return ok && tok.Type == kong.UntypedToken && len(s) > 1 && s[0] == '-' && s[1] >= '0' && s[1] <= '9'
 }
 
 func (p *prefillFlags) decodeList(list string) error {
@@ -470,9 +484,9 @@ func (p *prefillFlags) decodeList(list string) error {
 		case 1:
 			*p = append(*p, lb.PrefillSpec{URL: fields[0]})
 		case 2:
-			port, ok, err := parseBootstrapPort(fields[1])
-			if err != nil || !ok {
-				return fmt.Errorf("invalid prefill %q: want URL [PORT|none]", entry)
+			port, err := parseBootstrapPort(fields[0], fields[1])
+			if err != nil {
+				return err
 			}
 			*p = append(*p, lb.PrefillSpec{URL: fields[0], BootstrapPort: port})
 		default:
@@ -482,19 +496,16 @@ func (p *prefillFlags) decodeList(list string) error {
 	return nil
 }
 
-// parseBootstrapPort reads the optional token after a prefill URL: a port,
-// or "none" (port 0). ok is false when the token is neither, so it belongs
-// to something else; a number that is not a port is an error.
-func parseBootstrapPort(s string) (port int, ok bool, err error) {
+// parseBootstrapPort reads the token after the prefill URL url: a port, or
+// "none" (port 0). The error names both, as sglang_router's
+// _parse_prefill_urls does ("Invalid bootstrap port: abc. Must be a number
+// or 'none'").
+func parseBootstrapPort(url, s string) (int, error) {
 	if strings.EqualFold(s, "none") {
-		return 0, true, nil
+		return 0, nil
 	}
-	n, convErr := strconv.Atoi(s)
-	if convErr != nil {
-		return 0, false, nil
+	if n, err := strconv.Atoi(s); err == nil && n > 0 && n <= 65535 {
+		return n, nil
 	}
-	if n <= 0 || n > 65535 {
-		return 0, false, fmt.Errorf("invalid bootstrap port %d", n)
-	}
-	return n, true, nil
+	return 0, fmt.Errorf("invalid bootstrap port %q for prefill %s: want a port from 1 to 65535, or none", s, url)
 }

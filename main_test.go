@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -245,10 +246,33 @@ func TestParseErrors(t *testing.T) {
 	}
 	f("unknown flag --no-such-flag", "--prefill", "http://p:1", "--decode", "http://d:1", "--no-such-flag")
 	f("unknown policy", "--prefill", "http://p:1", "--decode", "http://d:1", "--policy", "fastest")
-	f("invalid bootstrap port", "--prefill", "http://p:1", "70000", "--decode", "http://d:1")
 	f("not a valid port", "--prefill", "http://p:1", "--decode", "http://d:1", "--port", "0")
 	f("--max-header-size 10 is too small", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-header-size", "10")
 	f("outside 1-65535", "fake", "--decode", "127.0.0.1:1", "--bootstrap-port", "99999")
+}
+
+// A token after --prefill URL that is not a flag is its bootstrap port, and
+// a bad one is refused by name, as sglang_router's "Invalid bootstrap port:
+// abc. Must be a number or 'none'": "--prefill URL abc" was "unexpected
+// argument abc", and "--prefill URL -1" "unknown flag -1, did you mean
+// "-h"?".
+func TestParseBadBootstrapPorts(t *testing.T) {
+	for _, port := range []string{"abc", "-1", "-0.5", "0", "70000", "-"} {
+		want := fmt.Sprintf("invalid bootstrap port %q for prefill http://p:1", port)
+		for _, args := range [][]string{
+			{"--prefill", "http://p:1", port, "--decode", "http://d:1"},
+			{"--decode", "http://d:1", "--prefill", "http://p:1", port},
+			{"--decode", "http://d:1", "--prefill=http://p:1", port},
+		} {
+			if _, _, err := parse(t, args...); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%q: got error %v; want one containing %q", args, err, want)
+			}
+		}
+	}
+	t.Setenv("PDLB_PREFILL", "http://q:1 8998, http://p:1 abc")
+	if _, _, err := parse(t, "--decode", "http://d:1"); err == nil || !strings.Contains(err.Error(), `invalid bootstrap port "abc" for prefill http://p:1`) {
+		t.Errorf("PDLB_PREFILL: got error %v; want one naming the prefill and its port", err)
+	}
 }
 
 func TestParseSubcommandsKeepTheirFlags(t *testing.T) {
