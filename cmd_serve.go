@@ -67,7 +67,7 @@ type serveCmd struct {
 	CbMaxBackoffSecs        int     `help:"Longest ejection." default:"30"`
 	QueueSize               int     `help:"Most requests waiting for a slot under --max-concurrent-requests; 0, as in sglang_router: none wait, a 429 at once." default:"256"`
 	QueueTimeoutSecs        int     `help:"Longest a request waits for a slot under --max-concurrent-requests." default:"60"`
-	MaxPayloadSize          int     `help:"Largest request body accepted, in bytes; larger ones get a 413." default:"268435456"`
+	MaxPayloadSize          int     `help:"Largest request body accepted, in bytes (more than 0); larger ones get a 413." default:"268435456"`
 	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"4"`
 	ConnectTimeoutSecs      float64 `help:"Longest a new connection to a worker may take; a worker that does not accept in time counts as unreachable, and the request goes to another." default:"5"`
 	MaxConnsPerBackend      int     `help:"Most pooled connections to one worker; requests beyond wait for one." default:"4096"`
@@ -110,6 +110,10 @@ func (c *serveCmd) Validate() error {
 		{"--health-check-timeout-secs", c.HealthCheckTimeoutSecs}, {"--health-success-threshold", c.HealthSuccessThreshold},
 		{"--health-failure-threshold", c.HealthFailureThreshold}, {"--cb-failure-threshold", c.CbFailureThreshold},
 		{"--cb-timeout-duration-secs", c.CbTimeoutDurationSecs}, {"--cb-max-backoff-secs", c.CbMaxBackoffSecs},
+		// 0 is not "no limit": fasthttp reads it as its 4 MiB default,
+		// lb.Config as 64 MiB (what --max-payload-size 0 silently was), and
+		// a body is held whole in memory, so there is always a limit.
+		{"--max-payload-size", c.MaxPayloadSize},
 	} {
 		if d.secs <= 0 {
 			return fmt.Errorf("%s must be positive", d.flag)

@@ -248,6 +248,10 @@ func TestParseErrors(t *testing.T) {
 	f("unknown policy", "--prefill", "http://p:1", "--decode", "http://d:1", "--policy", "fastest")
 	f("not a valid port", "--prefill", "http://p:1", "--decode", "http://d:1", "--port", "0")
 	f("--max-header-size 10 is too small", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-header-size", "10")
+	// --max-payload-size 0 was lb's default, 64 MiB, not the "no limit" it
+	// looks like.
+	f("--max-payload-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-payload-size", "0")
+	f("--max-payload-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-payload-size=-1")
 	f("outside 1-65535", "fake", "--decode", "127.0.0.1:1", "--bootstrap-port", "99999")
 }
 
