@@ -79,7 +79,7 @@ type serveCmd struct {
 
 	logFlags
 	JSONLog          bool `help:"Accepted for sglang_router compatibility (JSON is the default log format)." group:"mini_lb compatibility"`
-	MiniLB           bool `name:"mini-lb" help:"Accepted for mini_lb compatibility; pdlb always pairs prefill and decode." group:"mini_lb compatibility"`
+	MiniLB           bool `name:"mini-lb" help:"Accepted for mini_lb compatibility; pdlb always pairs prefill and decode. Only with it are sglang_router's TLS and authentication flags (--tls-*, --client-*, --ca-cert-paths, --control-plane-*, --jwt-*), which pdlb does not do, accepted: ignored with a warning, as mini_lb ignores them." group:"mini_lb compatibility"`
 	PDDisaggregation bool `name:"pd-disaggregation" help:"Accepted for mini_lb compatibility; always on." group:"mini_lb compatibility"`
 }
 
@@ -293,7 +293,7 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 	log := c.logger(os.Stderr)
 	cfg, warnings := c.config()
 	for _, f := range ignored {
-		log.Warn().Str("flag", f).Msg("ignoring an sglang_router flag that pdlb does not implement")
+		log.Warn().Str("flag", f).Msg(ignoredWarning(f))
 	}
 	for _, w := range warnings {
 		log.Warn().Msg(w)

@@ -27,8 +27,7 @@ func parse(t *testing.T, args ...string) (*cli, ignoredFlags, error) {
 	if err != nil {
 		t.Fatalf("cannot build the parser: %s", err)
 	}
-	kept, ignored := stripRouterFlags(parser, args)
-	_, err = parser.Parse(kept)
+	_, ignored, err := parseArgs(parser, &c, args)
 	return &c, ignored, err
 }
 
@@ -130,6 +129,72 @@ func TestParseRouterFlags(t *testing.T) {
 	}
 	if cfg.ConnectTimeout != 3*time.Second {
 		t.Fatalf("got connect timeout %s; want --connect-timeout-secs' 3 s", cfg.ConnectTimeout)
+	}
+}
+
+// sglang_router's TLS and authentication flags are refused, saying what to
+// do instead, unless the line is mini_lb's, which ignores them as pdlb then
+// does: a `launch_router --pd-disaggregation` line lost them with a mere
+// warning, leaving pdlb on plain HTTP with no authentication.
+func TestParseSecurityFlagsNeedMiniLB(t *testing.T) {
+	workers := []string{"--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1"}
+	for _, tc := range []struct {
+		args     []string
+		want     string // in the error without --mini-lb
+		asMiniLB string // in the warning with it
+	}{
+		{[]string{"--tls-cert-path", "c.pem", "--tls-key-path", "k.pem"}, "--tls-cert-path, --tls-key-path: pdlb does not serve HTTPS; terminate TLS in front of it", "pdlb serves plain HTTP"},
+		{[]string{"--tls-cert-path=c.pem"}, "--tls-cert-path: pdlb does not serve HTTPS", "pdlb serves plain HTTP"},
+		{[]string{"--client-cert-path", "c.pem", "--client-key-path", "k.pem"}, "--client-cert-path, --client-key-path: pdlb presents no client certificate", "no client certificate"},
+		{[]string{"--ca-cert-paths", "a.pem", "b.pem"}, "--ca-cert-paths: pdlb takes no CA certificate files; it verifies https workers against the system's CAs, and the SSL_CERT_FILE", "system's CAs"},
+		{[]string{"--control-plane-api-keys", "k1:ci:admin:secret"}, "--control-plane-api-keys: pdlb checks no control-plane API key or JWT; use --api-key", "no key or token but --api-key's"},
+		{[]string{"--jwt-issuer", "https://idp", "--jwt-audience", "pdlb", "--jwt-jwks-uri", "https://idp/keys", "--jwt-role-claim", "roles", "--jwt-role-mapping", "a=admin"},
+			"--jwt-issuer, --jwt-audience, --jwt-jwks-uri, --jwt-role-claim, --jwt-role-mapping: pdlb checks no control-plane API key or JWT", "no key or token"},
+		{[]string{"--control-plane-audit-enabled"}, "--control-plane-audit-enabled: pdlb keeps no audit log; --access-log", "no audit log"},
+	} {
+		args := append(append([]string{}, workers...), tc.args...)
+		_, _, err := parse(t, append(args, "--port", "8000")...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "with --mini-lb, pdlb ignores them") {
+			t.Errorf("%q: got error %v; want one containing %q", tc.args, err, tc.want)
+		}
+		if code := exitCode(err); code != 2 {
+			t.Errorf("%q: got exit status %d; want 2", tc.args, code)
+		}
+
+		var flags ignoredFlags
+		for _, a := range tc.args {
+			if name, _, _ := strings.Cut(a, "="); strings.HasPrefix(name, "--") {
+				flags = append(flags, name)
+			}
+		}
+		c, ignored, err := parse(t, append([]string{"--mini-lb"}, append(args, "--port", "8000")...)...)
+		if err != nil || c.Serve.Port != 8000 || !reflect.DeepEqual(ignored, flags) {
+			t.Fatalf("--mini-lb %q: got %v, port %d, ignored %q; want %q ignored", tc.args, err, c.Serve.Port, ignored, flags)
+		}
+		for _, f := range ignored {
+			if got := ignoredWarning(f); !strings.Contains(got, "as mini_lb does: pdlb") || !strings.Contains(got, tc.asMiniLB) {
+				t.Errorf("--mini-lb %s: got warning %q; want it to say %q, as mini_lb", f, got, tc.asMiniLB)
+			}
+		}
+	}
+
+	// All of them at once: one line each kind.
+	_, _, err := parse(t, append(workers, "--jwt-issuer", "x", "--tls-key-path", "k", "--control-plane-api-keys", "--tls-cert-path", "c")...)
+	if err == nil || !strings.Contains(err.Error(), "--jwt-issuer, --control-plane-api-keys: pdlb checks") ||
+		!strings.Contains(err.Error(), "\n--tls-key-path, --tls-cert-path: pdlb does not serve HTTPS") {
+		t.Errorf("got error %v; want a line for each kind of flag", err)
+	}
+	// --mini-lb from the environment counts.
+	t.Setenv("PDLB_MINI_LB", "true")
+	if _, _, err := parse(t, append(workers, "--tls-cert-path", "c")...); err != nil {
+		t.Errorf("with PDLB_MINI_LB: got %v; want --tls-cert-path ignored", err)
+	}
+	// The other router flags are still ignored without --mini-lb.
+	t.Setenv("PDLB_MINI_LB", "false")
+	if _, ignored, err := parse(t, append(workers, "--dp-aware", "--cors-allowed-origins", "http://a")...); err != nil || len(ignored) != 2 {
+		t.Errorf("got %v, ignored %q; want --dp-aware and --cors-allowed-origins ignored", err, ignored)
+	} else if got := ignoredWarning("--dp-aware"); got != "ignoring an sglang_router flag that pdlb does not implement" {
+		t.Errorf("--dp-aware: got warning %q", got)
 	}
 }
 
