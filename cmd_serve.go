@@ -67,7 +67,7 @@ type serveCmd struct {
 	CbMaxBackoffSecs        int     `help:"Longest ejection." default:"30"`
 	QueueSize               int     `help:"Most requests waiting for a slot under --max-concurrent-requests; 0, as in sglang_router: none wait, a 429 at once." default:"256"`
 	QueueTimeoutSecs        int     `help:"Longest a request waits for a slot under --max-concurrent-requests." default:"60"`
-	MaxPayloadSize          int     `help:"Largest request body accepted, in bytes; larger ones get a 413." default:"268435456"`
+	MaxPayloadSize          int     `help:"Largest request body accepted, in bytes (more than 0); larger ones get a 413." default:"268435456"`
 	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"4"`
 	ConnectTimeoutSecs      float64 `help:"Longest a new connection to a worker may take; a worker that does not accept in time counts as unreachable, and the request goes to another." default:"5"`
 	MaxConnsPerBackend      int     `help:"Most pooled connections to one worker; requests beyond wait for one." default:"4096"`
@@ -79,7 +79,7 @@ type serveCmd struct {
 
 	logFlags
 	JSONLog          bool `help:"Accepted for sglang_router compatibility (JSON is the default log format)." group:"mini_lb compatibility"`
-	MiniLB           bool `name:"mini-lb" help:"Accepted for mini_lb compatibility; pdlb always pairs prefill and decode." group:"mini_lb compatibility"`
+	MiniLB           bool `name:"mini-lb" help:"Accepted for mini_lb compatibility; pdlb always pairs prefill and decode. Only with it are sglang_router's TLS and authentication flags (--tls-*, --client-*, --ca-cert-paths, --control-plane-*, --jwt-*), which pdlb does not do, accepted: ignored with a warning, as mini_lb ignores them." group:"mini_lb compatibility"`
 	PDDisaggregation bool `name:"pd-disaggregation" help:"Accepted for mini_lb compatibility; always on." group:"mini_lb compatibility"`
 }
 
@@ -110,6 +110,10 @@ func (c *serveCmd) Validate() error {
 		{"--health-check-timeout-secs", c.HealthCheckTimeoutSecs}, {"--health-success-threshold", c.HealthSuccessThreshold},
 		{"--health-failure-threshold", c.HealthFailureThreshold}, {"--cb-failure-threshold", c.CbFailureThreshold},
 		{"--cb-timeout-duration-secs", c.CbTimeoutDurationSecs}, {"--cb-max-backoff-secs", c.CbMaxBackoffSecs},
+		// 0 is not "no limit": fasthttp reads it as its 4 MiB default,
+		// lb.Config as 64 MiB (what --max-payload-size 0 silently was), and
+		// a body is held whole in memory, so there is always a limit.
+		{"--max-payload-size", c.MaxPayloadSize},
 	} {
 		if d.secs <= 0 {
 			return fmt.Errorf("%s must be positive", d.flag)
@@ -293,7 +297,7 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 	log := c.logger(os.Stderr)
 	cfg, warnings := c.config()
 	for _, f := range ignored {
-		log.Warn().Str("flag", f).Msg("ignoring an sglang_router flag that pdlb does not implement")
+		log.Warn().Str("flag", f).Msg(ignoredWarning(f))
 	}
 	for _, w := range warnings {
 		log.Warn().Msg(w)
@@ -453,16 +457,30 @@ func (p *prefillFlags) Decode(ctx *kong.DecodeContext) error {
 		return p.decodeList(raw)
 	}
 	spec := lb.PrefillSpec{URL: raw}
-	if next := ctx.Scan.Peek(); next.IsValue() {
-		if port, ok, err := parseBootstrapPort(fmt.Sprint(next.Value)); err != nil {
+	if next := ctx.Scan.Peek(); isBootstrapPortToken(next) {
+		ctx.Scan.Pop()
+		port, err := parseBootstrapPort(raw, fmt.Sprint(next.Value))
+		if err != nil {
 			return err
-		} else if ok {
-			ctx.Scan.Pop()
-			spec.BootstrapPort = port
 		}
+		spec.BootstrapPort = port
 	}
 	*p = append(*p, spec)
 	return nil
+}
+
+// isBootstrapPortToken reports whether tok, the one after a prefill URL,
+// is its bootstrap port: anything but a flag. Serve takes no positional
+// arguments, so a token that is not a flag can only be the port, and a bad
+// one is a bad port (it was "unexpected argument abc"). A hyphen and a
+// digit is a negative number, as argparse reads it, not a short flag
+// ("unknown flag -1" it was).
+func isBootstrapPortToken(tok kong.Token) bool {
+	if tok.IsValue() {
+		return true
+	}
+	s, ok := tok.Value.(string)
+	return ok && tok.Type == kong.UntypedToken && len(s) > 1 && s[0] == '-' && s[1] >= '0' && s[1] <= '9'
 }
 
 func (p *prefillFlags) decodeList(list string) error {
@@ -474,9 +492,9 @@ func (p *prefillFlags) decodeList(list string) error {
 		case 1:
 			*p = append(*p, lb.PrefillSpec{URL: fields[0]})
 		case 2:
-			port, ok, err := parseBootstrapPort(fields[1])
-			if err != nil || !ok {
-				return fmt.Errorf("invalid prefill %q: want URL [PORT|none]", entry)
+			port, err := parseBootstrapPort(fields[0], fields[1])
+			if err != nil {
+				return err
 			}
 			*p = append(*p, lb.PrefillSpec{URL: fields[0], BootstrapPort: port})
 		default:
@@ -486,19 +504,16 @@ func (p *prefillFlags) decodeList(list string) error {
 	return nil
 }
 
-// parseBootstrapPort reads the optional token after a prefill URL: a port,
-// or "none" (port 0). ok is false when the token is neither, so it belongs
-// to something else; a number that is not a port is an error.
-func parseBootstrapPort(s string) (port int, ok bool, err error) {
+// parseBootstrapPort reads the token after the prefill URL url: a port, or
+// "none" (port 0). The error names both, as sglang_router's
+// _parse_prefill_urls does ("Invalid bootstrap port: abc. Must be a number
+// or 'none'").
+func parseBootstrapPort(url, s string) (int, error) {
 	if strings.EqualFold(s, "none") {
-		return 0, true, nil
+		return 0, nil
 	}
-	n, convErr := strconv.Atoi(s)
-	if convErr != nil {
-		return 0, false, nil
+	if n, err := strconv.Atoi(s); err == nil && n > 0 && n <= 65535 {
+		return n, nil
 	}
-	if n <= 0 || n > 65535 {
-		return 0, false, fmt.Errorf("invalid bootstrap port %d", n)
-	}
-	return n, true, nil
+	return 0, fmt.Errorf("invalid bootstrap port %q for prefill %s: want a port from 1 to 65535, or none", s, url)
 }

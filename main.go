@@ -40,8 +40,7 @@ func main() {
 	if err != nil {
 		panic("BUG: invalid command line model: " + err.Error())
 	}
-	args, ignored := stripRouterFlags(parser, os.Args[1:])
-	kctx, err := parser.Parse(args)
+	kctx, ignored, err := parseArgs(parser, &c, os.Args[1:])
 	if err != nil {
 		parser.Errorf("%s", err)
 		fmt.Fprintln(parser.Stderr, usageHint(err))

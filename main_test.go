@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -26,8 +27,7 @@ func parse(t *testing.T, args ...string) (*cli, ignoredFlags, error) {
 	if err != nil {
 		t.Fatalf("cannot build the parser: %s", err)
 	}
-	kept, ignored := stripRouterFlags(parser, args)
-	_, err = parser.Parse(kept)
+	_, ignored, err := parseArgs(parser, &c, args)
 	return &c, ignored, err
 }
 
@@ -161,6 +161,72 @@ func TestRetryMaxRetriesCountsEveryAttempt(t *testing.T) {
 	}
 }
 
+// sglang_router's TLS and authentication flags are refused, saying what to
+// do instead, unless the line is mini_lb's, which ignores them as pdlb then
+// does: a `launch_router --pd-disaggregation` line lost them with a mere
+// warning, leaving pdlb on plain HTTP with no authentication.
+func TestParseSecurityFlagsNeedMiniLB(t *testing.T) {
+	workers := []string{"--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1"}
+	for _, tc := range []struct {
+		args     []string
+		want     string // in the error without --mini-lb
+		asMiniLB string // in the warning with it
+	}{
+		{[]string{"--tls-cert-path", "c.pem", "--tls-key-path", "k.pem"}, "--tls-cert-path, --tls-key-path: pdlb does not serve HTTPS; terminate TLS in front of it", "pdlb serves plain HTTP"},
+		{[]string{"--tls-cert-path=c.pem"}, "--tls-cert-path: pdlb does not serve HTTPS", "pdlb serves plain HTTP"},
+		{[]string{"--client-cert-path", "c.pem", "--client-key-path", "k.pem"}, "--client-cert-path, --client-key-path: pdlb presents no client certificate", "no client certificate"},
+		{[]string{"--ca-cert-paths", "a.pem", "b.pem"}, "--ca-cert-paths: pdlb takes no CA certificate files; it verifies https workers against the system's CAs, and the SSL_CERT_FILE", "system's CAs"},
+		{[]string{"--control-plane-api-keys", "k1:ci:admin:secret"}, "--control-plane-api-keys: pdlb checks no control-plane API key or JWT; use --api-key", "no key or token but --api-key's"},
+		{[]string{"--jwt-issuer", "https://idp", "--jwt-audience", "pdlb", "--jwt-jwks-uri", "https://idp/keys", "--jwt-role-claim", "roles", "--jwt-role-mapping", "a=admin"},
+			"--jwt-issuer, --jwt-audience, --jwt-jwks-uri, --jwt-role-claim, --jwt-role-mapping: pdlb checks no control-plane API key or JWT", "no key or token"},
+		{[]string{"--control-plane-audit-enabled"}, "--control-plane-audit-enabled: pdlb keeps no audit log; --access-log", "no audit log"},
+	} {
+		args := append(append([]string{}, workers...), tc.args...)
+		_, _, err := parse(t, append(args, "--port", "8000")...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "with --mini-lb, pdlb ignores them") {
+			t.Errorf("%q: got error %v; want one containing %q", tc.args, err, tc.want)
+		}
+		if code := exitCode(err); code != 2 {
+			t.Errorf("%q: got exit status %d; want 2", tc.args, code)
+		}
+
+		var flags ignoredFlags
+		for _, a := range tc.args {
+			if name, _, _ := strings.Cut(a, "="); strings.HasPrefix(name, "--") {
+				flags = append(flags, name)
+			}
+		}
+		c, ignored, err := parse(t, append([]string{"--mini-lb"}, append(args, "--port", "8000")...)...)
+		if err != nil || c.Serve.Port != 8000 || !reflect.DeepEqual(ignored, flags) {
+			t.Fatalf("--mini-lb %q: got %v, port %d, ignored %q; want %q ignored", tc.args, err, c.Serve.Port, ignored, flags)
+		}
+		for _, f := range ignored {
+			if got := ignoredWarning(f); !strings.Contains(got, "as mini_lb does: pdlb") || !strings.Contains(got, tc.asMiniLB) {
+				t.Errorf("--mini-lb %s: got warning %q; want it to say %q, as mini_lb", f, got, tc.asMiniLB)
+			}
+		}
+	}
+
+	// All of them at once: one line each kind.
+	_, _, err := parse(t, append(workers, "--jwt-issuer", "x", "--tls-key-path", "k", "--control-plane-api-keys", "--tls-cert-path", "c")...)
+	if err == nil || !strings.Contains(err.Error(), "--jwt-issuer, --control-plane-api-keys: pdlb checks") ||
+		!strings.Contains(err.Error(), "\n--tls-key-path, --tls-cert-path: pdlb does not serve HTTPS") {
+		t.Errorf("got error %v; want a line for each kind of flag", err)
+	}
+	// --mini-lb from the environment counts.
+	t.Setenv("PDLB_MINI_LB", "true")
+	if _, _, err := parse(t, append(workers, "--tls-cert-path", "c")...); err != nil {
+		t.Errorf("with PDLB_MINI_LB: got %v; want --tls-cert-path ignored", err)
+	}
+	// The other router flags are still ignored without --mini-lb.
+	t.Setenv("PDLB_MINI_LB", "false")
+	if _, ignored, err := parse(t, append(workers, "--dp-aware", "--cors-allowed-origins", "http://a")...); err != nil || len(ignored) != 2 {
+		t.Errorf("got %v, ignored %q; want --dp-aware and --cors-allowed-origins ignored", err, ignored)
+	} else if got := ignoredWarning("--dp-aware"); got != "ignoring an sglang_router flag that pdlb does not implement" {
+		t.Errorf("--dp-aware: got warning %q", got)
+	}
+}
+
 // TestParseNegativeValues reads a negative number after a flag as its
 // value, as argparse does: sglang_router's scripts pass
 // "--max-concurrent-requests -1" for no limit.
@@ -274,10 +340,37 @@ func TestParseErrors(t *testing.T) {
 	}
 	f("unknown flag --no-such-flag", "--prefill", "http://p:1", "--decode", "http://d:1", "--no-such-flag")
 	f("unknown policy", "--prefill", "http://p:1", "--decode", "http://d:1", "--policy", "fastest")
-	f("invalid bootstrap port", "--prefill", "http://p:1", "70000", "--decode", "http://d:1")
 	f("not a valid port", "--prefill", "http://p:1", "--decode", "http://d:1", "--port", "0")
 	f("--max-header-size 10 is too small", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-header-size", "10")
+	// --max-payload-size 0 was lb's default, 64 MiB, not the "no limit" it
+	// looks like.
+	f("--max-payload-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-payload-size", "0")
+	f("--max-payload-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-payload-size=-1")
 	f("outside 1-65535", "fake", "--decode", "127.0.0.1:1", "--bootstrap-port", "99999")
+}
+
+// A token after --prefill URL that is not a flag is its bootstrap port, and
+// a bad one is refused by name, as sglang_router's "Invalid bootstrap port:
+// abc. Must be a number or 'none'": "--prefill URL abc" was "unexpected
+// argument abc", and "--prefill URL -1" "unknown flag -1, did you mean
+// "-h"?".
+func TestParseBadBootstrapPorts(t *testing.T) {
+	for _, port := range []string{"abc", "-1", "-0.5", "0", "70000", "-"} {
+		want := fmt.Sprintf("invalid bootstrap port %q for prefill http://p:1", port)
+		for _, args := range [][]string{
+			{"--prefill", "http://p:1", port, "--decode", "http://d:1"},
+			{"--decode", "http://d:1", "--prefill", "http://p:1", port},
+			{"--decode", "http://d:1", "--prefill=http://p:1", port},
+		} {
+			if _, _, err := parse(t, args...); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%q: got error %v; want one containing %q", args, err, want)
+			}
+		}
+	}
+	t.Setenv("PDLB_PREFILL", "http://q:1 8998, http://p:1 abc")
+	if _, _, err := parse(t, "--decode", "http://d:1"); err == nil || !strings.Contains(err.Error(), `invalid bootstrap port "abc" for prefill http://p:1`) {
+		t.Errorf("PDLB_PREFILL: got error %v; want one naming the prefill and its port", err)
+	}
 }
 
 func TestParseSubcommandsKeepTheirFlags(t *testing.T) {

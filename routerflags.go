@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -11,7 +13,9 @@ import (
 // --mini-lb`. Scripts pass sglang_router flags that pdlb has no use for; like
 // mini_lb, pdlb must not fail on them. Flags pdlb implements are ordinary
 // kong flags; the others, listed here by how many values they take
-// (PROTOCOL.md §2), are removed before parsing and reported as ignored.
+// (PROTOCOL.md §2), are removed before parsing and reported as ignored,
+// except those asking for TLS or authentication (securityFlag), which only
+// mini_lb's line may carry.
 
 // arity is how many values an sglang_router flag takes.
 type arity int
@@ -59,6 +63,21 @@ func routerFlags() map[string]arity {
 	add(zeroOrMore, `worker-urls request-id-headers cors-allowed-origins ca-cert-paths
 		control-plane-api-keys jwt-role-mapping`)
 	return flags
+}
+
+// parseArgs parses args into c, the cli parser was built on. The
+// sglang_router flags serve does not define are removed first and returned
+// as ignored; those it must not ignore (checkIgnored) are a usage error.
+func parseArgs(parser *kong.Kong, c *cli, args []string) (*kong.Context, ignoredFlags, error) {
+	kept, ignored := stripRouterFlags(parser, args)
+	kctx, err := parser.Parse(kept)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.Serve.checkIgnored(ignored); err != nil {
+		return nil, nil, err
+	}
+	return kctx, ignored, nil
 }
 
 // stripRouterFlags returns args without the sglang_router flags (and their
@@ -149,4 +168,94 @@ func serveFlagNames(parser *kong.Kong) map[string]*kong.Flag {
 		}
 	}
 	return names
+}
+
+// securityLoss is what ignoring an sglang_router flag that asks for TLS,
+// authentication or auditing costs.
+type securityLoss struct {
+	refused  string // what pdlb does not do, as a usage error says it
+	instead  string // what to do instead
+	asMiniLB string // what pdlb does without it, as mini_lb does, for --mini-lb's warning
+}
+
+// securityFlag returns the loss of ignoring the sglang_router flag name
+// (without "--"); ok is false for a flag whose loss leaves pdlb no less
+// secure than its command line asked. (--api-key is pdlb's own flag, and
+// --cors-allowed-origins, ignored, only leaves browsers stricter.)
+func securityFlag(name string) (loss securityLoss, ok bool) {
+	switch name {
+	case "tls-cert-path", "tls-key-path":
+		return securityLoss{
+			refused:  "pdlb does not serve HTTPS",
+			instead:  "terminate TLS in front of it (a proxy such as nginx or Envoy, or a service mesh)",
+			asMiniLB: "pdlb serves plain HTTP",
+		}, true
+	case "client-cert-path", "client-key-path":
+		return securityLoss{
+			refused:  "pdlb presents no client certificate to workers",
+			instead:  "originate mTLS to the workers beside it (a sidecar or a service mesh)",
+			asMiniLB: "pdlb presents no client certificate to workers",
+		}, true
+	case "ca-cert-paths":
+		return securityLoss{
+			refused:  "pdlb takes no CA certificate files",
+			instead:  "it verifies https workers against the system's CAs, and the SSL_CERT_FILE (a file) or SSL_CERT_DIR (directories) environment variable names others",
+			asMiniLB: "pdlb verifies https workers against the system's CAs (SSL_CERT_FILE, SSL_CERT_DIR)",
+		}, true
+	case "control-plane-api-keys", "jwt-issuer", "jwt-audience", "jwt-jwks-uri", "jwt-role-claim", "jwt-role-mapping":
+		return securityLoss{
+			refused: "pdlb checks no control-plane API key or JWT",
+			instead: "use --api-key (one key, required of clients on the generate routes and /flush_cache, " +
+				"and sent to the workers), or authenticate clients in front of pdlb",
+			asMiniLB: "pdlb asks clients for no key or token but --api-key's, if given",
+		}, true
+	case "control-plane-audit-enabled":
+		return securityLoss{
+			refused:  "pdlb keeps no audit log",
+			instead:  "--access-log logs every request, /flush_cache included",
+			asMiniLB: "pdlb keeps no audit log",
+		}, true
+	}
+	return securityLoss{}, false
+}
+
+// checkIgnored refuses the ignored sglang_router flags that ask for TLS,
+// authentication or auditing, unless the line is mini_lb's (--mini-lb):
+// mini_lb ignores them too, but sglang_router's own router does them, and
+// its line (`launch_router --pd-disaggregation`) run by pdlb would have
+// lost them in silence.
+func (c *serveCmd) checkIgnored(ignored ignoredFlags) error {
+	if c.MiniLB {
+		return nil
+	}
+	var losses []securityLoss
+	flags := map[securityLoss][]string{}
+	for _, f := range ignored {
+		loss, ok := securityFlag(strings.TrimPrefix(f, "--"))
+		if !ok || slices.Contains(flags[loss], f) {
+			continue
+		}
+		if flags[loss] == nil {
+			losses = append(losses, loss)
+		}
+		flags[loss] = append(flags[loss], f)
+	}
+	if len(losses) == 0 {
+		return nil
+	}
+	var msg strings.Builder
+	for _, loss := range losses {
+		msg.WriteString(strings.Join(flags[loss], ", ") + ": " + loss.refused + "; " + loss.instead + "\n")
+	}
+	msg.WriteString("(mini_lb ignores these flags: with --mini-lb, pdlb ignores them too, with a warning)")
+	return usageError{errors.New(msg.String())}
+}
+
+// ignoredWarning is the warning logged for an sglang_router flag that
+// serve ignored.
+func ignoredWarning(flag string) string {
+	if loss, ok := securityFlag(strings.TrimPrefix(flag, "--")); ok {
+		return "ignoring an sglang_router flag, as mini_lb does: " + loss.asMiniLB
+	}
+	return "ignoring an sglang_router flag that pdlb does not implement"
 }
