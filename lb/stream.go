@@ -305,7 +305,17 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 		}
 		err = d.err // an answer that is pdlb's failure (errKeyRefused)
 	}
-	if err != nil {
+	var peer *errPeerFailed
+	if err != nil && errors.As(d.cancel.err(), &peer) && peer.role == rolePrefill {
+		// The prefill failed as the decode's error answer was read, and
+		// closed the decode's connection under it: the prefill's failure
+		// is the one to retry, or to tell, as for a non-stream request.
+		if out := x.retryOnFailure(nil); out.retry != answered {
+			x.unref()
+			return out
+		}
+		x.respondFailed(ctx, x.culprit())
+	} else if err != nil {
 		status, r, msg := classify(d.cause(err), d.backend.role, d.backend.addr)
 		x.logFailure(d, msg)
 		x.s.writeError(ctx, status, r, msg)

@@ -1000,3 +1000,32 @@ func TestDecodeFailureEventPassedOnIsCounted(t *testing.T) {
 		t.Fatalf("got %q backend_failed; want 1", got)
 	}
 }
+
+// A stream request whose prefill fails while the decode's error answer is
+// being read gets the prefill's failure, as a non-stream request does: the
+// prefill's failure closed the decode's connection under that read, and
+// "use of closed network connection" was no answer to give.
+func TestStreamBothLegsFailing(t *testing.T) {
+	h := newHarness(t)
+	headersSent := make(chan struct{}, 1)
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+		<-headersSent
+		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"error": "prefill boom"}`)
+	})
+	h.rawBackend("decode-0:30010", func(_ int, c net.Conn) {
+		// The answer's headers and the start of its body; the rest never
+		// comes, so the read is still going when the prefill fails.
+		_, _ = io.WriteString(c, "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"error\": ")
+		headersSent <- struct{}{}
+	})
+	cfg := defaultConfig()
+	cfg.DisableRetries = true
+	srv := h.start(cfg)
+	r := h.post("/generate", `{"text": "a", "stream": true}`)
+	if r.status != fasthttp.StatusInternalServerError || !strings.Contains(string(r.body), "prefill boom") {
+		t.Fatalf("got %d %s; want the prefill's 500", r.status, r.body)
+	}
+	waitIdle(t, srv)
+}
