@@ -339,6 +339,31 @@ func TestServerReadsRequestsOverTCP(t *testing.T) {
 	expectAnswers("a request after them", 1)
 }
 
+// dialSmallWindow connects to addr over TCP with a small receive buffer,
+// so that a client that reads nothing soon fills the sockets between it
+// and pdlb. The buffer is set before connecting so that the window is
+// small from the start (set later, the sender waits for the window it
+// first saw to open again, and stalls). The connection is closed when the
+// test ends.
+func dialSmallWindow(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	dialer := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var err error
+		if cerr := rc.Control(func(fd uintptr) {
+			err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10)
+		}); cerr != nil {
+			return cerr
+		}
+		return err
+	}}
+	conn, err := dialer.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
 // A client that stops reading a non-stream answer is let go after
 // ClientWriteTimeout, as one that stops reading a stream is: pdlb's
 // writes fill the sockets, then the write deadline ends the connection.
@@ -361,23 +386,7 @@ func TestClientNotReadingAnAnswerIsLetGo(t *testing.T) {
 	cfg.ClientWriteTimeout = 200 * time.Millisecond
 	srv := h.start(cfg)
 	addr := h.serveTCP(srv)
-	// A small receive buffer, set before connecting so that the window is
-	// small from the start (set later, the sender waits for the window it
-	// first saw to open again, and stalls).
-	dialer := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		var err error
-		if cerr := rc.Control(func(fd uintptr) {
-			err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10)
-		}); cerr != nil {
-			return cerr
-		}
-		return err
-	}}
-	conn, err := dialer.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialSmallWindow(t, addr)
 	sendRequest(t, conn, "/generate", `{"text": "a"}`)
 	// The client reads nothing for a while: pdlb's writes fill the
 	// sockets and wait, and its write deadline passes.

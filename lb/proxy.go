@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,9 @@ type exchange struct {
 	// (finish), by the request side.
 	slot     int
 	finished bool
+	// client is the client's connection, which a shutdown closes when the
+	// answer is still not written once its grace has passed (dropClients).
+	client net.Conn
 
 	// body is the client body with the bootstrap fields spliced in, as the
 	// decode gets it; prefillBody is the prefill's when a DP-rank plan makes
@@ -158,7 +162,7 @@ func (x *exchange) unref() {
 	if !x.finished { // an attempt given up for another
 		x.s.untrack(x)
 	}
-	x.finished = false
+	x.finished, x.client = false, nil
 	for _, c := range []*call{&x.prefill, &x.decode} {
 		c.releaseRequest()
 		c.body, c.respBody = nil, nil
@@ -231,6 +235,7 @@ func (s *Server) newExchange(q *clientRequest, refs int32) *exchange {
 
 // serve runs the exchange, streamed or not.
 func (x *exchange) serve(q *clientRequest) outcome {
+	x.client = q.ctx.Conn()
 	x.s.track(x)
 	x.batch = isBatch(q.rt, q.info)
 	if q.info.Stream {

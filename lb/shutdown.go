@@ -17,6 +17,10 @@ import (
 // that reads, and bounded for one that does not.
 const cutGrace = 3 * time.Second
 
+// dropGrace is how long Shutdown waits, after closing the connections of
+// clients still being answered, for their answers to be accounted.
+const dropGrace = time.Second
+
 // CutError is Shutdown's error when its grace period ended with requests in
 // flight, and it cut them.
 type CutError struct {
@@ -61,9 +65,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		select {
 		case err = <-drained:
 		case <-t.C:
-			stopWaiting()
-			<-drained
-			err = fmt.Errorf("clients still being answered %s after the grace period: %w", cutGrace, ctx.Err())
+			// Clients that read nothing still hold their answers: their
+			// connections are closed, so each answer ends, and is
+			// accounted, as cut off (a 499), before the process goes.
+			s.dropClients()
+			t.Reset(dropGrace)
+			select {
+			case err = <-drained:
+			case <-t.C:
+				stopWaiting()
+				<-drained
+				err = fmt.Errorf("clients still being answered %s after the grace period: %w", cutGrace, ctx.Err())
+			}
 		}
 		t.Stop()
 		// Counted as they are answered, whatever they waited on: a call,
@@ -103,6 +116,18 @@ func (s *Server) cutInflight() {
 	}
 	if n := len(s.flight) + int(s.admission.queued.Load()); n > 0 {
 		s.log.Warn().Int("requests", n).Msg("shutdown grace period over: cutting the requests in flight")
+	}
+}
+
+// dropClients closes the connection of every client still being answered:
+// a write to it then fails at once, and its answer ends.
+func (s *Server) dropClients() {
+	s.flightMu.Lock()
+	defer s.flightMu.Unlock()
+	for _, x := range s.flight {
+		if x.client != nil {
+			_ = x.client.Close()
+		}
 	}
 }
 

@@ -217,3 +217,30 @@ func TestAdminListenerServesThroughTheDrain(t *testing.T) {
 		t.Fatal("the admin listener still serves after the shutdown")
 	}
 }
+
+// A client that reads nothing of a large answer holds it past the
+// shutdown's grace: its connection is closed then, and the request is
+// accounted as cut off (499), not lost from the metrics and the log.
+func TestShutdownAccountsAnswersClientsDoNotRead(t *testing.T) {
+	h := newHarness(t)
+	answer := `{"text": "` + strings.Repeat("x", 16<<20) + `"}`
+	h.backend("prefill-0:30000", jsonBackend(`{"text": ""}`))
+	h.backend("decode-0:30010", jsonBackend(answer))
+	cfg := defaultConfig()
+	cfg.ClientWriteTimeout = time.Minute // the shutdown, not the write timeout, ends it
+	srv := h.start(cfg)
+	conn := dialSmallWindow(t, h.serveTCP(srv))
+	sendRequest(t, conn, "/generate", `{"text": "a"}`)
+	waitFor(t, "the answer to be on its way", func() bool {
+		return srv.live.Load() == 1 && h.metric(`pdlb_backend_requests_total{role="decode",backend="decode-0:30010"}`) == "1"
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+	if n := srv.live.Load(); n != 0 {
+		t.Fatalf("%d exchanges live after Shutdown", n)
+	}
+	if got := srv.routes["/generate"].byStatus[statusClientGone].Load(); got == nil || got.Get() != 1 {
+		t.Fatalf("the request was not counted as cut off (499)")
+	}
+}
