@@ -30,8 +30,17 @@ func newArrivals(rate float64, seed uint64) *arrivals {
 
 // next returns the time from the previous arrival to the next one.
 func (a *arrivals) next() time.Duration {
-	return time.Duration(a.rng.ExpFloat64() * a.mean)
+	gap := a.rng.ExpFloat64() * a.mean
+	if gap >= float64(maxGap) {
+		// A tiny rate's gap overflowed a Duration into a negative one,
+		// which made every arrival late, and sent at once.
+		return maxGap
+	}
+	return time.Duration(gap)
 }
+
+// maxGap bounds the gap between two arrivals: a century, never reached.
+const maxGap = 100 * 365 * 24 * time.Hour
 
 // openLoop sends a request at each arrival of the round, on a worker of
 // its own, until the runner says stop; an arrival that finds MaxInflight

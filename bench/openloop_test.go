@@ -34,6 +34,18 @@ func TestArrivals(t *testing.T) {
 	}
 }
 
+// A tiny rate's gaps are huge, never negative: 1e-12 requests/s made
+// gaps past a Duration's range, which overflowed into negative ones and
+// sent every arrival at once.
+func TestArrivalsAtATinyRate(t *testing.T) {
+	a := newArrivals(1e-12, 1)
+	for range 1000 {
+		if g := a.next(); g < time.Hour {
+			t.Fatalf("got a gap of %v at 1e-12 requests/s", g)
+		}
+	}
+}
+
 func TestArrivalsSeeded(t *testing.T) {
 	gaps := func(seed uint64) []time.Duration {
 		a := newArrivals(100, seed)

@@ -98,6 +98,7 @@ func (r *runner) round(warmup, d time.Duration) {
 	}
 	close(stop)
 	bg.Wait()
+	before := r.elapsed
 	switch {
 	case r.cfg.openLoop():
 		r.elapsed += r.roundElapsed()
@@ -108,10 +109,15 @@ func (r *runner) round(warmup, d time.Duration) {
 		r.addBusyTime()
 	}
 	if d > 0 {
-		// All of it, unless the run was interrupted within it.
+		// All of it, unless the run was interrupted within it, or
+		// Requests ended it first: its events then came in the time
+		// measured.
 		w := d
-		if !r.cutAt.IsZero() {
+		switch {
+		case !r.cutAt.IsZero():
 			w = min(d, max(r.cutAt.Sub(r.measureStart), 0))
+		case r.countEnded():
+			w = min(d, r.elapsed-before)
 		}
 		r.window += w
 	}

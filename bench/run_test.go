@@ -473,6 +473,26 @@ func TestRunEventRateIsWithinTheWindow(t *testing.T) {
 	}
 }
 
+// TestRunEventRateWhenRequestsEndTheRun gives a run both Requests and a
+// long Duration: the count ends it first, and events/s divides the events
+// by the time measured, not by the whole window (it was 60 times too low
+// here).
+func TestRunEventRateWhenRequestsEndTheRun(t *testing.T) {
+	events := []string{`{"text":" a"}`, `{"text":" a b"}`, `[DONE]`}
+	for _, rate := range []float64{0, 1000} {
+		cfg := serve(t, streamHandler(&recorder{}, events, nil))
+		cfg.Stream = true
+		cfg.Rate, cfg.Requests, cfg.Duration = rate, 4, time.Minute
+		rep := run(t, cfg)
+		checkCounts(t, rep, 4, 4)
+		if rep.EventWindow <= 0 || rep.EventWindow > rep.Elapsed || rep.Events != 8 ||
+			rep.EventsPerSec != float64(rep.Events)/rep.EventWindow.Seconds() {
+			t.Fatalf("rate %v: got %d events in %v (elapsed %v), %.1f events/s; want 8 events in the time measured",
+				rate, rep.Events, rep.EventWindow, rep.Elapsed, rep.EventsPerSec)
+		}
+	}
+}
+
 // TestRunEventRateInterrupted cuts a run while its stream is in flight,
 // once three events have come: they arrived within the measured time,
 // which the cut ends, and count for events/s. They were left out, with the
