@@ -508,6 +508,7 @@ func TestAccessLog(t *testing.T) {
 		h.post("/generate", `{"text": `, "X-Request-Id", "invalid")
 		h.do(fasthttp.MethodGet, "/nothing", "", "X-Request-Id", "no-route")
 		h.do(fasthttp.MethodGet, "/health", "", "X-Request-Id", "control")
+		h.post("/flush_cache?timeout=soon", "", "X-Request-Id", "control-error")
 		h.post("/generate", `{"text": "`+strings.Repeat("a", 2048)+`"}`, "X-Request-Id", "too-large")
 		waitIdle(t, srv) // a stream is logged once it is over, after its last byte
 
@@ -529,8 +530,8 @@ func TestAccessLog(t *testing.T) {
 			}
 			continue
 		}
-		if streams != 1 || len(got) != 6 {
-			t.Fatalf("got %d stream lines and %d others; want 1 and 6:\n%s", streams, len(got), logs.String())
+		if streams != 1 || len(got) != 7 {
+			t.Fatalf("got %d stream lines and %d others; want 1 and 7:\n%s", streams, len(got), logs.String())
 		}
 		// A request fasthttp could not read whole has no known duration.
 		for id, want := range map[string]struct {
@@ -539,12 +540,13 @@ func TestAccessLog(t *testing.T) {
 			prefill, decode  string
 			fallback, errMsg string
 		}{
-			"pd":        {route: "/generate", status: 200, prefill: "prefill-0:30000", decode: "decode-0:30010"},
-			"fallback":  {route: "/generate", status: 200, fallback: "agg-0:30020"},
-			"invalid":   {route: "/generate", status: 400, errMsg: "not valid JSON"},
-			"no-route":  {route: "/nothing", status: 404, errMsg: "no route"},
-			"control":   {route: "/health", status: 200},
-			"too-large": {route: "/generate", status: 413, errMsg: "larger than the 1024 bytes allowed"},
+			"pd":            {route: "/generate", status: 200, prefill: "prefill-0:30000", decode: "decode-0:30010"},
+			"fallback":      {route: "/generate", status: 200, fallback: "agg-0:30020"},
+			"invalid":       {route: "/generate", status: 400, errMsg: "not valid JSON"},
+			"no-route":      {route: "/nothing", status: 404, errMsg: "no route"},
+			"control":       {route: "/health", status: 200},
+			"control-error": {route: "/flush_cache", status: 400, errMsg: "timeout must be a number"},
+			"too-large":     {route: "/generate", status: 413, errMsg: "larger than the 1024 bytes allowed"},
 		} {
 			line := got[id]
 			if gjson.Get(line, "route").String() != want.route || gjson.Get(line, "status").Int() != int64(want.status) ||

@@ -19,6 +19,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 
@@ -354,9 +355,17 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.serveGenerate(ctx, rt, requestID, start)
 	} else {
 		s.serveControl(ctx, rt)
-		took := s.cfg.Now().Sub(start)
-		rt.observe(ctx.Response.StatusCode(), took)
-		s.accessLine(requestID, rt.path, ctx.Response.StatusCode(), took).Msg("request")
+		status, took := ctx.Response.StatusCode(), s.cfg.Now().Sub(start)
+		rt.observe(status, took)
+		line := s.accessLine(requestID, rt.path, status, took)
+		if line != nil && status >= fasthttp.StatusBadRequest {
+			// The error the control route answered, as the generate
+			// routes' lines carry theirs.
+			if msg := gjson.GetBytes(ctx.Response.Body(), "error.message"); msg.Exists() {
+				line.Str("error", msg.String())
+			}
+		}
+		line.Msg("request")
 	}
 	// An answer that fasthttp will write in two pieces goes out in one.
 	if cc, ok := ctx.Conn().(*clientConn); ok && !ctx.Response.IsBodyStream() && len(ctx.Response.Body()) >= clientWriteBufferSize {
