@@ -35,18 +35,34 @@ type cli struct {
 type ignoredFlags []string
 
 func main() {
+	runMain(os.Args[1:], os.Stdout, os.Stderr, os.Exit)
+}
+
+// runMain is main with its arguments, output and exit given, for tests.
+// exit ends the process; if it returns, so does runMain.
+func runMain(args []string, stdout, stderr io.Writer, exit func(int)) {
 	var c cli
-	parser, err := newParser(&c, os.Stdout, os.Stderr)
+	parser, err := newParser(&c, stdout, stderr, kong.Exit(exit))
 	if err != nil {
 		panic("BUG: invalid command line model: " + err.Error())
 	}
-	kctx, ignored, err := parseArgs(parser, &c, os.Args[1:])
+	kctx, ignored, err := parseArgs(parser, &c, args)
 	if err != nil {
 		parser.Errorf("%s", err)
 		fmt.Fprintln(parser.Stderr, usageHint(err))
 		parser.Exit(usageError{}.ExitCode())
+		return
 	}
-	kctx.FatalIfErrorf(kctx.Run(ignoredFlags(ignored)))
+	err = kctx.Run(ignoredFlags(ignored))
+	var ue usageError
+	if errors.As(err, &ue) {
+		// A command line the command itself refused, once parsed.
+		parser.Errorf("%s", err)
+		fmt.Fprintln(parser.Stderr, commandHint(kctx.Selected()))
+		parser.Exit(ue.ExitCode())
+		return
+	}
+	kctx.FatalIfErrorf(err)
 }
 
 // usageError is a command line that pdlb cannot run: an unknown flag, a
@@ -65,24 +81,31 @@ func (e usageError) Unwrap() error { return e.error }
 func usageHint(err error) string {
 	var pe *kong.ParseError
 	if errors.As(err, &pe) && pe.Context != nil {
-		if cmd := pe.Context.Selected(); cmd != nil && cmd.Name != "serve" {
-			return fmt.Sprintf(`Run "pdlb %s --help" for its flags.`, cmd.Name)
-		}
+		return commandHint(pe.Context.Selected())
+	}
+	return commandHint(nil)
+}
+
+// commandHint points to the help of cmd, the command a refused command
+// line selected (nil if none).
+func commandHint(cmd *kong.Node) string {
+	if cmd != nil && cmd.Name != "serve" {
+		return fmt.Sprintf(`Run "pdlb %s --help" for its flags.`, cmd.Name)
 	}
 	return `Run "pdlb serve --help" for the load balancer's flags, "pdlb COMMAND --help" for a tool's.`
 }
 
-func newParser(c *cli, stdout, stderr io.Writer) (*kong.Kong, error) {
-	return kong.New(c,
+func newParser(c *cli, stdout, stderr io.Writer, options ...kong.Option) (*kong.Kong, error) {
+	return kong.New(c, append([]kong.Option{
 		kong.Name("pdlb"),
-		kong.Description("A fast load balancer for SGLang prefill/decode disaggregation, and a drop-in for mini_lb:\n"+
-			"  pdlb --prefill http://P:30000 [BOOTSTRAP_PORT] --decode http://D:30010 --host 0.0.0.0 --port 8000\n"+
+		kong.Description("A fast load balancer for SGLang prefill/decode disaggregation, and a drop-in for mini_lb:\n" +
+			"  pdlb --prefill http://P:30000 [BOOTSTRAP_PORT] --decode http://D:30010 --host 0.0.0.0 --port 8000\n" +
 			"Every flag can also be set by environment variable: PDLB_<FLAG> (e.g. PDLB_REQUEST_TIMEOUT_SECS)."),
 		envars(),
 		kong.Vars{"version": version},
 		kong.Writers(stdout, stderr),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true, WrapUpperBound: 100}),
-	)
+	}, options...)...)
 }
 
 // envars names each flag's environment variable: PDLB_<FLAG> for the load

@@ -605,6 +605,22 @@ func TestShortPromptsWithoutAFallbackAreWarnedOf(t *testing.T) {
 	}
 }
 
+// A usage error a command finds once the line is parsed (bench's --rate 0,
+// -c 0) points to that command's help too, and exits with status 2.
+func TestUsageHintAfterParsing(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "http://127.0.0.1:1", "--rate", "0"},
+		{"bench", "http://127.0.0.1:1", "-c", "0"},
+	} {
+		var out bytes.Buffer
+		code := -1
+		runMain(args, &out, &out, func(c int) { code = c })
+		if code != 2 || !strings.Contains(out.String(), `Run "pdlb bench --help" for its flags.`) {
+			t.Errorf("%q: got status %d, output %q; want 2 and bench's help hint", args, code, out.String())
+		}
+	}
+}
+
 // A usage error kong finds points to the help of the command it is in:
 // bench's pointed to serve's.
 func TestUsageHint(t *testing.T) {
