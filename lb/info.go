@@ -35,6 +35,7 @@ func (s *Server) serveControl(ctx *fasthttp.RequestCtx, rt *route) {
 	case "/abort_request":
 		// The newest mini_lb's: the client's body, to every worker (a rid
 		// lives on one prefill and one decode; abort_all on all of them).
+		s.markAborted(ctx.PostBody())
 		s.serveFanOut(ctx, controlCall{method: fasthttp.MethodPost, uri: "/abort_request",
 			body: ctx.PostBody(), timeout: controlTimeout}, fasthttp.StatusBadGateway, true)
 	case "/server_info", "/get_server_info":
@@ -425,6 +426,39 @@ func (s *Server) serveBootstrap(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.SetContentType("application/json")
 	ctx.SetBody(body)
+}
+
+// markAborted marks the exchanges in flight that an /abort_request body
+// names, by rid (a batch's, any of its items') or abort_all: a worker
+// aborted mid-transfer answers with a KV transfer failure, which would
+// otherwise be retried on a fresh pair, undoing the abort.
+func (s *Server) markAborted(body []byte) {
+	all := gjson.GetBytes(body, "abort_all").Bool()
+	rid := gjson.GetBytes(body, "rid")
+	if !all && rid.Type != gjson.String {
+		return
+	}
+	s.flightMu.Lock()
+	defer s.flightMu.Unlock()
+	for _, x := range s.flight {
+		if all || namesRID(gjson.GetBytes(x.body, "rid"), rid.Str) {
+			x.abortedByClient.Store(true)
+		}
+	}
+}
+
+// namesRID reports whether a request's rid, a string or a batch's list,
+// is or holds rid.
+func namesRID(v gjson.Result, rid string) bool {
+	if v.IsArray() {
+		for _, r := range v.Array() {
+			if r.Type == gjson.String && r.Str == rid {
+				return true
+			}
+		}
+		return false
+	}
+	return v.Type == gjson.String && v.Str == rid
 }
 
 // abortRequest asks b to abort the request rid (SGLang's POST

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
@@ -226,7 +227,8 @@ func TestAbortRequestReachesEveryWorker(t *testing.T) {
 	go func() {
 		got <- h.post("/generate", `{"text": "a", "rid": "r-1", "sampling_params": {"max_new_tokens": 4}}`)
 	}()
-	waitFor(t, "the decode to hold the request", func() bool { return d.Stats().InFlight == 1 })
+	// Generating: past its KV transfer, held by the token gate.
+	waitFor(t, "the decode to hold the request", func() bool { st := d.Stats(); return st.InFlight == 1 && st.KVTransfersOK == 1 })
 	if r := h.post("/abort_request", `{"rid": "r-1"}`); r.status != fasthttp.StatusOK {
 		t.Fatalf("/abort_request: got %d %s", r.status, r.body)
 	}
@@ -242,6 +244,31 @@ func TestAbortRequestReachesEveryWorker(t *testing.T) {
 	if r := h.post("/abort_request", `not json`); r.status != fasthttp.StatusBadRequest {
 		t.Fatalf("a bad body: got %d %s; want the workers' 400", r.status, r.body)
 	}
+}
+
+// A request aborted through pdlb while its decode waits for the KV cache
+// gets the decode's abort, which reads as a failed KV transfer, and is not
+// tried again on a fresh pair: that would undo the abort.
+func TestAbortedRequestIsNotRetried(t *testing.T) {
+	h := newHarness(t)
+	p, d := h.pair(fake.Config{PrefillDelay: time.Minute}, fake.Config{})
+	srv := h.start(defaultConfig())
+	got := make(chan reply, 1)
+	go func() {
+		got <- h.post("/generate", `{"text": "a", "rid": "r-1"}`)
+	}()
+	waitFor(t, "the decode to wait for the KV cache", func() bool { return d.Stats().InFlight == 1 })
+	if r := h.post("/abort_request", `{"rid": "r-1"}`); r.status != fasthttp.StatusOK {
+		t.Fatalf("/abort_request: got %d %s", r.status, r.body)
+	}
+	// The prefill's abort or the decode's, whichever pdlb heard first.
+	if r := <-got; !strings.Contains(gjson.GetBytes(r.body, "meta_info.finish_reason.message").String(), "Aborted by AbortReq") {
+		t.Fatalf("the aborted request got %d %s; want a worker's abort", r.status, r.body)
+	}
+	if pg, dg := p.Stats().GenerateRequests, d.Stats().GenerateRequests; pg != 1 || dg != 1 {
+		t.Fatalf("the prefill and decode got %d and %d requests; want 1 each, no retry", pg, dg)
+	}
+	waitIdleWithin(t, srv, 5*time.Second)
 }
 
 func TestModelInfoWithNoPrefill(t *testing.T) {

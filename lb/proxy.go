@@ -53,6 +53,10 @@ type exchange struct {
 	coldRetry bool
 	rankRetry bool
 	mayRetry  bool
+	// abortedByClient is set by a POST /abort_request naming the request's
+	// rid (or abort_all): the workers' aborted answers are then the
+	// client's wish, not failures to try again (markAborted).
+	abortedByClient atomic.Bool
 	// single marks an exchange with one call, the decode leg: to a fallback
 	// worker, or to a decode that prefills locally (local).
 	single bool
@@ -182,6 +186,7 @@ func (x *exchange) unref() {
 	x.decodeStreams.Store(false)
 	x.single, x.local, x.merge, x.permit, x.batch = false, false, false, false, false
 	x.coldRetry, x.rankRetry, x.mayRetry = false, false, false // a decode-only exchange sets only mayRetry
+	x.abortedByClient.Store(false)
 	x.requestID = x.requestID[:0]
 	// A rare huge request must not pin its buffers in the pool.
 	if cap(x.body) > maxPooledBuffer {

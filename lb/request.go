@@ -266,6 +266,8 @@ func (s *Server) servePD(q *clientRequest) {
 // another attempt: a cold pair, or a decode without local prefill.
 func (x *exchange) retryFor(status int, body []byte) outcome {
 	switch {
+	case x.abortedByClient.Load():
+		return outcome{}
 	case status >= fasthttp.StatusInternalServerError && x.coldPair(body):
 		return outcome{retry: retryCold}
 	case status == fasthttp.StatusBadRequest && x.local && x.mayRetry && bytes.Contains(body, noRoomMarker):
@@ -294,6 +296,9 @@ func (x *exchange) retryAfter(body []byte) outcome {
 // decodeBody is the decode's answer, if it gave one.
 func (x *exchange) retryOnFailure(decodeBody []byte) outcome {
 	c := x.culprit()
+	if x.abortedByClient.Load() {
+		return outcome{} // the abort's answer is the client's
+	}
 	if x.rankRetry && x.refusedRank(c) {
 		return outcome{retry: retryStaleRank, backend: c.backend}
 	}
