@@ -31,7 +31,7 @@ type serveCmd struct {
 	Host             string       `help:"Address to listen on." default:"0.0.0.0"`
 	Port             int          `help:"Port to listen on." default:"30000"`
 	RequestIDHeaders []string     `help:"Headers to take a client's request ID from, the first present wins (sglang_router's --request-id-headers); pdlb answers it, and passes it to the workers, as X-Request-Id." default:"X-Request-Id" placeholder:"NAME" sep:","`
-	APIKey           string       `help:"sglang_router's --api-key: sent to the workers as 'Authorization: Bearer KEY' on every call, and required of clients on the generate routes and /flush_cache." placeholder:"KEY"`
+	APIKey           string       `help:"sglang_router's --api-key: sent to the workers as 'Authorization: Bearer KEY' on every call, and required of clients on the generate routes, /flush_cache and /abort_request." placeholder:"KEY"`
 
 	Policy         string `help:"How to pick a worker in each pool: random (mini_lb's), round_robin or power_of_two (fewer requests in flight of two random picks). sglang_router's other policies fall back to random with a warning." default:"random"`
 	PrefillPolicy  string `help:"Policy for the prefill pool (default: --policy)."`

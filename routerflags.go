@@ -205,7 +205,7 @@ func securityFlag(name string) (loss securityLoss, ok bool) {
 	case "control-plane-api-keys", "jwt-issuer", "jwt-audience", "jwt-jwks-uri", "jwt-role-claim", "jwt-role-mapping":
 		return securityLoss{
 			refused: "pdlb checks no control-plane API key or JWT",
-			instead: "use --api-key (one key, required of clients on the generate routes and /flush_cache, " +
+			instead: "use --api-key (one key, required of clients on the generate routes, /flush_cache and /abort_request, " +
 				"and sent to the workers), or authenticate clients in front of pdlb",
 			asMiniLB: "pdlb asks clients for no key or token but --api-key's, if given",
 		}, true

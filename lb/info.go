@@ -37,7 +37,7 @@ func (s *Server) serveControl(ctx *fasthttp.RequestCtx, rt *route) {
 		// lives on one prefill and one decode; abort_all on all of them).
 		s.markAborted(ctx.PostBody())
 		s.serveFanOut(ctx, controlCall{method: fasthttp.MethodPost, uri: "/abort_request",
-			body: ctx.PostBody(), timeout: controlTimeout}, fasthttp.StatusBadGateway, true)
+			body: ctx.PostBody(), timeout: controlTimeout, askDown: true}, fasthttp.StatusBadGateway, true)
 	case "/server_info", "/get_server_info":
 		s.serveServerInfo(ctx)
 	case "/model_info", "/get_model_info":
@@ -90,7 +90,7 @@ func fanOut(backends []*Backend, cc controlCall) []answer {
 	answers := make([]answer, len(backends))
 	var wg sync.WaitGroup
 	for i, b := range backends {
-		if b.markedDown() {
+		if b.markedDown() && !cc.askDown {
 			answers[i] = answer{backend: b, err: errMarkedDown}
 			continue
 		}
@@ -110,6 +110,10 @@ type controlCall struct {
 	// clientAuth is the Authorization header of the client the call is made
 	// for, nil for pdlb's own calls.
 	clientAuth []byte
+	// askDown asks workers that health checks find down too, which fanOut
+	// otherwise skips: an abort is cheap, and a worker down by its probes
+	// may still hold the request.
+	askDown bool
 }
 
 // get performs one control call on b. It carries pdlb's key for b, if

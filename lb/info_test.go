@@ -2,7 +2,9 @@ package lb
 
 import (
 	"context"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -383,5 +385,68 @@ func TestAdminListener(t *testing.T) {
 			t.Fatalf("pprof %v: got /debug/pprof/ %d; want %d", pprof, got, want)
 		}
 		cl.CloseIdleConnections()
+	}
+}
+
+// SGLang's decode answers an abort that reaches it during the KV transfer
+// as a failure with status 500, as a stream's first event or as the
+// answer. Such answers to /abort_request are the client's wish: a stream is
+// not retried, and neither counts against the decode, which five of them
+// used to eject.
+func TestClientAbortsAreNoWorkerFailures(t *testing.T) {
+	abortedStream := `data: {"text": "", "meta_info": {"finish_reason": {"type": "abort", "message": "Decode transfer failed for request rid='r-1' with exception KVTransferError(bootstrap_room=1): Aborted by AbortReq.", "status_code": 500}}}` + "\n\ndata: [DONE]\n\n"
+	abortedAnswer := `{"error": {"message": "Decode transfer failed ... KVTransferError(bootstrap_room=1): Aborted by AbortReq.", "code": 500}}`
+	for _, stream := range []bool{false, true} {
+		h := newHarness(t)
+		abortSeen := make(chan struct{})
+		var aborted atomic.Bool
+		var held, calls atomic.Int32
+		h.backend("prefill-0:30000", jsonBackend(`{"text": ""}`))
+		h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+			if string(ctx.Path()) == "/abort_request" {
+				if aborted.CompareAndSwap(false, true) {
+					close(abortSeen)
+				}
+				return
+			}
+			calls.Add(1)
+			if aborted.Load() {
+				ctx.SetContentType("application/json")
+				ctx.SetBodyString(`{"text": "ok"}`)
+				return
+			}
+			held.Add(1)
+			<-abortSeen
+			if stream {
+				ctx.SetContentType("text/event-stream")
+				ctx.SetBodyString(abortedStream)
+				return
+			}
+			ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+			ctx.SetContentType("application/json")
+			ctx.SetBodyString(abortedAnswer)
+		})
+		srv := h.start(defaultConfig())
+		var wg sync.WaitGroup
+		for i := range 5 {
+			wg.Go(func() {
+				h.post("/generate", `{"text": "a", "rid": "r-`+strconv.Itoa(i)+`", "stream": `+strconv.FormatBool(stream)+`}`)
+			})
+		}
+		waitFor(t, "the decode to hold them", func() bool { return held.Load() == 5 })
+		if r := h.post("/abort_request", `{"abort_all": true}`); r.status != fasthttp.StatusOK {
+			t.Fatalf("/abort_request: got %d %s", r.status, r.body)
+		}
+		wg.Wait()
+		waitIdle(t, srv)
+		if n := calls.Load(); n != 5 {
+			t.Fatalf("stream %v: the decode got %d requests; want the 5 aborted, none retried", stream, n)
+		}
+		if got := h.metric(`pdlb_request_errors_total{reason="backend_failed"}`); got != "0" {
+			t.Fatalf("stream %v: got backend_failed %q; want 0", stream, got)
+		}
+		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+			t.Fatalf("stream %v: a request after the aborts got %d %s; want 200 from the healthy decode", stream, r.status, r.body)
+		}
 	}
 }

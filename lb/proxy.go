@@ -394,8 +394,11 @@ func (c *call) end() {
 		// that never claimed the cache): give it a short last deadline.
 		c.peer.cancel.capRead(orphanPrefillGrace)
 	}
-	// A refused key is pdlb's fault, not the worker's.
-	own := c.cancel.err() == nil && !errors.Is(c.err, errGaveUp) && !errors.Is(c.err, errKeyRefused)
+	// A refused key is pdlb's fault, not the worker's; an abort a client
+	// asked for (/abort_request), which SGLang answers as a failed KV
+	// transfer, is the client's.
+	own := c.cancel.err() == nil && !errors.Is(c.err, errGaveUp) && !errors.Is(c.err, errKeyRefused) &&
+		!c.x.abortedByClient.Load()
 	switch status := c.resp.StatusCode(); {
 	case c.err == nil && status < fasthttp.StatusInternalServerError && c.broke == nil:
 		b.succeeded() // a 4xx too: the worker works, the request was wrong
@@ -655,6 +658,9 @@ func (x *exchange) respondFailed(ctx *fasthttp.RequestCtx, c *call) {
 // passOn accounts c's failed answer, which the client gets as it is. It
 // is logged, as the access line names the workers but not which failed.
 func (x *exchange) passOn(c *call) {
+	if x.abortedByClient.Load() {
+		return // the abort the client asked for, no worker's failure
+	}
 	x.s.errorsByReason[reasonBackendFailed].Inc()
 	x.s.log.Warn().Bytes("request_id", x.requestID).Str("route", x.rt.path).Str("role", c.backend.role).
 		Str("backend", c.backend.addr).Int("status", c.resp.StatusCode()).AnErr("error", c.broke).

@@ -37,9 +37,11 @@ func (e *CutError) Error() string {
 // listeners and background work.
 // Requests still in flight when ctx ends are cut: their worker calls are
 // cancelled, and each client gets a 503 JSON error, or its stream an SSE
-// error event and [DONE], within cutGrace. Shutdown then returns a
+// error event and [DONE], within cutGrace. The connections of clients
+// still being answered then (a client that does not read) are closed, and
+// their requests accounted within dropGrace. Shutdown then returns a
 // *CutError if it cut any, else ctx's error if clients were still being
-// answered after cutGrace (a slow reader, a control route).
+// answered after that (a control route).
 func (s *Server) Shutdown(ctx context.Context) error {
 	// The background work a Serve starts is started, or never will be,
 	// before the wait for it below (a signal may come as Serve begins).
@@ -75,7 +77,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			case <-t.C:
 				stopWaiting()
 				<-drained
-				err = fmt.Errorf("clients still being answered %s after the grace period: %w", cutGrace, ctx.Err())
+				err = fmt.Errorf("clients still being answered %s after the grace period: %w", cutGrace+dropGrace, ctx.Err())
 			}
 		}
 		t.Stop()

@@ -281,7 +281,7 @@ func (x *exchange) retryFirstEvent(first []byte) outcome {
 	if out := x.retryFor(fasthttp.StatusInternalServerError, first); out.retry != answered {
 		return out
 	}
-	if !x.mayRetry {
+	if !x.mayRetry || x.abortedByClient.Load() {
 		return outcome{}
 	}
 	d := x.decode.backend
