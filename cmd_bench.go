@@ -278,9 +278,8 @@ func (c *benchCmd) config() (bench.Config, error) {
 	if c.Timeout == 0 {
 		cfg.Timeout = bench.NoTimeout // bench.Config's zero is its default, 60 s
 	}
-	// nil: not given, the default. Given, the zero that means the
-	// default to bench.Config is a mistake: --rate 0 ran a closed loop,
-	// and -d 0s ran for 10 s.
+	// nil: not given, the default. Given, a zero, which bench.Config
+	// would read as its default, is a mistake.
 	if c.Concurrency != nil {
 		if *c.Concurrency < 1 {
 			return cfg, fmt.Errorf("--concurrency %d: want at least 1 client", *c.Concurrency)

@@ -472,9 +472,8 @@ func (p *prefillFlags) Decode(ctx *kong.DecodeContext) error {
 // isBootstrapPortToken reports whether tok, the one after a prefill URL,
 // is its bootstrap port: anything but a flag. Serve takes no positional
 // arguments, so a token that is not a flag can only be the port, and a bad
-// one is a bad port (it was "unexpected argument abc"). A hyphen and a
-// digit is a negative number, as argparse reads it, not a short flag
-// ("unknown flag -1" it was).
+// one is a bad port. A hyphen and a digit is a negative number, as
+// argparse reads it, not a short flag.
 func isBootstrapPortToken(tok kong.Token) bool {
 	if tok.IsValue() {
 		return true

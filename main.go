@@ -76,8 +76,8 @@ func (usageError) ExitCode() int { return 2 }
 func (e usageError) Unwrap() error { return e.error }
 
 // usageHint follows a command line kong refuses: a tool's error points to
-// its own help (bench's pointed to serve's). Serve is the default command,
-// so its flags are not in the top-level help that `pdlb --help` prints.
+// its own help. Serve is the default command, so its flags are not in the
+// top-level help that `pdlb --help` prints.
 func usageHint(err error) string {
 	var pe *kong.ParseError
 	if errors.As(err, &pe) && pe.Context != nil {

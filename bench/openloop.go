@@ -32,8 +32,8 @@ func newArrivals(rate float64, seed uint64) *arrivals {
 func (a *arrivals) next() time.Duration {
 	gap := a.rng.ExpFloat64() * a.mean
 	if gap >= float64(maxGap) {
-		// A tiny rate's gap overflowed a Duration into a negative one,
-		// which made every arrival late, and sent at once.
+		// A tiny rate's gap would overflow a Duration into a negative
+		// one, which would make every arrival late, and send it at once.
 		return maxGap
 	}
 	return time.Duration(gap)

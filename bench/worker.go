@@ -143,9 +143,7 @@ func (w *worker) one(measured bool) (kind string) {
 	// Events/s counts what arrived within the window, of every stream
 	// but those that failed inside it: one still in flight at the
 	// window's end, or at the interrupt that ends it, had delivered them
-	// within the measured time, whatever it did afterwards. A run cut
-	// short once counted the time to the cut and the events of finished
-	// streams alone.
+	// within the measured time, whatever it did afterwards.
 	if o.kind == "" || cut || !end.Before(w.r.measureEnd) {
 		w.windowEvents += int64(o.inWindow)
 	}

@@ -241,9 +241,8 @@ func (s *Server) serveFlushCache(ctx *fasthttp.RequestCtx) {
 	if t := ctx.QueryArgs().Peek("timeout"); len(t) > 0 {
 		secs, err := strconv.ParseFloat(string(t), 64)
 		if err != nil || math.IsNaN(secs) || secs < 0 || secs > maxFlushTimeout.Seconds() {
-			// A bound, as pdlb waits that long on top of controlTimeout:
-			// "inf" or 1e300 overflowed to a negative wait, which timed out
-			// every healthy worker at once.
+			// A bound, as pdlb waits that long on top of controlTimeout,
+			// and a Duration holds no more than 292 years.
 			s.writeError(ctx, fasthttp.StatusBadRequest, reasonInvalidRequest,
 				"timeout must be a number of seconds from 0 to "+strconv.Itoa(int(maxFlushTimeout.Seconds()))+", got "+strconv.Quote(string(t)))
 			return
