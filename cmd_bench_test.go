@@ -243,14 +243,7 @@ func TestBenchConcurrency(t *testing.T) {
 			t.Errorf("%s: got %v; want a refusal", c, err)
 		}
 	}
-	c, _, err := parse(t, "bench", "http://127.0.0.1:1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := c.Bench.config()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := benchDefaults(t)
 	if cfg.Concurrency != 0 { // bench.Config's zero: its default, 1 client
 		t.Errorf("no -c gave Concurrency %d; want 0, the default", cfg.Concurrency)
 	}
@@ -268,18 +261,11 @@ func TestBenchRateAndDuration(t *testing.T) {
 			t.Errorf("%q: got %v, exit status %d; want a refusal, 2", args, err, exitCode(err))
 		}
 	}
-	c, _, err := parse(t, "bench", "http://127.0.0.1:1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := c.Bench.config()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := benchDefaults(t)
 	if cfg.Rate != 0 || cfg.Duration != 0 {
 		t.Errorf("no --rate, no -d gave Rate %v, Duration %v; want 0, 0, the defaults", cfg.Rate, cfg.Duration)
 	}
-	c, _, err = parse(t, "bench", "http://127.0.0.1:1", "--rate", "2.5", "-d", "3s")
+	c, _, err := parse(t, "bench", "http://127.0.0.1:1", "--rate", "2.5", "-d", "3s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,4 +290,18 @@ func TestBenchNoTimeout(t *testing.T) {
 	if err != nil || !strings.Contains(stdout, `"ok": 2`) || !strings.Contains(stdout, `"timeout_s": 0,`) {
 		t.Fatalf("got error %v, report %s; want 2 ok requests, timeout_s 0", err, stdout)
 	}
+}
+
+// benchDefaults is the bench.Config of a command line that gives no flag.
+func benchDefaults(t *testing.T) bench.Config {
+	t.Helper()
+	c, _, err := parse(t, "bench", "http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.Bench.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

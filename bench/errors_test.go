@@ -215,21 +215,7 @@ func TestRunCancel(t *testing.T) {
 			cfg.Stream = tc.stream
 			cfg.Duration = time.Minute
 
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			done := runAsync(t, ctx, cfg)
-			select {
-			case <-hanging:
-			case <-time.After(5 * time.Second):
-				t.Fatal("the third request never reached the endpoint")
-			}
-			cancel()
-			var rep *Report
-			select {
-			case rep = <-done:
-			case <-time.After(10 * time.Second):
-				t.Fatal("Run did not return after its context was cancelled")
-			}
+			rep := runUntil(t, cfg, hanging, "the third request reaching the endpoint")
 			checkCounts(t, rep, 2, 2)
 			if !rep.Interrupted {
 				t.Fatalf("got a complete report; want an interrupted one")

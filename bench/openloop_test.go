@@ -240,22 +240,8 @@ func TestRunOpenLoopElapsedInterrupted(t *testing.T) {
 	cfg.Rate = rate
 	cfg.Seed = seed
 	cfg.Duration = time.Minute
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
 	before := time.Now()
-	done := runAsync(t, ctx, cfg)
-	select {
-	case <-hanging:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no request reached the endpoint")
-	}
-	cancel()
-	var rep *Report
-	select {
-	case rep = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after its context was cancelled")
-	}
+	rep := runUntil(t, cfg, hanging, "a request reaching the endpoint")
 	// The first arrival was sent no earlier than due, and reached the
 	// endpoint before the cut.
 	first := newArrivals(rate, seed).next()

@@ -531,15 +531,7 @@ func TestRunEventRateInterrupted(t *testing.T) {
 			}
 			return &watchConn{Conn: c, marker: []byte("a b c"), seen: third}, nil
 		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := runAsync(t, ctx, cfg)
-		select {
-		case <-third:
-		case <-time.After(5 * time.Second):
-			t.Fatal("the third event never came")
-		}
-		cancel()
-		rep := <-done
+		rep := runUntil(t, cfg, third, "the third event")
 		if !rep.Interrupted || rep.Requests != 0 || rep.Events < 3 || rep.EventWindow <= 0 ||
 			rep.EventsPerSec != float64(rep.Events)/rep.EventWindow.Seconds() {
 			t.Fatalf("rate %v: got %d requests, interrupted %v, %d events in %v, %v events/s; want none, interrupted, at least 3 events, their rate",

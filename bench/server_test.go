@@ -166,6 +166,28 @@ func runAsync(t *testing.T, ctx context.Context, cfg Config) <-chan *Report {
 	return done
 }
 
+// runUntil runs cfg until reached signals, what is described by what,
+// then cuts the run, as an interrupt does, and returns its report.
+func runUntil(t *testing.T, cfg Config, reached <-chan struct{}, what string) *Report {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := runAsync(t, ctx, cfg)
+	select {
+	case <-reached:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s never happened", what)
+	}
+	cancel()
+	select {
+	case rep := <-done:
+		return rep
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+	return nil
+}
+
 func run(t *testing.T, cfg Config) *Report {
 	t.Helper()
 	rep, err := Run(t.Context(), cfg)
