@@ -131,10 +131,10 @@ func (b *Backend) get(cc controlCall) answer {
 		req.Header.SetContentType("application/json")
 		req.SetBodyRaw(cc.body)
 	}
-	if b.authorization == nil && len(cc.clientAuth) > 0 {
+	if len(cc.clientAuth) > 0 {
 		req.Header.SetBytesV(fasthttp.HeaderAuthorization, cc.clientAuth)
 	}
-	b.authorize(&req.Header)
+	b.authorize(&req.Header) // pdlb's key, if it has one, goes instead
 	a := answer{backend: b}
 	deadline := time.Now().Add(cc.timeout)
 	a.err = b.hc.DoDeadline(req, resp, deadline)
@@ -444,24 +444,17 @@ func (s *Server) markAborted(body []byte) {
 	s.flightMu.Lock()
 	defer s.flightMu.Unlock()
 	for _, x := range s.flight {
-		if all || namesRID(gjson.GetBytes(x.body, "rid"), rid.Str) {
+		named := all
+		if !named {
+			eachRID(x.body, func(r string) bool {
+				named = r == rid.Str
+				return !named
+			})
+		}
+		if named {
 			x.abortedByClient.Store(true)
 		}
 	}
-}
-
-// namesRID reports whether a request's rid, a string or a batch's list,
-// is or holds rid.
-func namesRID(v gjson.Result, rid string) bool {
-	if v.IsArray() {
-		for _, r := range v.Array() {
-			if r.Type == gjson.String && r.Str == rid {
-				return true
-			}
-		}
-		return false
-	}
-	return v.Type == gjson.String && v.Str == rid
 }
 
 // abortRequest asks b to abort the request rid (SGLang's POST

@@ -436,20 +436,26 @@ func (c *call) abort(reason error) {
 	if !c.cancel.cancel(reason) {
 		return
 	}
-	switch rid := gjson.GetBytes(c.body, "rid"); {
+	// A batch's rids, one an item: each is aborted, the first
+	// maxBatchAborts of them (the workers notice the closed connection of
+	// the rest within seconds).
+	n := 0
+	eachRID(c.body, func(rid string) bool {
+		c.x.s.abortRequest(c.backend, rid)
+		n++
+		return n < maxBatchAborts
+	})
+}
+
+// eachRID calls f with the rid a request body names, or each of a batch's,
+// until f returns false.
+func eachRID(body []byte, f func(rid string) bool) {
+	switch rid := gjson.GetBytes(body, "rid"); {
 	case rid.Type == gjson.String:
-		c.x.s.abortRequest(c.backend, rid.Str)
+		f(rid.Str)
 	case rid.IsArray():
-		// A batch's rids, one an item: each is aborted, the first
-		// maxBatchAborts of them (the workers notice the closed
-		// connection of the rest within seconds).
-		n := 0
 		rid.ForEach(func(_, item gjson.Result) bool {
-			if item.Type == gjson.String {
-				c.x.s.abortRequest(c.backend, item.Str)
-				n++
-			}
-			return n < maxBatchAborts
+			return item.Type != gjson.String || f(item.Str)
 		})
 	}
 }
@@ -505,10 +511,7 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	if x.merge {
 		x.waitPrefill()
 	}
-	if !x.respond(ctx) {
-		x.finish(ctx.Response.StatusCode())
-		x.unref()
-	}
+	x.respond(ctx)
 	return outcome{}
 }
 
@@ -520,9 +523,18 @@ func (x *exchange) coldPair(failure []byte) bool {
 }
 
 // respond writes the decode's answer, or the error that explains why there
-// is none. It reports whether the answer's body accounts the request and
-// lets go of x once it is written (answerBody); else the caller does.
-func (x *exchange) respond(ctx *fasthttp.RequestCtx) (deferred bool) {
+// is none, then accounts the request and lets go of x: at once, or for a
+// large answer once it is written (answerBody).
+func (x *exchange) respond(ctx *fasthttp.RequestCtx) {
+	if !x.writeAnswer(ctx) {
+		x.finish(ctx.Response.StatusCode())
+		x.unref()
+	}
+}
+
+// writeAnswer is respond's writing. It reports whether the answer's body
+// accounts the request and lets go of x once it is written.
+func (x *exchange) writeAnswer(ctx *fasthttp.RequestCtx) (deferred bool) {
 	d, p := &x.decode, &x.prefill
 	if d.err == nil && d.resp.StatusCode() == fasthttp.StatusBadRequest && bytes.Contains(d.resp.Body(), noRoomMarker) {
 		if x.local {
@@ -546,9 +558,6 @@ func (x *exchange) respond(ctx *fasthttp.RequestCtx) (deferred bool) {
 			x.answer.Reset(body)
 			x.answer.status = d.resp.StatusCode()
 			ctx.Response.SetBodyStream(&x.answer, len(body))
-			if cc, ok := ctx.Conn().(*clientConn); ok {
-				cc.holdLargeAnswer() // as handle does for a body set whole
-			}
 			return true
 		}
 		ctx.SetBody(body)

@@ -368,9 +368,19 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		line.Msg("request")
 	}
 	// An answer that fasthttp will write in two pieces goes out in one.
-	if cc, ok := ctx.Conn().(*clientConn); ok && !ctx.Response.IsBodyStream() && len(ctx.Response.Body()) >= clientWriteBufferSize {
+	if cc, ok := ctx.Conn().(*clientConn); ok && takesTwoWrites(&ctx.Response) {
 		cc.holdLargeAnswer()
 	}
+}
+
+// takesTwoWrites reports whether fasthttp writes resp in two pieces, its
+// full write buffer and then the rest: a body set whole that is at least
+// that buffer, or a large non-stream answer (answerBody), which is more.
+func takesTwoWrites(resp *fasthttp.Response) bool {
+	if _, ok := resp.BodyStream().(*answerBody); ok {
+		return true
+	}
+	return !resp.IsBodyStream() && len(resp.Body()) >= clientWriteBufferSize
 }
 
 // unauthorized refuses a client that did not present the API key.

@@ -97,3 +97,27 @@ func TestRefusalsAreTimed(t *testing.T) {
 		}
 	}
 }
+
+// The answers fasthttp writes in two pieces, whose first clientConn holds
+// back to send both in one writev: a body set whole of at least the write
+// buffer, and a large answer's body stream; not a smaller body, nor
+// another body stream (a stream's relay writes its own chunks).
+func TestTakesTwoWrites(t *testing.T) {
+	var resp fasthttp.Response
+	for _, tc := range []struct {
+		name string
+		set  func()
+		want bool
+	}{
+		{"a small body", func() { resp.SetBodyString("{}") }, false},
+		{"a body of the write buffer", func() { resp.SetBody(make([]byte, clientWriteBufferSize)) }, true},
+		{"a large answer", func() { resp.SetBodyStream(&answerBody{}, largeAnswer+1) }, true},
+		{"another body stream", func() { resp.SetBodyStream(strings.NewReader("data: {}\n\n"), -1) }, false},
+	} {
+		resp.Reset()
+		tc.set()
+		if got := takesTwoWrites(&resp); got != tc.want {
+			t.Errorf("%s: got %v; want %v", tc.name, got, tc.want)
+		}
+	}
+}

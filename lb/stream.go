@@ -70,10 +70,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 			x.unref()
 			return out
 		}
-		if !x.respond(ctx) {
-			x.finish(ctx.Response.StatusCode())
-			x.unref()
-		}
+		x.respond(ctx)
 		return outcome{}
 	}
 	if d.resp.StatusCode() != fasthttp.StatusOK || !isEventStream(d.resp.Header.ContentType()) {
