@@ -162,7 +162,7 @@ func (c *serveCmd) checkListenAddrs() error {
 	if err != nil {
 		return fmt.Errorf("--pprof-addr %q is not HOST:PORT, such as 127.0.0.1:6060: %w", c.PprofAddr, err)
 	}
-	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+	if _, ok := parsePort(port); !ok {
 		return fmt.Errorf("--pprof-addr %q: %q is not a port from 1 to 65535", c.PprofAddr, port)
 	}
 	if strings.ContainsAny(host, "[]") {
@@ -511,8 +511,14 @@ func parseBootstrapPort(url, s string) (int, error) {
 	if strings.EqualFold(s, "none") {
 		return 0, nil
 	}
-	if n, err := strconv.Atoi(s); err == nil && n > 0 && n <= 65535 {
+	if n, ok := parsePort(s); ok {
 		return n, nil
 	}
 	return 0, fmt.Errorf("invalid bootstrap port %q for prefill %s: want a port from 1 to 65535, or none", s, url)
+}
+
+// parsePort reads a TCP port from 1 to 65535.
+func parsePort(s string) (int, bool) {
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n > 0 && n <= 65535
 }
