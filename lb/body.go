@@ -21,19 +21,45 @@ import (
 // would cross it gets a 503 at once, and pdlb never runs out of memory for
 // what clients send.
 
-// bodyChunk is the first buffer of a body, pooled: most requests fit.
-const bodyChunk = 16 << 10
+// Small body buffers are pooled by size, a power of two from minPooledBody
+// to maxPooledBody: most bodies fit the smallest, and a stream's client
+// body is held until its first event (the handler's return), so at a
+// thousand streams starting at once a buffer larger than the body would
+// show in pdlb's memory.
+const (
+	minPooledBody = 1 << 10
+	maxPooledBody = 16 << 10
+)
 
-var bodyPool = sync.Pool{New: func() any {
-	b := make([]byte, 0, bodyChunk)
-	return &b
-}}
+var bodyPools [5]sync.Pool // minPooledBody << i
+
+// pooledBody takes a buffer of at least size bytes (at most maxPooledBody)
+// from its pool, and returns it with its capacity.
+func pooledBody(size int) (*[]byte, int) {
+	i := 0
+	for minPooledBody<<i < size {
+		i++
+	}
+	if v := bodyPools[i].Get(); v != nil {
+		return v.(*[]byte), minPooledBody << i
+	}
+	b := make([]byte, 0, minPooledBody<<i)
+	return &b, minPooledBody << i
+}
+
+func putPooledBody(b *[]byte) {
+	i := 0
+	for minPooledBody<<i < cap(*b) {
+		i++
+	}
+	bodyPools[i].Put(b)
+}
 
 // requestBody is a client's body, read into a buffer that grows with what
 // arrived. It lives on the handler's stack; release gives everything back.
 type requestBody struct {
 	buf []byte
-	// pooled is buf's pool entry while buf is the pooled chunk.
+	// pooled is buf's pool entry while buf is a pooled one.
 	pooled *[]byte
 	// held is the budget held for buf: its capacity.
 	held int
@@ -77,31 +103,35 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, b *requestBody, limit int) *
 	return nil
 }
 
-// growBody makes room for more of b: the pooled chunk first, then twice
-// the buffer, never beyond the declared length nor past limit+1 (the byte
-// that tells a chunked body is too large).
+// growBody makes room for more of b: twice the buffer, never beyond the
+// declared length nor past limit+1 (the byte that tells a chunked body is
+// too large), from a pool while it is small.
 func (s *Server) growBody(ctx *fasthttp.RequestCtx, b *requestBody, declared, limit int) *answerError {
-	size := max(2*cap(b.buf), bodyChunk)
+	size := max(2*cap(b.buf), minPooledBody)
 	if declared >= 0 {
 		size = min(size, declared)
 	} else {
 		size = min(size, limit+1)
 	}
-	if b.held == 0 && size <= bodyChunk {
-		if !s.memory.take(bodyChunk) {
-			return s.noBodyMemory(ctx)
-		}
-		b.pooled = bodyPool.Get().(*[]byte)
-		b.buf, b.held = (*b.pooled)[:0], bodyChunk
-		return nil
+	var pooled *[]byte
+	if size <= maxPooledBody {
+		pooled, size = pooledBody(size)
 	}
 	if !s.memory.take(size) {
+		if pooled != nil {
+			putPooledBody(pooled)
+		}
 		return s.noBodyMemory(ctx)
 	}
-	grown := make([]byte, len(b.buf), size)
-	copy(grown, b.buf)
+	var grown []byte
+	if pooled != nil {
+		grown = (*pooled)[:0]
+	} else {
+		grown = make([]byte, 0, size)
+	}
+	grown = append(grown, b.buf...)
 	b.releaseBuffer(s.memory)
-	b.buf, b.held = grown, size
+	b.buf, b.pooled, b.held = grown, pooled, size
 	return nil
 }
 
@@ -113,7 +143,7 @@ func (b *requestBody) release(m *bodyMemory) {
 
 func (b *requestBody) releaseBuffer(m *bodyMemory) {
 	if b.pooled != nil {
-		bodyPool.Put(b.pooled)
+		putPooledBody(b.pooled)
 		b.pooled = nil
 	}
 	m.give(b.held)

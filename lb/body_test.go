@@ -62,7 +62,7 @@ func TestDeclaredBodyIsNotAllocated(t *testing.T) {
 	for range conns {
 		h.openBody(256<<20-1, 9<<10) // past the 8 KiB fasthttp reads before pdlb
 	}
-	h.waitMemory(conns * bodyChunk)
+	h.waitMemory(conns * maxPooledBody)
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 64<<20 {
