@@ -68,6 +68,8 @@ type serveCmd struct {
 	QueueSize               int     `help:"Most requests waiting for a slot under --max-concurrent-requests; 0, as in sglang_router: none wait, a 429 at once." default:"256"`
 	QueueTimeoutSecs        int     `help:"Longest a request waits for a slot under --max-concurrent-requests." default:"60"`
 	MaxPayloadSize          int     `help:"Largest request body accepted, in bytes (more than 0); larger ones get a 413." default:"268435456"`
+	MaxBodyMemory           int64   `help:"Most memory, in bytes, that request bodies may hold at once: clients' bodies as they arrive and the copies sent to the workers. A request that would cross it gets a 503. At least three times --max-payload-size." default:"1073741824"`
+	MaxBatchSize            int     `help:"Most items a /generate batch may hold (a list of text or input_ids); larger ones get a 400." default:"4096"`
 	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"4"`
 	ConnectTimeoutSecs      float64 `help:"Longest a new connection to a worker may take; a worker that does not accept in time counts as unreachable, and the request goes to another." default:"5"`
 	MaxConnsPerBackend      int     `help:"Most pooled connections to one worker; requests beyond wait for one." default:"4096"`
@@ -113,7 +115,7 @@ func (c *serveCmd) Validate() error {
 		// 0 is not "no limit": fasthttp reads it as its 4 MiB default,
 		// lb.Config as 64 MiB (what --max-payload-size 0 silently was), and
 		// a body is held whole in memory, so there is always a limit.
-		{"--max-payload-size", c.MaxPayloadSize},
+		{"--max-payload-size", c.MaxPayloadSize}, {"--max-batch-size", c.MaxBatchSize},
 	} {
 		if d.secs <= 0 {
 			return fmt.Errorf("%s must be positive", d.flag)
@@ -124,6 +126,10 @@ func (c *serveCmd) Validate() error {
 	}
 	if !strings.HasPrefix(c.HealthCheckEndpoint, "/") {
 		return fmt.Errorf("--health-check-endpoint must be a path starting with /, got %q", c.HealthCheckEndpoint)
+	}
+	if c.MaxBodyMemory < 3*int64(c.MaxPayloadSize) {
+		return fmt.Errorf("--max-body-memory %d must hold three bodies of --max-payload-size %d (the client's and a copy for each worker)",
+			c.MaxBodyMemory, c.MaxPayloadSize)
 	}
 	if c.RetryMaxRetries < 0 || c.QueueSize < 0 {
 		return errors.New("--retry-max-retries and --queue-size cannot be negative")
@@ -265,6 +271,8 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		DecodeLocalPrefill: c.DecodeLocalPrefill,
 		RequestTimeout:     time.Duration(c.RequestTimeoutSecs) * time.Second,
 		MaxRequestBodySize: c.MaxPayloadSize,
+		MaxBodyMemory:      c.MaxBodyMemory,
+		MaxBatchSize:       c.MaxBatchSize,
 		IdleConnTimeout:    time.Duration(c.PoolIdleTimeoutSecs * float64(time.Second)),
 		ConnectTimeout:     time.Duration(c.ConnectTimeoutSecs * float64(time.Second)),
 		MaxConnsPerBackend: c.MaxConnsPerBackend,

@@ -347,6 +347,28 @@ func TestParseErrors(t *testing.T) {
 	f("--max-payload-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-payload-size", "0")
 	f("--max-payload-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-payload-size=-1")
 	f("outside 1-65535", "fake", "--decode", "127.0.0.1:1", "--bootstrap-port", "99999")
+	f("--max-batch-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-batch-size", "0")
+	f("--max-body-memory 1000 must hold three bodies of --max-payload-size 1000",
+		"--prefill", "http://p:1", "--decode", "http://d:1", "--max-payload-size", "1000", "--max-body-memory", "1000")
+}
+
+// The body limits reach lb.Config: --max-body-memory and --max-batch-size
+// with their defaults, and as given.
+func TestParseBodyLimits(t *testing.T) {
+	c, _, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, _ := c.Serve.config(); cfg.MaxBodyMemory != 1<<30 || cfg.MaxBatchSize != 4096 || cfg.MaxRequestBodySize != 256<<20 {
+		t.Fatalf("got memory %d, batch %d, payload %d; want 1 GiB, 4096, 256 MiB", cfg.MaxBodyMemory, cfg.MaxBatchSize, cfg.MaxRequestBodySize)
+	}
+	c, _, err = parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--max-body-memory", "3000", "--max-payload-size", "1000", "--max-batch-size", "7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, _ := c.Serve.config(); cfg.MaxBodyMemory != 3000 || cfg.MaxBatchSize != 7 {
+		t.Fatalf("got memory %d, batch %d; want 3000, 7", cfg.MaxBodyMemory, cfg.MaxBatchSize)
+	}
 }
 
 // A token after --prefill URL that is not a flag is its bootstrap port, and

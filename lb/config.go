@@ -123,6 +123,19 @@ type Config struct {
 	// MaxRequestBodySize is the largest client body accepted; larger ones
 	// get a 413. Zero means 64 MiB.
 	MaxRequestBodySize int
+	// MaxBodyMemory bounds the request bodies held in memory at once: the
+	// clients' bodies as they arrive and the copies rewritten for the
+	// workers, batch expansion included. A request that would cross it gets
+	// a 503. It must hold three bodies of MaxRequestBodySize (the client's,
+	// the decode's and the prefill's). Zero means 1 GiB, or three such
+	// bodies if that is more.
+	MaxBodyMemory int64
+	// MaxBatchSize is the most items a /generate batch may hold; larger
+	// ones get a 400. pdlb writes three fields for each item, so a batch of
+	// empty items would otherwise grow many times over on its way to the
+	// workers. Zero means 4096, the most requests an SGLang worker runs at
+	// once (its req_to_token_pool holds 2,048 to 4,096).
+	MaxBatchSize int
 	// MaxResponseBodySize is the largest non-streamed worker answer read.
 	// Zero means 256 MiB.
 	MaxResponseBodySize int
@@ -201,6 +214,9 @@ type BreakerConfig struct {
 	MinBackoff, MaxBackoff time.Duration
 }
 
+// defaultMaxRequestBodySize is MaxRequestBodySize's default.
+const defaultMaxRequestBodySize = 64 << 20
+
 func (c *Config) setDefaults() {
 	if len(c.RequestIDHeaders) == 0 {
 		c.RequestIDHeaders = []string{string(headerRequestID)}
@@ -248,7 +264,13 @@ func (c *Config) setDefaults() {
 		c.IdleConnTimeout = 4 * time.Second
 	}
 	if c.MaxRequestBodySize <= 0 {
-		c.MaxRequestBodySize = 64 << 20
+		c.MaxRequestBodySize = defaultMaxRequestBodySize
+	}
+	if c.MaxBodyMemory <= 0 {
+		c.MaxBodyMemory = max(1<<30, 3*int64(c.MaxRequestBodySize))
+	}
+	if c.MaxBatchSize <= 0 {
+		c.MaxBatchSize = 4096
 	}
 	if c.MaxResponseBodySize <= 0 {
 		c.MaxResponseBodySize = 256 << 20
@@ -335,6 +357,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("unknown policy %q; want one of %v", p, Policies)
 		}
 	}
+	if err := c.checkBodyMemory(); err != nil {
+		return err
+	}
 	if c.PrefillDPPolicy != "" && !slices.Contains(DPPolicies, c.PrefillDPPolicy) {
 		return fmt.Errorf("unknown prefill DP policy %q; want one of %v", c.PrefillDPPolicy, DPPolicies)
 	}
@@ -379,6 +404,25 @@ func (c *Config) checkDuplicates() error {
 		if err := add(roleFallback, f); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkBodyMemory refuses a body budget that a single request of the
+// largest size allowed could not fit in: its body, the decode's copy and
+// the prefill's, each with pdlb's fields in. Such a request would get a
+// 503 forever.
+func (c *Config) checkBodyMemory() error {
+	if c.MaxBodyMemory <= 0 {
+		return nil
+	}
+	maxBody := int64(c.MaxRequestBodySize)
+	if maxBody <= 0 {
+		maxBody = defaultMaxRequestBodySize
+	}
+	if c.MaxBodyMemory < 3*maxBody {
+		return fmt.Errorf("the body memory (%d bytes) must hold three bodies of the largest size allowed (%d bytes): "+
+			"the client's and a copy for each worker; raise --max-body-memory or lower --max-payload-size", c.MaxBodyMemory, maxBody)
 	}
 	return nil
 }

@@ -53,3 +53,21 @@ func TestValidateRefusesAControlCharacterInTheKey(t *testing.T) {
 		t.Fatalf("got %v; want the key refused", err)
 	}
 }
+
+// A body budget that one request of the largest size allowed cannot fit
+// in (its body and a copy for each worker) would refuse it forever.
+func TestValidateRefusesASmallBodyMemory(t *testing.T) {
+	f := func(memory int64, payload int, ok bool) {
+		t.Helper()
+		cfg := defaultConfig()
+		cfg.MaxBodyMemory, cfg.MaxRequestBodySize = memory, payload
+		if err := cfg.Validate(); (err == nil) != ok {
+			t.Errorf("memory %d, payload %d: got %v; want ok=%v", memory, payload, err, ok)
+		}
+	}
+	f(3000, 1000, true)
+	f(2999, 1000, false)
+	f(3*defaultMaxRequestBodySize, 0, true) // the payload's default
+	f(3*defaultMaxRequestBodySize-1, 0, false)
+	f(0, 1<<30, true) // the memory's default grows to fit
+}

@@ -32,6 +32,7 @@ const (
 	reasonUnauthorized
 	reasonInternal
 	reasonShutdown
+	reasonBodyMemory
 	numReasons
 )
 
@@ -53,6 +54,7 @@ var reasonNames = [numReasons]string{
 	reasonUnauthorized:       "unauthorized",
 	reasonInternal:           "internal",
 	reasonShutdown:           "shutdown",
+	reasonBodyMemory:         "body_memory",
 }
 
 func (r reason) String() string { return reasonNames[r] }

@@ -38,6 +38,13 @@ func waitIdleWithin(t *testing.T, srv *Server, limit time.Duration) {
 			t.Fatalf("%s backend %s still has %d requests in flight", b.role, b.addr, n)
 		}
 	}
+	// Every body is given back to the memory budget: by the exchanges,
+	// released now, and by their handlers, which may still be returning.
+	for deadline := time.Now().Add(limit); srv.memory.used.Load() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes of body memory still held", srv.memory.used.Load())
+		}
+	}
 }
 
 // When one leg fails, the other is cancelled at once and the client hears

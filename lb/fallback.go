@@ -82,10 +82,16 @@ func (s *Server) serveDecodeOnly(q *clientRequest, why decodeOnly) {
 			s.answerError(q, s.nowhereToGo(q, why))
 			return
 		}
+		held := len(q.body) + bootstrap.MaxAdded("", -1) // do_local_prefill, or the body as it is
+		if !s.memory.take(held) {
+			s.answerError(q, s.memory.exhausted())
+			return
+		}
 		if attempt == 0 { // counted once it goes somewhere: a 503 skipped nothing
 			s.decodeOnly[why].Inc()
 		}
 		x := s.newExchange(q, 2)
+		x.held = held
 		x.local = local
 		// A decode that refuses local prefill is worth another attempt
 		// only where there is another place to go.

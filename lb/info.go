@@ -35,9 +35,15 @@ func (s *Server) serveControl(ctx *fasthttp.RequestCtx, rt *route) {
 	case "/abort_request":
 		// The newest mini_lb's: the client's body, to every worker (a rid
 		// lives on one prefill and one decode; abort_all on all of them).
-		s.markAborted(ctx.PostBody())
+		var body requestBody
+		defer body.release(s.memory)
+		if aerr := s.readBody(ctx, &body, maxControlBody); aerr != nil {
+			s.refuseBody(ctx, aerr)
+			return
+		}
+		s.markAborted(body.buf)
 		s.serveFanOut(ctx, controlCall{method: fasthttp.MethodPost, uri: "/abort_request",
-			body: ctx.PostBody(), timeout: controlTimeout, askDown: true}, fasthttp.StatusBadGateway, true)
+			body: body.buf, timeout: controlTimeout, askDown: true}, fasthttp.StatusBadGateway, true)
 	case "/server_info", "/get_server_info":
 		s.serveServerInfo(ctx)
 	case "/model_info", "/get_model_info":

@@ -36,6 +36,9 @@ type exchange struct {
 	// answer is still not written once its grace has passed (dropClients).
 	client net.Conn
 
+	// held is the body memory taken for body and prefillBody (rewriteSize),
+	// given back when the exchange is released.
+	held int
 	// body is the client body with the bootstrap fields spliced in, as the
 	// decode gets it; prefillBody is the prefill's when a DP-rank plan makes
 	// it differ, else empty. The calls send them with SetBodyRaw, so they
@@ -188,6 +191,8 @@ func (x *exchange) unref() {
 	x.coldRetry, x.rankRetry, x.mayRetry = false, false, false // a decode-only exchange sets only mayRetry
 	x.abortedByClient.Store(false)
 	x.requestID = x.requestID[:0]
+	x.s.memory.give(x.held)
+	x.held = 0
 	// A rare huge request must not pin its buffers in the pool.
 	if cap(x.body) > maxPooledBuffer {
 		x.body = nil

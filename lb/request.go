@@ -74,11 +74,6 @@ const (
 func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []byte, start time.Time) {
 	q := clientRequest{ctx: ctx, rt: rt, id: requestID, start: start}
 	q.deadline = q.start.Add(s.cfg.RequestTimeout)
-	// Python's json.loads, which SGLang's workers and mini_lb read bodies
-	// with, takes UTF-8 bytes that begin with a byte-order mark, as some
-	// Windows tools write them. So does pdlb; the workers get the body
-	// without it.
-	q.body = bytes.TrimPrefix(ctx.PostBody(), utf8BOM)
 	if enc := ctx.Request.Header.ContentEncoding(); len(enc) > 0 && !bytes.EqualFold(enc, identity) {
 		// pdlb reads the body to route it, and SGLang's workers would not
 		// decode it either: a compressed body is refused by name, not as
@@ -87,9 +82,23 @@ func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []
 			"Content-Encoding " + strconv.Quote(string(enc)) + " is not supported: send the body uncompressed"})
 		return
 	}
+	var body requestBody
+	defer body.release(s.memory)
+	if aerr := s.readBody(ctx, &body, s.cfg.MaxRequestBodySize); aerr != nil {
+		s.answerError(&q, aerr)
+		return
+	}
+	// Python's json.loads, which SGLang's workers and mini_lb read bodies
+	// with, takes UTF-8 bytes that begin with a byte-order mark, as some
+	// Windows tools write them. So does pdlb; the workers get the body
+	// without it.
+	q.body = bytes.TrimPrefix(body.buf, utf8BOM)
 	var err error
 	if q.info, err = bootstrap.Parse(q.body); err == nil {
 		err = applyDPRankHeader(&q)
+	}
+	if err == nil && isBatch(rt, q.info) && q.info.Batch > s.cfg.MaxBatchSize {
+		err = fmt.Errorf("a batch of %d items is more than the %d allowed (--max-batch-size)", q.info.Batch, s.cfg.MaxBatchSize)
 	}
 	if err != nil {
 		s.answerError(&q, &answerError{fasthttp.StatusBadRequest, reasonInvalidRequest, err.Error()})
@@ -214,7 +223,14 @@ func (s *Server) servePD(q *clientRequest) {
 			s.answerError(q, aerr)
 			return
 		}
+		held := rewriteSize(q, p.bootstrapHost, plan.hint)
+		if !s.memory.take(held) {
+			plan.release()
+			s.answerError(q, s.memory.exhausted())
+			return
+		}
 		x := s.newExchange(q, 3)
+		x.held = held
 		x.plan = plan
 		x.coldRetry = !cold && s.warm != nil
 		x.rankRetry = !rechecked
@@ -470,4 +486,20 @@ func retriable(err error) bool {
 	var peer *errPeerFailed
 	return !errors.Is(err, fasthttp.ErrTimeout) && !errors.Is(err, errClientGone) && !errors.Is(err, errShutdown) &&
 		!errors.As(err, &peer) && !errors.Is(err, fasthttp.ErrBodyTooLarge)
+}
+
+// rewriteSize bounds the bytes of the bodies an attempt at q sends, the
+// client's with pdlb's fields in for prefill host: one for both workers, or
+// a second when the prefill's differs (a DP-rank hint). The attempt holds
+// them in the body memory until its exchange is released.
+func rewriteSize(q *clientRequest, host string, hint bool) int {
+	items := -1
+	if isBatch(q.rt, q.info) {
+		items = q.info.Batch
+	}
+	n := len(q.body) + bootstrap.MaxAdded(host, items)
+	if hint {
+		n *= 2
+	}
+	return n
 }

@@ -73,6 +73,8 @@ type Server struct {
 	// noLocalPrefill is set once a decode showed it cannot prefill locally.
 	noLocalPrefill atomic.Bool
 	admission      admission
+	// memory is the budget of request bodies held at once (body.go).
+	memory *bodyMemory
 	// live counts exchanges not yet released, and the aborts they sent: a
 	// call may outlive the client's answer, and a drain waits for it. A
 	// counter, not a WaitGroup: warm-ups start during a drain, and a
@@ -134,6 +136,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	s.retries = s.ms.NewCounter(`pdlb_retries_total`)
 	s.aborts = s.ms.NewCounter(`pdlb_abort_requests_total`)
 	s.admission = newAdmission(&s.cfg)
+	s.memory = newBodyMemory(s.cfg.MaxBodyMemory)
+	s.ms.NewGauge(`pdlb_body_memory_bytes`, func() float64 { return float64(s.memory.used.Load()) })
+	s.ms.NewGauge(`pdlb_body_memory_limit_bytes`, func() float64 { return float64(s.memory.limit) })
 	s.ms.NewGauge(`pdlb_requests_queued`, func() float64 { return float64(s.admission.queued.Load()) })
 	s.ms.NewGauge(`pdlb_requests_admitted`, func() float64 { return float64(len(s.admission.slots)) })
 	for w := pdMode + 1; w < numDecodeOnly; w++ { // PD requests are not decode-only
@@ -157,6 +162,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		IdleTimeout:        cfg.ClientIdleTimeout,
 		WriteTimeout:       cfg.ClientWriteTimeout,
 		MaxRequestBodySize: cfg.MaxRequestBodySize,
+		// pdlb reads bodies itself, as they arrive, within its body
+		// memory (body.go): fasthttp reads at most 8 KiB of one.
+		StreamRequestBody: true,
 		// The read buffer bounds the request header. ReduceMemoryUsage
 		// hands it back once the request is read, so a connection holds only
 		// its write buffer while its stream runs: at 1,024 streams a tenth of
@@ -269,6 +277,11 @@ func (s *Server) ServeAdmin(ln net.Listener, pprof bool) error {
 
 func (s *Server) startBackground() {
 	s.runChecker()
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		s.memory.returnToOS(s.ctx.Done())
+	}()
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
