@@ -108,6 +108,13 @@ type Config struct {
 	// MaxConnsPerBackend caps pooled connections to each worker; requests
 	// beyond it wait for a free connection. Zero means 4096.
 	MaxConnsPerBackend int
+	// MaxAbortsPerSecond caps the /abort_request calls pdlb sends each
+	// worker for requests it gave up on, a second; a worker may get that
+	// many at once after a quiet second. Beyond, they are dropped and
+	// counted (pdlb_abort_requests_dropped_total): the worker aborts those
+	// requests itself once it sees their connections closed. Zero means
+	// 100.
+	MaxAbortsPerSecond int
 	// IdleConnTimeout drops pooled connections idle this long. It must stay
 	// below the workers' own keep-alive (uvicorn closes after 5 s) so pdlb
 	// never writes to a connection the worker is closing; a second is
@@ -240,6 +247,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxConnsPerBackend <= 0 {
 		c.MaxConnsPerBackend = 4096
+	}
+	if c.MaxAbortsPerSecond <= 0 {
+		c.MaxAbortsPerSecond = 100
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = 5 * time.Second
