@@ -71,6 +71,7 @@ type serveCmd struct {
 	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"4"`
 	ConnectTimeoutSecs      float64 `help:"Longest a new connection to a worker may take; a worker that does not accept in time counts as unreachable, and the request goes to another." default:"5"`
 	MaxConnsPerBackend      int     `help:"Most pooled connections to one worker; requests beyond wait for one." default:"4096"`
+	MaxAbortsPerSecond      int     `help:"Most /abort_request calls a second pdlb sends one worker for requests it gave up on (one a request, a batch included); beyond, they are dropped and counted in pdlb_abort_requests_dropped_total, and the worker aborts those requests itself when it sees their connections closed." default:"100"`
 	ShutdownGracePeriodSecs int     `help:"On SIGTERM, how long in-flight requests and streams may finish before pdlb exits." default:"180"`
 	AccessLog               bool    `help:"Log one line per request (refusals and control routes included), at info level whatever --log-level."`
 	PrometheusHost          string  `help:"Address of the extra /metrics listener enabled by --prometheus-port." default:"0.0.0.0"`
@@ -268,6 +269,7 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		IdleConnTimeout:    time.Duration(c.PoolIdleTimeoutSecs * float64(time.Second)),
 		ConnectTimeout:     time.Duration(c.ConnectTimeoutSecs * float64(time.Second)),
 		MaxConnsPerBackend: c.MaxConnsPerBackend,
+		MaxAbortsPerSecond: c.MaxAbortsPerSecond,
 		AccessLog:          c.AccessLog,
 		PrefillDPPolicy:    c.PrefillDPPolicy,
 		NoPrewarm:          c.NoPrewarm,
