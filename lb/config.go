@@ -88,6 +88,13 @@ type Config struct {
 	// ClientWriteTimeout bounds each write to a client, so a client that
 	// stops reading cannot hold a stream and its workers. Zero means 60 s.
 	ClientWriteTimeout time.Duration
+	// ClientStallTimeout bounds how long a stream's write to its client may
+	// wait for the client to read: the socket's buffers are the stream's
+	// buffer, and a client that falls that far behind for this long has
+	// its stream ended (both calls cancelled, the workers told to abort,
+	// the connection closed), so that it holds its decode connection no
+	// longer. At most ClientWriteTimeout. Zero means 10 s.
+	ClientStallTimeout time.Duration
 
 	// MaxRetries is how many more attempts a request may get after one
 	// that failed before anything reached the client. Zero means 2.
@@ -233,6 +240,10 @@ func (c *Config) setDefaults() {
 	if c.ClientWriteTimeout <= 0 {
 		c.ClientWriteTimeout = 60 * time.Second
 	}
+	if c.ClientStallTimeout <= 0 {
+		c.ClientStallTimeout = 10 * time.Second
+	}
+	c.ClientStallTimeout = min(c.ClientStallTimeout, c.ClientWriteTimeout)
 	switch {
 	case c.DisableRetries:
 		c.MaxRetries = 0

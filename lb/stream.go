@@ -369,8 +369,9 @@ type relay struct {
 	x    *exchange
 	body io.Reader
 	// client is the client's connection, whose write deadline events push
-	// back, so a client that stops reading is let go. writeBy and readBy
-	// are the deadlines last set on it and on the decode's connection.
+	// back, so a client that stops reading is let go (pushWriteDeadline).
+	// writeBy and readBy are the deadlines last set on it and on the
+	// decode's connection.
 	client          net.Conn
 	writeBy, readBy time.Time
 	// cc is the client's connection as fasthttp writes to it, nil if pdlb
@@ -636,12 +637,19 @@ func eventEnd(b []byte) int {
 // back only once half its timeout has passed: the time allowed is then
 // between half and all of the timeout.
 
-// pushWriteDeadline gives the client ClientWriteTimeout for the next write.
+// pushWriteDeadline gives the client ClientStallTimeout for the next write.
+// A write waits only when the socket's buffers are full: its client is
+// that far behind. A stream holds its decode connection while it waits,
+// so the wait is bounded by this, not by the ClientWriteTimeout of a
+// non-stream answer, which holds no worker: a client that stops reading
+// is let go within seconds, its stream ended through clientGone (issue 19,
+// item 6). Until the buffers fill, pdlb keeps reading the decode as a
+// reading client's stream would.
 func (r *relay) pushWriteDeadline() {
 	if r.client == nil {
 		return
 	}
-	timeout := r.x.s.cfg.ClientWriteTimeout
+	timeout := r.x.s.cfg.ClientStallTimeout
 	if now := r.x.s.cfg.Now(); r.writeBy.Sub(now) < timeout/2 {
 		r.writeBy = now.Add(timeout)
 		if r.cc != nil {
