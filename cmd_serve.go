@@ -49,6 +49,7 @@ type serveCmd struct {
 	FirstByteTimeoutSecs   int  `help:"Longest wait for a stream's first byte from the decode." default:"300"`
 	StreamIdleTimeoutSecs  int  `help:"Longest silence between two stream events from the decode." default:"300"`
 	ClientWriteTimeoutSecs int  `help:"Longest a write to a client may take, so a client that stops reading is let go." default:"60"`
+	ClientStallTimeoutSecs int  `help:"Longest a stream's write to its client may wait for the client to read (its socket buffers full); then the stream ends, both workers are told to abort it, and the connection is closed, so a client that stops reading holds no decode connection. At most --client-write-timeout-secs." default:"10"`
 	ClientReadTimeoutSecs  int  `help:"Longest reading a client's request may take, so a client that sends slowly is let go." default:"60"`
 	MaxHeaderSize          int  `help:"Largest request header accepted, in bytes; larger ones get a 431. A client connection holds a buffer this large while it reads a request." default:"4096"`
 	RetryMaxRetries        int  `help:"Attempts a request may get in all, as sglang_router counts them (0 and 1: no retry); each retry goes to a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"3"`
@@ -106,6 +107,7 @@ func (c *serveCmd) Validate() error {
 	}{
 		{"--warmup-timeout-secs", c.WarmupTimeoutSecs}, {"--first-byte-timeout-secs", c.FirstByteTimeoutSecs},
 		{"--stream-idle-timeout-secs", c.StreamIdleTimeoutSecs}, {"--client-write-timeout-secs", c.ClientWriteTimeoutSecs},
+		{"--client-stall-timeout-secs", c.ClientStallTimeoutSecs}, {"--max-aborts-per-second", c.MaxAbortsPerSecond},
 		{"--client-read-timeout-secs", c.ClientReadTimeoutSecs}, {"--max-header-size", c.MaxHeaderSize},
 		{"--queue-timeout-secs", c.QueueTimeoutSecs}, {"--health-check-interval-secs", c.HealthCheckIntervalSecs},
 		{"--health-check-timeout-secs", c.HealthCheckTimeoutSecs}, {"--health-success-threshold", c.HealthSuccessThreshold},
@@ -242,6 +244,7 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		FirstByteTimeout:      time.Duration(c.FirstByteTimeoutSecs) * time.Second,
 		StreamIdleTimeout:     time.Duration(c.StreamIdleTimeoutSecs) * time.Second,
 		ClientWriteTimeout:    time.Duration(c.ClientWriteTimeoutSecs) * time.Second,
+		ClientStallTimeout:    time.Duration(c.ClientStallTimeoutSecs) * time.Second,
 		ClientReadTimeout:     time.Duration(c.ClientReadTimeoutSecs) * time.Second,
 		MaxHeaderSize:         c.MaxHeaderSize,
 		MaxRetries:            attempts - 1,
