@@ -25,8 +25,9 @@ import (
 
 // maxAbortsInFlight bounds the /abort_request calls to one worker that are
 // under way at once, and so the connections they hold. A worker answers
-// one in about a millisecond; one that does not answer at all gets no more
-// than this many waiting for abortTimeout.
+// one at once (a lookup, a message to its scheduler), so a few keep up
+// with the rate; one that does not answer at all holds no more than this
+// many connections, each for abortTimeout.
 const maxAbortsInFlight = 4
 
 // abortTimeout bounds an /abort_request.
@@ -61,8 +62,10 @@ func abortRID(body []byte) (string, bool) {
 // for concurrent use.
 type abortGate struct {
 	// next is the rate's theoretical arrival time (the generic cell rate
-	// algorithm), in Unix nanoseconds of Config.Now: when the calls allowed
-	// so far would all have been sent, spaced out at the rate.
+	// algorithm), in nanoseconds of Config.Now since deadlineEpoch (on the
+	// monotonic clock, which a step of the wall clock does not move), 0
+	// before the first call: when the calls allowed so far would all have
+	// been sent, spaced out at the rate.
 	next     atomic.Int64
 	inFlight atomic.Int32
 }
@@ -75,7 +78,7 @@ func (g *abortGate) take(now time.Time, perSecond int) bool {
 		g.inFlight.Add(-1)
 		return false
 	}
-	if !g.allow(now.UnixNano(), perSecond) {
+	if !g.allow(int64(now.Sub(deadlineEpoch)), perSecond) {
 		g.inFlight.Add(-1)
 		return false
 	}
@@ -92,7 +95,10 @@ func (g *abortGate) allow(now int64, perSecond int) bool {
 	interval := int64(time.Second) / int64(perSecond)
 	for {
 		next := g.next.Load()
-		at := max(next, now)
+		at := now
+		if next != 0 {
+			at = max(next, now)
+		}
 		if at-now > int64(time.Second)-interval {
 			return false
 		}
