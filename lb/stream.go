@@ -542,7 +542,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			}
 			written += int64(n)
 			if err != nil {
-				r.clientGone()
+				r.writeFailed(err)
 				return written, err
 			}
 		}
@@ -563,7 +563,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			n, err := w.Write(r.merged)
 			written += int64(min(n, len(tail)))
 			if err != nil {
-				r.clientGone()
+				r.writeFailed(err)
 				return written, err
 			}
 		}
@@ -580,7 +580,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	n, err := w.Write(r.brokenEvent())
 	written += int64(n)
 	if err != nil {
-		r.clientGone()
+		r.writeFailed(err)
 	}
 	return written, err
 }
@@ -774,6 +774,18 @@ func eventData(ev []byte) (data []byte, off int, ok bool) {
 	trimmed := bytes.TrimLeft(rest, " ")
 	off = len(ev) - len(trimmed)
 	return bytes.TrimSpace(trimmed), off, true
+}
+
+// writeFailed ends the stream after a write to its client failed: the
+// client went away, or stopped reading for ClientStallTimeout (a timeout),
+// which only a debug line tells apart, as a client can make as many as it
+// likes.
+func (r *relay) writeFailed(err error) {
+	if isTimeout(err) {
+		r.x.s.log.Debug().Bytes("request_id", r.x.requestID).Str("route", r.x.rt.path).
+			Dur("stall_timeout", r.x.s.cfg.ClientStallTimeout).Msg("the client stopped reading the stream: ending it")
+	}
+	r.clientGone()
 }
 
 // clientGone stops both calls: nobody is left to read their answers.
