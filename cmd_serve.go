@@ -49,6 +49,7 @@ type serveCmd struct {
 	FirstByteTimeoutSecs   int  `help:"Longest wait for a stream's first byte from the decode." default:"300"`
 	StreamIdleTimeoutSecs  int  `help:"Longest silence between two stream events from the decode." default:"300"`
 	ClientWriteTimeoutSecs int  `help:"Longest a write to a client may take, so a client that stops reading is let go." default:"60"`
+	ClientStallTimeoutSecs int  `help:"Longest a stream's write to its client may wait for the client to read (its socket buffers full); then the stream ends, both workers are told to abort it, and the connection is closed, so a client that stops reading holds no decode connection. At most --client-write-timeout-secs." default:"10"`
 	ClientReadTimeoutSecs  int  `help:"Longest reading a client's request may take, so a client that sends slowly is let go." default:"60"`
 	MaxHeaderSize          int  `help:"Largest request header accepted, in bytes; larger ones get a 431. A client connection holds a buffer this large while it reads a request." default:"4096"`
 	RetryMaxRetries        int  `help:"Attempts a request may get in all, as sglang_router counts them (0 and 1: no retry); each retry goes to a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"3"`
@@ -73,6 +74,7 @@ type serveCmd struct {
 	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"4"`
 	ConnectTimeoutSecs      float64 `help:"Longest a new connection to a worker may take; a worker that does not accept in time counts as unreachable, and the request goes to another." default:"5"`
 	MaxConnsPerBackend      int     `help:"Most pooled connections to one worker; requests beyond wait for one." default:"4096"`
+	MaxAbortsPerSecond      int     `help:"Most /abort_request calls a second pdlb sends one worker for requests it gave up on (one a request, a batch included); beyond, they are dropped and counted in pdlb_abort_requests_dropped_total, and the worker aborts those requests itself when it sees their connections closed." default:"100"`
 	ShutdownGracePeriodSecs int     `help:"On SIGTERM, how long in-flight requests and streams may finish before pdlb exits." default:"180"`
 	AccessLog               bool    `help:"Log one line per request (refusals and control routes included), at info level whatever --log-level."`
 	PrometheusHost          string  `help:"Address of the extra /metrics listener enabled by --prometheus-port." default:"0.0.0.0"`
@@ -107,6 +109,7 @@ func (c *serveCmd) Validate() error {
 	}{
 		{"--warmup-timeout-secs", c.WarmupTimeoutSecs}, {"--first-byte-timeout-secs", c.FirstByteTimeoutSecs},
 		{"--stream-idle-timeout-secs", c.StreamIdleTimeoutSecs}, {"--client-write-timeout-secs", c.ClientWriteTimeoutSecs},
+		{"--client-stall-timeout-secs", c.ClientStallTimeoutSecs}, {"--max-aborts-per-second", c.MaxAbortsPerSecond},
 		{"--client-read-timeout-secs", c.ClientReadTimeoutSecs}, {"--max-header-size", c.MaxHeaderSize},
 		{"--queue-timeout-secs", c.QueueTimeoutSecs}, {"--health-check-interval-secs", c.HealthCheckIntervalSecs},
 		{"--health-check-timeout-secs", c.HealthCheckTimeoutSecs}, {"--health-success-threshold", c.HealthSuccessThreshold},
@@ -247,6 +250,7 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		FirstByteTimeout:      time.Duration(c.FirstByteTimeoutSecs) * time.Second,
 		StreamIdleTimeout:     time.Duration(c.StreamIdleTimeoutSecs) * time.Second,
 		ClientWriteTimeout:    time.Duration(c.ClientWriteTimeoutSecs) * time.Second,
+		ClientStallTimeout:    time.Duration(c.ClientStallTimeoutSecs) * time.Second,
 		ClientReadTimeout:     time.Duration(c.ClientReadTimeoutSecs) * time.Second,
 		MaxHeaderSize:         c.MaxHeaderSize,
 		MaxRetries:            attempts - 1,
@@ -276,6 +280,7 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		IdleConnTimeout:    time.Duration(c.PoolIdleTimeoutSecs * float64(time.Second)),
 		ConnectTimeout:     time.Duration(c.ConnectTimeoutSecs * float64(time.Second)),
 		MaxConnsPerBackend: c.MaxConnsPerBackend,
+		MaxAbortsPerSecond: c.MaxAbortsPerSecond,
 		AccessLog:          c.AccessLog,
 		PrefillDPPolicy:    c.PrefillDPPolicy,
 		NoPrewarm:          c.NoPrewarm,

@@ -71,6 +71,9 @@ type Backend struct {
 	breaker       *health.Breaker
 	bootstrapDown atomic.Bool
 
+	// aborts bounds the /abort_request calls pdlb sends the worker.
+	aborts abortGate
+
 	requests *metrics.Counter
 	errors   *metrics.Counter
 	// ejections counts the breaker's openings; nil without a breaker.

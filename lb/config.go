@@ -88,6 +88,13 @@ type Config struct {
 	// ClientWriteTimeout bounds each write to a client, so a client that
 	// stops reading cannot hold a stream and its workers. Zero means 60 s.
 	ClientWriteTimeout time.Duration
+	// ClientStallTimeout bounds how long a stream's write to its client may
+	// wait for the client to read: the socket's buffers are the stream's
+	// buffer, and a client that falls that far behind for this long has
+	// its stream ended (both calls cancelled, the workers told to abort,
+	// the connection closed), so that it holds its decode connection no
+	// longer. At most ClientWriteTimeout. Zero means 10 s.
+	ClientStallTimeout time.Duration
 
 	// MaxRetries is how many more attempts a request may get after one
 	// that failed before anything reached the client. Zero means 2.
@@ -108,6 +115,13 @@ type Config struct {
 	// MaxConnsPerBackend caps pooled connections to each worker; requests
 	// beyond it wait for a free connection. Zero means 4096.
 	MaxConnsPerBackend int
+	// MaxAbortsPerSecond caps the /abort_request calls pdlb sends each
+	// worker for requests it gave up on, a second; a worker may get that
+	// many at once after a quiet second. Beyond, they are dropped and
+	// counted (pdlb_abort_requests_dropped_total): the worker aborts those
+	// requests itself once it sees their connections closed. Zero means
+	// 100.
+	MaxAbortsPerSecond int
 	// IdleConnTimeout drops pooled connections idle this long. It must stay
 	// below the workers' own keep-alive (uvicorn closes after 5 s) so pdlb
 	// never writes to a connection the worker is closing; a second is
@@ -242,6 +256,10 @@ func (c *Config) setDefaults() {
 	if c.ClientWriteTimeout <= 0 {
 		c.ClientWriteTimeout = 60 * time.Second
 	}
+	if c.ClientStallTimeout <= 0 {
+		c.ClientStallTimeout = 10 * time.Second
+	}
+	c.ClientStallTimeout = min(c.ClientStallTimeout, c.ClientWriteTimeout)
 	switch {
 	case c.DisableRetries:
 		c.MaxRetries = 0
@@ -256,6 +274,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxConnsPerBackend <= 0 {
 		c.MaxConnsPerBackend = 4096
+	}
+	if c.MaxAbortsPerSecond <= 0 {
+		c.MaxAbortsPerSecond = 100
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = 5 * time.Second

@@ -462,31 +462,3 @@ func (s *Server) markAborted(body []byte) {
 		}
 	}
 }
-
-// abortRequest asks b to abort the request rid (SGLang's POST
-// /abort_request), in the background: the client's answer does not wait.
-func (s *Server) abortRequest(b *Backend, rid string) {
-	s.aborts.Inc()
-	s.live.Add(1)
-	go func() {
-		defer s.live.Add(-1)
-		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-		defer fasthttp.ReleaseRequest(req)
-		defer fasthttp.ReleaseResponse(resp)
-		req.Header.SetMethod(fasthttp.MethodPost)
-		b.setURI(req, []byte("/abort_request"))
-		req.Header.SetHost(b.addr)
-		b.authorize(&req.Header)
-		req.Header.SetContentTypeBytes(contentTypeJSON)
-		body, _ := json.Marshal(struct {
-			RID string `json:"rid"`
-		}{rid})
-		req.SetBodyRaw(body)
-		if err := b.hc.DoTimeout(req, resp, abortTimeout); err != nil || resp.StatusCode() != fasthttp.StatusOK {
-			b.log.Debug().Err(err).Int("status", resp.StatusCode()).Str("rid", rid).Msg("abort_request failed")
-		}
-	}()
-}
-
-// abortTimeout bounds an /abort_request.
-const abortTimeout = 2 * time.Second

@@ -435,21 +435,16 @@ func (c *call) end() {
 // abort cancels the call, and when the worker may have started on it and the
 // client named the request (a "rid" in its body), also asks the worker to
 // abort it (POST /abort_request), freeing what it holds for the request
-// (a KV cache waiting for its peer) at once rather than at its own timeout.
+// (a KV cache waiting for its peer) at once rather than at its own timeout:
+// one call, whatever the batch (abortRID), within the worker's abortGate.
 // The caller must hold a reference to the exchange.
 func (c *call) abort(reason error) {
 	if !c.cancel.cancel(reason) {
 		return
 	}
-	// A batch's rids, one an item: each is aborted, the first
-	// maxBatchAborts of them (the workers notice the closed connection of
-	// the rest within seconds).
-	n := 0
-	eachRID(c.body, func(rid string) bool {
+	if rid, ok := abortRID(c.body); ok {
 		c.x.s.abortRequest(c.backend, rid)
-		n++
-		return n < maxBatchAborts
-	})
+	}
 }
 
 // eachRID calls f with the rid a request body names, or each of a batch's,
@@ -464,9 +459,6 @@ func eachRID(body []byte, f func(rid string) bool) {
 		})
 	}
 }
-
-// maxBatchAborts bounds the /abort_request calls one cancelled batch makes.
-const maxBatchAborts = 64
 
 // cutShort cancels both calls: pdlb is shutting down (Server.cutInflight).
 // The decode goes first, so that its failure names the shutdown rather than

@@ -70,6 +70,8 @@ type Server struct {
 	exchanges  sync.Pool
 	retries    *metrics.Counter
 	aborts     *metrics.Counter
+	// abortsDropped counts the aborts a worker's abortGate kept back.
+	abortsDropped *metrics.Counter
 	// noLocalPrefill is set once a decode showed it cannot prefill locally.
 	noLocalPrefill atomic.Bool
 	admission      admission
@@ -135,6 +137,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	s.unplaced = s.ms.NewCounter(`pdlb_dp_policy_unplaced_total`)
 	s.retries = s.ms.NewCounter(`pdlb_retries_total`)
 	s.aborts = s.ms.NewCounter(`pdlb_abort_requests_total`)
+	s.abortsDropped = s.ms.NewCounter(`pdlb_abort_requests_dropped_total`)
 	s.admission = newAdmission(&s.cfg)
 	s.memory = newBodyMemory(s.cfg.MaxBodyMemory)
 	s.ms.NewGauge(`pdlb_body_memory_bytes`, func() float64 { return float64(s.memory.used.Load()) })

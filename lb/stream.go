@@ -369,8 +369,9 @@ type relay struct {
 	x    *exchange
 	body io.Reader
 	// client is the client's connection, whose write deadline events push
-	// back, so a client that stops reading is let go. writeBy and readBy
-	// are the deadlines last set on it and on the decode's connection.
+	// back, so a client that stops reading is let go (pushWriteDeadline).
+	// writeBy and readBy are the deadlines last set on it and on the
+	// decode's connection.
 	client          net.Conn
 	writeBy, readBy time.Time
 	// cc is the client's connection as fasthttp writes to it, nil if pdlb
@@ -541,7 +542,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			}
 			written += int64(n)
 			if err != nil {
-				r.clientGone()
+				r.writeFailed(err)
 				return written, err
 			}
 		}
@@ -562,7 +563,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			n, err := w.Write(r.merged)
 			written += int64(min(n, len(tail)))
 			if err != nil {
-				r.clientGone()
+				r.writeFailed(err)
 				return written, err
 			}
 		}
@@ -579,7 +580,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	n, err := w.Write(r.brokenEvent())
 	written += int64(n)
 	if err != nil {
-		r.clientGone()
+		r.writeFailed(err)
 	}
 	return written, err
 }
@@ -636,12 +637,19 @@ func eventEnd(b []byte) int {
 // back only once half its timeout has passed: the time allowed is then
 // between half and all of the timeout.
 
-// pushWriteDeadline gives the client ClientWriteTimeout for the next write.
+// pushWriteDeadline gives the client ClientStallTimeout for the next write.
+// A write waits only when the socket's buffers are full: its client is
+// that far behind. A stream holds its decode connection while it waits,
+// so the wait is bounded by this, not by the ClientWriteTimeout of a
+// non-stream answer, which holds no worker: a client that stops reading
+// is let go within seconds, its stream ended through clientGone (issue 19,
+// item 6). Until the buffers fill, pdlb keeps reading the decode as a
+// reading client's stream would.
 func (r *relay) pushWriteDeadline() {
 	if r.client == nil {
 		return
 	}
-	timeout := r.x.s.cfg.ClientWriteTimeout
+	timeout := r.x.s.cfg.ClientStallTimeout
 	if now := r.x.s.cfg.Now(); r.writeBy.Sub(now) < timeout/2 {
 		r.writeBy = now.Add(timeout)
 		if r.cc != nil {
@@ -766,6 +774,18 @@ func eventData(ev []byte) (data []byte, off int, ok bool) {
 	trimmed := bytes.TrimLeft(rest, " ")
 	off = len(ev) - len(trimmed)
 	return bytes.TrimSpace(trimmed), off, true
+}
+
+// writeFailed ends the stream after a write to its client failed: the
+// client went away, or stopped reading for ClientStallTimeout (a timeout),
+// which only a debug line tells apart, as a client can make as many as it
+// likes.
+func (r *relay) writeFailed(err error) {
+	if isTimeout(err) {
+		r.x.s.log.Debug().Bytes("request_id", r.x.requestID).Str("route", r.x.rt.path).
+			Dur("stall_timeout", r.x.s.cfg.ClientStallTimeout).Msg("the client stopped reading the stream: ending it")
+	}
+	r.clientGone()
 }
 
 // clientGone stops both calls: nobody is left to read their answers.
