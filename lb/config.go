@@ -278,17 +278,7 @@ func (c *Config) setDefaults() {
 
 // isHeaderName reports whether name is an HTTP field name: a token of
 // RFC 9110 §5.6.2.
-func isHeaderName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for _, c := range []byte(name) {
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return false
-		}
-	}
-	return true
-}
+func isHeaderName(name string) bool { return isToken(name) }
 
 // Validate reports the first problem with c, phrased for a command line user.
 func (c *Config) Validate() error {

@@ -336,6 +336,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	start := s.cfg.Now()
 	requestID := s.setRequestID(ctx)
 	rt := s.routes[string(ctx.Path())]
+	if name := badHeaderName(&ctx.Request.Header); name != nil {
+		s.refuseBadHeader(ctx, rt, name, requestID, start)
+		return
+	}
 	if rt == nil {
 		path := string(ctx.Path())
 		s.refuse(ctx, s.notFound, path, requestID, start, fasthttp.StatusNotFound, reasonNotFound, "no route for "+path)
@@ -561,19 +565,30 @@ var unforwarded = [][]byte{
 }
 
 // stripUnforwarded deletes from h the unforwarded headers, and those the
-// client's Connection header names as hop-by-hop. It finds which are there
-// in one pass first: a request holds one or two of them at most, and each
-// Del costs more than the pass (it normalizes the name and scans every
+// client's Connection header names as hop-by-hop, and every X-Request-Id
+// when the client sent more than one: the call then sets pdlb's own
+// (call.target), whose SetBytesKV replaces the first one only, and a
+// second reached the workers as the client wrote it. It finds which are
+// there in one pass first: a request holds one or two of them at most, and
+// each Del costs more than the pass (it normalizes the name and scans every
 // header), which showed in the profile of the non-stream path.
 func stripUnforwarded(h *fasthttp.RequestHeader) {
 	var present uint32
+	requestIDs := 0
 	for key := range h.All() {
+		if len(key) == len(headerRequestID) && bytes.EqualFold(key, headerRequestID) {
+			requestIDs++
+			continue
+		}
 		for i, name := range unforwarded {
 			if len(key) == len(name) && bytes.EqualFold(key, name) {
 				present |= 1 << i
 				break
 			}
 		}
+	}
+	if requestIDs > 1 {
+		h.DelBytes(headerRequestID)
 	}
 	if present == 0 {
 		return
