@@ -34,10 +34,15 @@ func (s *Server) serveControl(ctx *fasthttp.RequestCtx, rt *route) {
 		s.serveFlushCache(ctx)
 	case "/abort_request":
 		// The newest mini_lb's: the client's body, to every worker (a rid
-		// lives on one prefill and one decode; abort_all on all of them).
-		s.markAborted(ctx.PostBody())
+		// lives on one prefill and one decode; abort_all on all of them),
+		// but pdlb's own of an abort by rid (singleAbort).
+		body := ctx.PostBody()
+		if one, ok := singleAbort(body); ok {
+			body = one
+		}
+		s.markAborted(body)
 		s.serveFanOut(ctx, controlCall{method: fasthttp.MethodPost, uri: "/abort_request",
-			body: ctx.PostBody(), timeout: controlTimeout, askDown: true}, fasthttp.StatusBadGateway, true)
+			body: body, timeout: controlTimeout, askDown: true}, fasthttp.StatusBadGateway, true)
 	case "/server_info", "/get_server_info":
 		s.serveServerInfo(ctx)
 	case "/model_info", "/get_model_info":

@@ -22,6 +22,9 @@ type route struct {
 	// one (Config.APIKey): the generate routes, /flush_cache and
 	// /abort_request.
 	keyed bool
+	// forOperators, when set, tells the route's requests that are for
+	// operators only (operator.go).
+	forOperators operatorRule
 
 	ms       *metrics.Set
 	byStatus [600]atomic.Pointer[metrics.Counter]
@@ -40,6 +43,7 @@ func newRoute(ms *metrics.Set, path, method string, generate bool) *route {
 		ms:       ms,
 		duration: ms.NewPrometheusHistogram(fmt.Sprintf(`pdlb_request_duration_seconds{route=%q}`, path)),
 	}
+	rt.forOperators = operatorRuleOf(path)
 	if generate {
 		rt.ttfb = ms.NewPrometheusHistogram(fmt.Sprintf(`pdlb_stream_first_byte_seconds{route=%q}`, path))
 	}

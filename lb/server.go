@@ -3,7 +3,6 @@ package lb
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -51,6 +50,9 @@ type Server struct {
 	// clientAuthorization is the Authorization header a client must send on
 	// the keyed routes: nil without an API key.
 	clientAuthorization []byte
+	// adminAuthorization is the one the operator routes need (operator.go):
+	// nil without an admin key.
+	adminAuthorization []byte
 	// requestIDHeaders are where a client's request ID is looked for, in
 	// order.
 	requestIDHeaders [][]byte
@@ -118,6 +120,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cfg.APIKey != "" {
 		s.clientAuthorization = []byte(bearer(cfg.APIKey))
+	}
+	if cfg.AdminAPIKey != "" {
+		s.adminAuthorization = []byte(bearer(cfg.AdminAPIKey))
 	}
 	for _, h := range cfg.RequestIDHeaders {
 		s.requestIDHeaders = append(s.requestIDHeaders, []byte(h))
@@ -245,13 +250,20 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // ServeAdmin serves /metrics on ln (sglang_router's --prometheus-port),
-// and with pprof Go's profiles under /debug/pprof/ too (off unless asked:
-// profiles expose internals), until Shutdown. Like Serve, it logs the
-// address it serves on.
+// and the operator routes (operator.go), which need no admin key here when
+// none is set: the listener is the operator's. With pprof it serves Go's
+// profiles under /debug/pprof/ too (off unless asked: profiles expose
+// internals). It serves until Shutdown, and logs the address it serves on,
+// as Serve does.
 func (s *Server) ServeAdmin(ln net.Listener, pprof bool) error {
 	rt := s.routes["/metrics"]
 	srv := &fasthttp.Server{Name: "pdlb", Logger: redactingLogger{&s.log}, Handler: func(ctx *fasthttp.RequestCtx) {
-		switch path := ctx.Path(); {
+		path := ctx.Path()
+		if op := s.routes[string(path)]; op != nil && op.forOperators != nil {
+			s.serve(ctx, op, true)
+			return
+		}
+		switch {
 		case string(path) == rt.path:
 			s.serveControl(ctx, rt)
 		case pprof && bytes.HasPrefix(path, []byte("/debug/pprof/")):
@@ -331,11 +343,16 @@ func (s *Server) bootstrapPort(p *Backend) int {
 }
 
 // handle routes a request. Unknown paths and wrong methods get JSON errors.
-// Every route's duration runs from here, refusals' included.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	s.serve(ctx, s.routes[string(ctx.Path())], false)
+}
+
+// serve answers a request for rt, nil for a path pdlb does not serve;
+// adminListener is true on the listeners of ServeAdmin. Every route's
+// duration runs from here, refusals' included.
+func (s *Server) serve(ctx *fasthttp.RequestCtx, rt *route, adminListener bool) {
 	start := s.cfg.Now()
 	requestID := s.setRequestID(ctx)
-	rt := s.routes[string(ctx.Path())]
 	if name := badHeaderName(&ctx.Request.Header); name != nil {
 		s.refuseBadHeader(ctx, rt, name, requestID, start)
 		return
@@ -345,9 +362,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.refuse(ctx, s.notFound, path, requestID, start, fasthttp.StatusNotFound, reasonNotFound, "no route for "+path)
 		return
 	}
-	if rt.keyed && s.clientAuthorization != nil &&
-		subtle.ConstantTimeCompare(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization), s.clientAuthorization) != 1 {
-		s.unauthorized(ctx, rt, requestID, start)
+	if !s.permit(ctx, rt, requestID, start, adminListener) {
 		return
 	}
 	method := ctx.Method()
@@ -387,10 +402,9 @@ func takesTwoWrites(resp *fasthttp.Response) bool {
 	return !resp.IsBodyStream() && len(resp.Body()) >= clientWriteBufferSize
 }
 
-// unauthorized refuses a client that did not present the API key.
-func (s *Server) unauthorized(ctx *fasthttp.RequestCtx, rt *route, requestID []byte, start time.Time) {
+// unauthorized refuses a client that did not present the key msg asks for.
+func (s *Server) unauthorized(ctx *fasthttp.RequestCtx, rt *route, requestID []byte, start time.Time, msg string) {
 	ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, "Bearer")
-	const msg = "missing or wrong API key: send the header 'Authorization: Bearer <key>' with pdlb's --api-key"
 	s.refuse(ctx, rt, rt.path, requestID, start, fasthttp.StatusUnauthorized, reasonUnauthorized, msg)
 }
 
