@@ -72,6 +72,8 @@ type Server struct {
 	exchanges  sync.Pool
 	retries    *metrics.Counter
 	aborts     *metrics.Counter
+	// healthGenerate shares /health_generate's fan-outs among its callers.
+	healthGenerate sharedFanOut
 	// noLocalPrefill is set once a decode showed it cannot prefill locally.
 	noLocalPrefill atomic.Bool
 	admission      admission
