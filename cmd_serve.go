@@ -32,6 +32,7 @@ type serveCmd struct {
 	Port             int          `help:"Port to listen on." default:"30000"`
 	RequestIDHeaders []string     `help:"Headers to take a client's request ID from, the first present wins (sglang_router's --request-id-headers); pdlb answers it, and passes it to the workers, as X-Request-Id." default:"X-Request-Id" placeholder:"NAME" sep:","`
 	APIKey           string       `help:"sglang_router's --api-key: sent to the workers as 'Authorization: Bearer KEY' on every call, and required of clients on the generate routes, /flush_cache and /abort_request." placeholder:"KEY"`
+	AdminAPIKey      string       `help:"Key required, as 'Authorization: Bearer KEY', on the operator routes (/flush_cache, /bootstrap, /abort_request but by one rid), on every listener; it opens the --api-key routes too. Without it they answer only on the --prometheus-port and --pprof-addr listeners and to loopback clients (a 403 elsewhere), unless --mini-lb." placeholder:"KEY"`
 
 	Policy         string `help:"How to pick a worker in each pool: random (mini_lb's), round_robin or power_of_two (fewer requests in flight of two random picks). sglang_router's other policies fall back to random with a warning." default:"random"`
 	PrefillPolicy  string `help:"Policy for the prefill pool (default: --policy)."`
@@ -83,7 +84,7 @@ type serveCmd struct {
 
 	logFlags
 	JSONLog          bool `help:"Accepted for sglang_router compatibility (JSON is the default log format)." group:"mini_lb compatibility"`
-	MiniLB           bool `name:"mini-lb" help:"Accepted for mini_lb compatibility; pdlb always pairs prefill and decode. Only with it are sglang_router's TLS and authentication flags (--tls-*, --client-*, --ca-cert-paths, --control-plane-*, --jwt-*), which pdlb does not do, accepted: ignored with a warning, as mini_lb ignores them." group:"mini_lb compatibility"`
+	MiniLB           bool `name:"mini-lb" help:"Accepted for mini_lb compatibility; pdlb always pairs prefill and decode. Only with it are sglang_router's TLS and authentication flags (--tls-*, --client-*, --ca-cert-paths, --control-plane-*, --jwt-*), which pdlb does not do, accepted: ignored with a warning, as mini_lb ignores them. Without --admin-api-key, it also opens the operator routes (/flush_cache, /bootstrap, /abort_request with abort_all) to every client, as mini_lb does, with a warning." group:"mini_lb compatibility"`
 	PDDisaggregation bool `name:"pd-disaggregation" help:"Accepted for mini_lb compatibility; always on." group:"mini_lb compatibility"`
 }
 
@@ -242,6 +243,8 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		Decode:                listItems(c.Decode),
 		Fallback:              listItems(c.Fallback),
 		APIKey:                c.APIKey,
+		AdminAPIKey:           c.AdminAPIKey,
+		OpenOperatorRoutes:    c.MiniLB,
 		RequestIDHeaders:      listItems(c.RequestIDHeaders),
 		PrefillPolicy:         base,
 		DecodePolicy:          base,
@@ -311,6 +314,9 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 	cfg, warnings := c.config()
 	for _, f := range ignored {
 		log.Warn().Str("flag", f).Msg(ignoredWarning(f))
+	}
+	if w := c.openRoutesWarning(); w != "" {
+		log.Warn().Msg(w)
 	}
 	for _, w := range warnings {
 		log.Warn().Msg(w)

@@ -313,6 +313,42 @@ func TestParseAPIKey(t *testing.T) {
 	}
 }
 
+// --admin-api-key keeps the operator routes for operators; --mini-lb,
+// without it, opens them as mini_lb does, and warns that it does.
+func TestParseAdminAPIKey(t *testing.T) {
+	workers := []string{"--prefill", "http://p:1", "--decode", "http://d:1"}
+	for _, tc := range []struct {
+		args  []string
+		admin string
+		open  bool
+		warn  bool
+	}{
+		{nil, "", false, false},
+		{[]string{"--admin-api-key", "a1"}, "a1", false, false},
+		{[]string{"--mini-lb"}, "", true, true},
+		{[]string{"--mini-lb", "--admin-api-key", "a1"}, "a1", true, false},
+	} {
+		c, _, err := parse(t, append(append([]string{}, workers...), tc.args...)...)
+		if err != nil {
+			t.Fatalf("%q: %s", tc.args, err)
+		}
+		cfg, _ := c.Serve.config()
+		warning := c.Serve.openRoutesWarning()
+		if cfg.AdminAPIKey != tc.admin || cfg.OpenOperatorRoutes != tc.open || (warning != "") != tc.warn {
+			t.Errorf("%q: got admin key %q, open %v, warning %q; want %q, %v, a warning %v",
+				tc.args, cfg.AdminAPIKey, cfg.OpenOperatorRoutes, warning, tc.admin, tc.open, tc.warn)
+		}
+		if tc.warn && (!strings.Contains(warning, "open to every client") || !strings.Contains(warning, "--admin-api-key")) {
+			t.Errorf("%q: got warning %q; want it to say the routes are open, and how to close them", tc.args, warning)
+		}
+	}
+	t.Setenv("PDLB_ADMIN_API_KEY", "a2")
+	c, _, err := parse(t, workers...)
+	if cfg, _ := c.Serve.config(); err != nil || cfg.AdminAPIKey != "a2" {
+		t.Fatalf("got %v, admin key %q; want a2 from PDLB_ADMIN_API_KEY", err, cfg.AdminAPIKey)
+	}
+}
+
 // sglang_router's --request-id-headers takes its names after it, as many
 // as follow.
 func TestParseRequestIDHeaders(t *testing.T) {

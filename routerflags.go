@@ -206,8 +206,8 @@ func securityFlag(name string) (loss securityLoss, ok bool) {
 		return securityLoss{
 			refused: "pdlb checks no control-plane API key or JWT",
 			instead: "use --api-key (one key, required of clients on the generate routes, /flush_cache and /abort_request, " +
-				"and sent to the workers), or authenticate clients in front of pdlb",
-			asMiniLB: "pdlb asks clients for no key or token but --api-key's, if given",
+				"and sent to the workers) and --admin-api-key (one key for the operator routes), or authenticate clients in front of pdlb",
+			asMiniLB: "pdlb asks clients for no key or token but --api-key's and --admin-api-key's, if given",
 		}, true
 	case "control-plane-audit-enabled":
 		return securityLoss{
@@ -258,4 +258,15 @@ func ignoredWarning(flag string) string {
 		return "ignoring an sglang_router flag, as mini_lb does: " + loss.asMiniLB
 	}
 	return "ignoring an sglang_router flag that pdlb does not implement"
+}
+
+// openRoutesWarning is the warning of a --mini-lb line without an admin key:
+// it keeps mini_lb's open control routes, which any client can use to act
+// on every other's requests.
+func (c *serveCmd) openRoutesWarning() string {
+	if !c.MiniLB || c.AdminAPIKey != "" {
+		return ""
+	}
+	return "--mini-lb: the operator routes (/flush_cache, /bootstrap, /abort_request with abort_all) are open to every client, " +
+		"as in mini_lb; set --admin-api-key to keep them for operators"
 }

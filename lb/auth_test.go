@@ -23,6 +23,7 @@ func TestAPIKey(t *testing.T) {
 	p, d := h.pair(fake.Config{APIKey: key}, fake.Config{APIKey: key})
 	cfg := warmConfig()
 	cfg.APIKey = key
+	cfg.OpenOperatorRoutes = true // --api-key's rules, as mini_lb's: operator_test.go has --admin-api-key's
 	cfg.Prefill[0].BootstrapPort = 0
 	cfg.HealthCheck = HealthCheckConfig{Timeout: time.Second, Path: "/v1/models"}
 	srv := h.start(cfg)
@@ -96,6 +97,7 @@ func TestWorkerRefusingPDLBsKey(t *testing.T) {
 	h.pair(fake.Config{APIKey: "workers"}, fake.Config{APIKey: "workers"})
 	cfg := defaultConfig()
 	cfg.APIKey = "pdlb"
+	cfg.OpenOperatorRoutes = true // mini_lb's open control routes, which this test calls
 	srv := h.start(cfg)
 	for range 3 {
 		for _, stream := range []string{"false", "true"} {
@@ -123,7 +125,9 @@ func TestClientKeyReachesWorkersOnControlRoutes(t *testing.T) {
 	h := newHarness(t)
 	const key = "k-41"
 	p, d := h.pair(fake.Config{APIKey: key}, fake.Config{APIKey: key})
-	h.start(defaultConfig())
+	cfg := defaultConfig()
+	cfg.OpenOperatorRoutes = true // mini_lb's open control routes, which this test calls
+	h.start(cfg)
 	for _, c := range []struct {
 		method, path string
 		want         int // without the key

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -74,8 +75,11 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, b *requestBody, limit int) *
 		return s.bodyTooLarge(ctx, limit)
 	}
 	stream := ctx.RequestBodyStream()
-	if declared == 0 || stream == nil {
-		b.buf = ctx.Request.Body() // none, or read by fasthttp (a server without streaming)
+	switch {
+	case declared == 0:
+		return nil
+	case stream == nil: // read by fasthttp: a server without streaming
+		b.buf = ctx.Request.Body()
 		return nil
 	}
 	for declared < 0 || len(b.buf) < declared {
@@ -154,14 +158,26 @@ func (b *requestBody) releaseBuffer(m *bodyMemory) {
 // fields.
 const maxControlBody = 64 << 10
 
-// refuseBody answers a control route whose body could not be read.
-func (s *Server) refuseBody(ctx *fasthttp.RequestCtx, aerr *answerError) {
-	if aerr.status == statusClientGone {
+// readControlBody reads the body of a control route rt into b, at most
+// maxControlBody bytes, and makes it the request's body, which its rules
+// and handler read; b must outlive the handler. It reports whether it
+// could, having answered the request when not.
+func (s *Server) readControlBody(ctx *fasthttp.RequestCtx, rt *route, b *requestBody, requestID []byte, start time.Time) bool {
+	aerr := s.readBody(ctx, b, maxControlBody)
+	switch {
+	case aerr == nil:
+		if b.held > 0 { // read by pdlb, not fasthttp, whose buffer it would free
+			ctx.Request.SetBodyRaw(b.buf)
+		}
+		return true
+	case aerr.status == statusClientGone:
 		s.errorsByReason[aerr.reason].Inc()
 		dropClient(ctx)
-		return
+		rt.observe(aerr.status, s.cfg.Now().Sub(start))
+	default:
+		s.refuse(ctx, rt, rt.path, requestID, start, aerr.status, aerr.reason, aerr.msg)
 	}
-	s.writeError(ctx, aerr.status, aerr.reason, aerr.msg)
+	return false
 }
 
 // bodyTooLarge refuses a body over limit, declared or read so far.

@@ -257,3 +257,34 @@ func TestSlowBodyTimesOut(t *testing.T) {
 	}
 	h.waitMemory(0)
 }
+
+// A control route's body is read within maxControlBody, chunked or not,
+// before its rules look at it: an /abort_request's decides whether it is
+// an operator's.
+func TestControlBodyIsBounded(t *testing.T) {
+	h := newHarness(t)
+	p, d := h.pair(fake.Config{}, fake.Config{})
+	h.start(defaultConfig())
+	r := h.post("/abort_request", `{"rid": "x", "pad": "`+strings.Repeat(" ", maxControlBody)+`"}`)
+	if r.status != fasthttp.StatusRequestEntityTooLarge || !r.header.ConnectionClose() {
+		t.Fatalf("a large body: got %d %s; want a 413 closing the connection", r.status, r.body)
+	}
+	conn, err := h.nw.Dial("pdlb:8000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	go func() {
+		_, _ = conn.Write([]byte("POST /abort_request HTTP/1.1\r\nHost: pdlb\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			"5\r\n{\"rid\r\n7\r\n\": \"x\"}\r\n0\r\n\r\n"))
+	}()
+	var resp fasthttp.Response
+	if err := resp.Read(bufio.NewReader(conn)); err != nil || resp.StatusCode() != fasthttp.StatusOK {
+		t.Fatalf("a chunked abort by rid: got %d %s, %v", resp.StatusCode(), resp.Body(), err)
+	}
+	if n := p.Stats().AbortRequest + d.Stats().AbortRequest; n != 2 {
+		t.Fatalf("the workers got %d aborts; want one each", n)
+	}
+	h.waitMemory(0)
+}

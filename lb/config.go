@@ -50,6 +50,20 @@ type Config struct {
 	// /abort_request. The health, info and metrics routes stay open, as
 	// sglang_router's do.
 	APIKey string
+	// AdminAPIKey, when set, is required ("Authorization: Bearer <key>")
+	// on the operator routes, those that act on every client or show the
+	// workers' internals (operator.go): /flush_cache, /bootstrap, and an
+	// /abort_request that names no single request, such as abort_all. It
+	// is required on every listener, loopback and ServeAdmin's included,
+	// and it opens the routes APIKey guards too. Empty means the operator
+	// routes answer only on ServeAdmin's listeners and to loopback clients
+	// (a 403 elsewhere), unless OpenOperatorRoutes.
+	AdminAPIKey string
+	// OpenOperatorRoutes, without an AdminAPIKey, serves the operator
+	// routes to every client, as mini_lb does (APIKey still guards
+	// /flush_cache and /abort_request): for repro scripts. False means
+	// they are for operators.
+	OpenOperatorRoutes bool
 	// RequestIDHeaders are the headers a client's request ID is taken
 	// from, the first present wins (sglang_router's --request-id-headers).
 	// Empty means X-Request-Id. pdlb answers the ID, and passes it to the
@@ -321,17 +335,7 @@ func (c *Config) setDefaults() {
 
 // isHeaderName reports whether name is an HTTP field name: a token of
 // RFC 9110 §5.6.2.
-func isHeaderName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for _, c := range []byte(name) {
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return false
-		}
-	}
-	return true
-}
+func isHeaderName(name string) bool { return isToken(name) }
 
 // Validate reports the first problem with c, phrased for a command line user.
 func (c *Config) Validate() error {
@@ -365,8 +369,13 @@ func (c *Config) Validate() error {
 	if c.PDMinPromptTokens < 0 {
 		return fmt.Errorf("the minimum prompt length for PD cannot be negative")
 	}
-	if strings.ContainsFunc(c.APIKey, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return fmt.Errorf("the API key holds a control character, which no client could send in a header")
+	for _, key := range []struct{ name, key string }{{"API key", c.APIKey}, {"admin API key", c.AdminAPIKey}} {
+		if strings.ContainsFunc(key.key, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+			return fmt.Errorf("the %s holds a control character, which no client could send in a header", key.name)
+		}
+	}
+	if c.AdminAPIKey != "" && c.AdminAPIKey == c.APIKey {
+		return fmt.Errorf("the admin API key is the API key: every client holding it could flush every cache and abort every request")
 	}
 	for _, h := range c.RequestIDHeaders {
 		if !isHeaderName(h) {

@@ -52,6 +52,24 @@ func TestValidateRefusesAControlCharacterInTheKey(t *testing.T) {
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "control character") {
 		t.Fatalf("got %v; want the key refused", err)
 	}
+	cfg = defaultConfig()
+	cfg.AdminAPIKey = "k\r\nX-Injected: 1"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "admin API key holds a control character") {
+		t.Fatalf("got %v; want the admin key refused", err)
+	}
+}
+
+// An admin key that is the API key would make every client an operator.
+func TestValidateRefusesTheAPIKeyAsAdminKey(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.APIKey, cfg.AdminAPIKey = "k", "k"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "the admin API key is the API key") {
+		t.Fatalf("got %v; want it refused", err)
+	}
+	cfg.AdminAPIKey = "k2"
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("got %v for two keys", err)
+	}
 }
 
 // A body budget that one request of the largest size allowed cannot fit

@@ -30,6 +30,7 @@ const (
 	reasonRefusedNoRoom
 	reasonOverloaded
 	reasonUnauthorized
+	reasonForbidden
 	reasonInternal
 	reasonShutdown
 	reasonBodyMemory
@@ -52,6 +53,7 @@ var reasonNames = [numReasons]string{
 	reasonRefusedNoRoom:      "decode_refused_no_room",
 	reasonOverloaded:         "overloaded",
 	reasonUnauthorized:       "unauthorized",
+	reasonForbidden:          "forbidden",
 	reasonInternal:           "internal",
 	reasonShutdown:           "shutdown",
 	reasonBodyMemory:         "body_memory",

@@ -222,6 +222,7 @@ func TestPrefillWithoutBootstrapIsTakenOut(t *testing.T) {
 	h.fake("agg-0:30020", fake.Config{Role: fake.RoleAggregated})
 	cfg := checkedConfig()
 	cfg.Fallback = []string{"http://agg-0:30020"}
+	cfg.OpenOperatorRoutes = true // mini_lb's open control routes, which this test calls
 	srv := h.start(cfg)
 	if err := srv.registry.Refresh(context.Background(), 0); err == nil {
 		t.Fatalf("the bootstrap server says it is registered")

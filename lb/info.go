@@ -28,22 +28,20 @@ func (s *Server) serveControl(ctx *fasthttp.RequestCtx, rt *route) {
 		// As mini_lb: pdlb itself is up; no backend is contacted.
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	case "/health_generate":
-		s.serveFanOut(ctx, controlCall{method: fasthttp.MethodGet, uri: "/health_generate", timeout: controlTimeout},
-			fasthttp.StatusServiceUnavailable, false)
+		s.writeFanOut(ctx, s.healthGenerate.get(s.cfg.Now, s.checkGeneration))
 	case "/flush_cache":
 		s.serveFlushCache(ctx)
 	case "/abort_request":
 		// The newest mini_lb's: the client's body, to every worker (a rid
-		// lives on one prefill and one decode; abort_all on all of them).
-		var body requestBody
-		defer body.release(s.memory)
-		if aerr := s.readBody(ctx, &body, maxControlBody); aerr != nil {
-			s.refuseBody(ctx, aerr)
-			return
+		// lives on one prefill and one decode; abort_all on all of them),
+		// but pdlb's own of an abort by rid (singleAbort).
+		body := ctx.PostBody()
+		if one, ok := singleAbort(body); ok {
+			body = one
 		}
-		s.markAborted(body.buf)
+		s.markAborted(body)
 		s.serveFanOut(ctx, controlCall{method: fasthttp.MethodPost, uri: "/abort_request",
-			body: body.buf, timeout: controlTimeout, askDown: true}, fasthttp.StatusBadGateway, true)
+			body: body, timeout: controlTimeout, askDown: true}, fasthttp.StatusBadGateway, true)
 	case "/server_info", "/get_server_info":
 		s.serveServerInfo(ctx)
 	case "/model_info", "/get_model_info":
@@ -181,6 +179,33 @@ func (s *Server) allBackends() []*Backend {
 // workers refused, and no gateway failed.
 func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, cc controlCall, failStatus int, passRefusal bool) {
 	cc.clientAuth = clientAuthorization(ctx)
+	s.writeFanOut(ctx, s.fanOutReport(cc, failStatus, passRefusal))
+}
+
+// fanOutAnswer is what a fanned-out call answers the client: an empty 200
+// when every worker answered 200, else status with body, the report of
+// each worker; failed when it is counted as a failure of the workers.
+type fanOutAnswer struct {
+	status int
+	body   []byte
+	failed bool
+}
+
+// writeFanOut answers a with ctx. a may be shared: its body is copied.
+func (s *Server) writeFanOut(ctx *fasthttp.RequestCtx, a fanOutAnswer) {
+	ctx.SetStatusCode(a.status)
+	if a.failed {
+		s.errorsByReason[reasonBackendFailed].Inc()
+	}
+	if a.body != nil {
+		ctx.SetContentType("application/json")
+		ctx.SetBody(a.body)
+	}
+}
+
+// fanOutReport makes the call on every worker, and tells what serveFanOut
+// answers.
+func (s *Server) fanOutReport(cc controlCall, failStatus int, passRefusal bool) fanOutAnswer {
 	answers := fanOut(s.allBackends(), cc)
 	report := make([]backendStatus, len(answers))
 	failed := 0
@@ -204,8 +229,7 @@ func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, cc controlCall, failStatu
 		}
 	}
 	if failed == 0 {
-		ctx.SetStatusCode(fasthttp.StatusOK)
-		return
+		return fanOutAnswer{status: fasthttp.StatusOK}
 	}
 	// Workers that refused alike are passed on, not taken for failures.
 	verb := "refused"
@@ -213,8 +237,8 @@ func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, cc controlCall, failStatu
 		failStatus = refusal
 	} else {
 		verb = "failed"
-		s.errorsByReason[reasonBackendFailed].Inc()
-		s.log.Warn().Str("route", string(ctx.Path())).Int("failed", failed).Int("backends", len(answers)).
+		route, _, _ := strings.Cut(cc.uri, "?")
+		s.log.Warn().Str("route", route).Int("failed", failed).Int("backends", len(answers)).
 			Msg("backends failed a fanned-out call")
 	}
 	body, err := json.Marshal(struct {
@@ -231,9 +255,7 @@ func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, cc controlCall, failStatu
 	if err != nil {
 		panic("BUG: cannot marshal a backend report: " + err.Error())
 	}
-	ctx.SetStatusCode(failStatus)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(body)
+	return fanOutAnswer{status: failStatus, body: body, failed: verb == "failed"}
 }
 
 // maxFlushTimeout is the longest ?timeout= that /flush_cache takes.

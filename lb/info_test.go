@@ -57,7 +57,9 @@ func TestHealthGenerateReportsEachBackend(t *testing.T) {
 func TestFlushCacheForwardsTimeout(t *testing.T) {
 	h := newHarness(t)
 	p, d := h.pair(fake.Config{}, fake.Config{})
-	h.start(defaultConfig())
+	cfg := defaultConfig()
+	cfg.OpenOperatorRoutes = true // mini_lb's open control routes, which this test calls
+	h.start(cfg)
 	r := h.post("/flush_cache?timeout=2.5", "")
 	if r.status != fasthttp.StatusOK {
 		t.Fatalf("got %d %s", r.status, r.body)
@@ -86,7 +88,9 @@ func TestFlushCacheRefusedWhileRequestsRun(t *testing.T) {
 	h := newHarness(t)
 	gate := make(chan struct{})
 	p, d := h.pair(fake.Config{}, fake.Config{TokenGate: gate})
-	h.start(defaultConfig())
+	cfg := defaultConfig()
+	cfg.OpenOperatorRoutes = true // mini_lb's open control routes, which this test calls
+	h.start(cfg)
 	done := make(chan reply, 1)
 	go func() { done <- h.post("/generate", `{"text": "a", "sampling_params": {"max_new_tokens": 1}}`) }()
 	waitFor(t, "the request to run on the decode alone", func() bool { return d.Stats().InFlight == 1 && p.Stats().InFlight == 0 })
@@ -188,6 +192,7 @@ func TestControlRoutesSkipWorkersMarkedDown(t *testing.T) {
 	h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode})
 	cfg := defaultConfig()
 	cfg.Prefill = append(cfg.Prefill, PrefillSpec{URL: "http://prefill-1:30000", BootstrapPort: 8999})
+	cfg.OpenOperatorRoutes = true // mini_lb's open control routes, which this test calls
 	srv := h.start(cfg)
 	srv.prefills.backends[0].health.Store(int32(health.Down))
 	for _, c := range []struct {
@@ -224,7 +229,9 @@ func TestAbortRequestReachesEveryWorker(t *testing.T) {
 	h := newHarness(t)
 	gate := make(chan struct{})
 	p, d := h.pair(fake.Config{}, fake.Config{TokenGate: gate})
-	srv := h.start(defaultConfig())
+	cfg := defaultConfig()
+	cfg.OpenOperatorRoutes = true // mini_lb's open control routes, which this test calls
+	srv := h.start(cfg)
 	got := make(chan reply, 1)
 	go func() {
 		got <- h.post("/generate", `{"text": "a", "rid": "r-1", "sampling_params": {"max_new_tokens": 4}}`)
@@ -426,7 +433,9 @@ func TestClientAbortsAreNoWorkerFailures(t *testing.T) {
 			ctx.SetContentType("application/json")
 			ctx.SetBodyString(abortedAnswer)
 		})
-		srv := h.start(defaultConfig())
+		cfg := defaultConfig()
+		cfg.OpenOperatorRoutes = true // mini_lb's open control routes, which this test calls
+		srv := h.start(cfg)
 		var wg sync.WaitGroup
 		for i := range 5 {
 			wg.Go(func() {

@@ -22,6 +22,12 @@ type route struct {
 	// one (Config.APIKey): the generate routes, /flush_cache and
 	// /abort_request.
 	keyed bool
+	// forOperators, when set, tells the route's requests that are for
+	// operators only (operator.go).
+	forOperators operatorRule
+	// readsBody marks a control route whose body is read, at most
+	// maxControlBody bytes, before its rules, which may look at it.
+	readsBody bool
 
 	ms       *metrics.Set
 	byStatus [600]atomic.Pointer[metrics.Counter]
@@ -32,14 +38,16 @@ type route struct {
 
 func newRoute(ms *metrics.Set, path, method string, generate bool) *route {
 	rt := &route{
-		path:     path,
-		method:   method,
-		generate: generate,
-		batch:    path == "/generate",
-		keyed:    generate || path == "/flush_cache" || path == "/abort_request",
-		ms:       ms,
-		duration: ms.NewPrometheusHistogram(fmt.Sprintf(`pdlb_request_duration_seconds{route=%q}`, path)),
+		path:      path,
+		method:    method,
+		generate:  generate,
+		batch:     path == "/generate",
+		keyed:     generate || path == "/flush_cache" || path == "/abort_request",
+		readsBody: path == "/abort_request",
+		ms:        ms,
+		duration:  ms.NewPrometheusHistogram(fmt.Sprintf(`pdlb_request_duration_seconds{route=%q}`, path)),
 	}
+	rt.forOperators = operatorRuleOf(path)
 	if generate {
 		rt.ttfb = ms.NewPrometheusHistogram(fmt.Sprintf(`pdlb_stream_first_byte_seconds{route=%q}`, path))
 	}

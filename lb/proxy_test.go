@@ -500,6 +500,7 @@ func TestAccessLog(t *testing.T) {
 		cfg := fallbackConfig()
 		cfg.AccessLog = on
 		cfg.MaxRequestBodySize = 1024
+		cfg.OpenOperatorRoutes = true // mini_lb's open control routes, which this test calls
 		var logs syncBuffer
 		srv := h.startLogged(cfg, zerolog.New(&logs))
 		h.post("/generate", `{"text": "a"}`, "X-Request-Id", "pd")

@@ -3,7 +3,6 @@ package lb
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -51,6 +50,9 @@ type Server struct {
 	// clientAuthorization is the Authorization header a client must send on
 	// the keyed routes: nil without an API key.
 	clientAuthorization []byte
+	// adminAuthorization is the one the operator routes need (operator.go):
+	// nil without an admin key.
+	adminAuthorization []byte
 	// requestIDHeaders are where a client's request ID is looked for, in
 	// order.
 	requestIDHeaders [][]byte
@@ -72,6 +74,8 @@ type Server struct {
 	aborts     *metrics.Counter
 	// abortsDropped counts the aborts a worker's abortGate kept back.
 	abortsDropped *metrics.Counter
+	// healthGenerate shares /health_generate's fan-outs among its callers.
+	healthGenerate sharedFanOut
 	// noLocalPrefill is set once a decode showed it cannot prefill locally.
 	noLocalPrefill atomic.Bool
 	admission      admission
@@ -122,6 +126,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cfg.APIKey != "" {
 		s.clientAuthorization = []byte(bearer(cfg.APIKey))
+	}
+	if cfg.AdminAPIKey != "" {
+		s.adminAuthorization = []byte(bearer(cfg.AdminAPIKey))
 	}
 	for _, h := range cfg.RequestIDHeaders {
 		s.requestIDHeaders = append(s.requestIDHeaders, []byte(h))
@@ -256,21 +263,33 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // ServeAdmin serves /metrics on ln (sglang_router's --prometheus-port),
-// and with pprof Go's profiles under /debug/pprof/ too (off unless asked:
-// profiles expose internals), until Shutdown. Like Serve, it logs the
-// address it serves on.
+// and the operator routes (operator.go), which need no admin key here when
+// none is set: the listener is the operator's. With pprof it serves Go's
+// profiles under /debug/pprof/ too (off unless asked: profiles expose
+// internals). It serves until Shutdown, and logs the address it serves on,
+// as Serve does.
 func (s *Server) ServeAdmin(ln net.Listener, pprof bool) error {
 	rt := s.routes["/metrics"]
-	srv := &fasthttp.Server{Name: "pdlb", Logger: redactingLogger{&s.log}, Handler: func(ctx *fasthttp.RequestCtx) {
-		switch path := ctx.Path(); {
-		case string(path) == rt.path:
-			s.serveControl(ctx, rt)
-		case pprof && bytes.HasPrefix(path, []byte("/debug/pprof/")):
-			pprofhandler.PprofHandler(ctx)
-		default:
-			s.writeError(ctx, fasthttp.StatusNotFound, reasonNotFound, "no route for "+string(path)+" here")
-		}
-	}}
+	srv := &fasthttp.Server{Name: "pdlb", Logger: redactingLogger{&s.log}, ErrorHandler: s.handleParseError,
+		// An admin listener's clients get the main one's time limits, and
+		// its routes take small bodies only.
+		ReadTimeout: s.cfg.ClientReadTimeout, WriteTimeout: s.cfg.ClientWriteTimeout, IdleTimeout: s.cfg.ClientIdleTimeout,
+		ReadBufferSize: s.cfg.MaxHeaderSize, MaxRequestBodySize: maxControlBody,
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			path := ctx.Path()
+			if op := s.routes[string(path)]; op != nil && op.forOperators != nil {
+				s.serve(ctx, op, true)
+				return
+			}
+			switch {
+			case string(path) == rt.path:
+				s.serveControl(ctx, rt)
+			case pprof && bytes.HasPrefix(path, []byte("/debug/pprof/")):
+				pprofhandler.PprofHandler(ctx)
+			default:
+				s.writeError(ctx, fasthttp.StatusNotFound, reasonNotFound, "no route for "+string(path)+" here")
+			}
+		}}
 	s.adminMu.Lock()
 	s.admin = append(s.admin, srv)
 	s.adminMu.Unlock()
@@ -347,19 +366,33 @@ func (s *Server) bootstrapPort(p *Backend) int {
 }
 
 // handle routes a request. Unknown paths and wrong methods get JSON errors.
-// Every route's duration runs from here, refusals' included.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	s.serve(ctx, s.routes[string(ctx.Path())], false)
+}
+
+// serve answers a request for rt, nil for a path pdlb does not serve;
+// adminListener is true on the listeners of ServeAdmin. Every route's
+// duration runs from here, refusals' included.
+func (s *Server) serve(ctx *fasthttp.RequestCtx, rt *route, adminListener bool) {
 	start := s.cfg.Now()
 	requestID := s.setRequestID(ctx)
-	rt := s.routes[string(ctx.Path())]
+	if name := badHeaderName(&ctx.Request.Header); name != nil {
+		s.refuseBadHeader(ctx, rt, name, requestID, start)
+		return
+	}
 	if rt == nil {
 		path := string(ctx.Path())
 		s.refuse(ctx, s.notFound, path, requestID, start, fasthttp.StatusNotFound, reasonNotFound, "no route for "+path)
 		return
 	}
-	if rt.keyed && s.clientAuthorization != nil &&
-		subtle.ConstantTimeCompare(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization), s.clientAuthorization) != 1 {
-		s.unauthorized(ctx, rt, requestID, start)
+	if rt.readsBody {
+		var body requestBody
+		defer body.release(s.memory)
+		if !s.readControlBody(ctx, rt, &body, requestID, start) {
+			return
+		}
+	}
+	if !s.permit(ctx, rt, requestID, start, adminListener) {
 		return
 	}
 	method := ctx.Method()
@@ -399,10 +432,9 @@ func takesTwoWrites(resp *fasthttp.Response) bool {
 	return !resp.IsBodyStream() && len(resp.Body()) >= clientWriteBufferSize
 }
 
-// unauthorized refuses a client that did not present the API key.
-func (s *Server) unauthorized(ctx *fasthttp.RequestCtx, rt *route, requestID []byte, start time.Time) {
+// unauthorized refuses a client that did not present the key msg asks for.
+func (s *Server) unauthorized(ctx *fasthttp.RequestCtx, rt *route, requestID []byte, start time.Time, msg string) {
 	ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, "Bearer")
-	const msg = "missing or wrong API key: send the header 'Authorization: Bearer <key>' with pdlb's --api-key"
 	s.refuse(ctx, rt, rt.path, requestID, start, fasthttp.StatusUnauthorized, reasonUnauthorized, msg)
 }
 
@@ -577,19 +609,30 @@ var unforwarded = [][]byte{
 }
 
 // stripUnforwarded deletes from h the unforwarded headers, and those the
-// client's Connection header names as hop-by-hop. It finds which are there
-// in one pass first: a request holds one or two of them at most, and each
-// Del costs more than the pass (it normalizes the name and scans every
+// client's Connection header names as hop-by-hop, and every X-Request-Id
+// when the client sent more than one: the call then sets pdlb's own
+// (call.target), whose SetBytesKV replaces the first one only, and a
+// second reached the workers as the client wrote it. It finds which are
+// there in one pass first: a request holds one or two of them at most, and
+// each Del costs more than the pass (it normalizes the name and scans every
 // header), which showed in the profile of the non-stream path.
 func stripUnforwarded(h *fasthttp.RequestHeader) {
 	var present uint32
+	requestIDs := 0
 	for key := range h.All() {
+		if len(key) == len(headerRequestID) && bytes.EqualFold(key, headerRequestID) {
+			requestIDs++
+			continue
+		}
 		for i, name := range unforwarded {
 			if len(key) == len(name) && bytes.EqualFold(key, name) {
 				present |= 1 << i
 				break
 			}
 		}
+	}
+	if requestIDs > 1 {
+		h.DelBytes(headerRequestID)
 	}
 	if present == 0 {
 		return

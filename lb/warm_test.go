@@ -203,7 +203,9 @@ func TestDPRankHeader(t *testing.T) {
 func TestBootstrapRoute(t *testing.T) {
 	h := newHarness(t)
 	h.dpPair()
-	h.start(warmConfig())
+	cfg := warmConfig()
+	cfg.OpenOperatorRoutes = true // mini_lb's open control routes, which this test calls
+	h.start(cfg)
 	h.post("/generate", seedRequest) // waits for the pair to be warm
 	r := h.do(fasthttp.MethodGet, "/bootstrap", "")
 	if r.status != fasthttp.StatusOK {

@@ -1,0 +1,127 @@
+package lb
+
+import (
+	"crypto/subtle"
+	"net"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+)
+
+// Operator routes act on every client's requests, or show the workers'
+// internals: one client must not flush every worker's cache or abort every
+// request (issue 19). They need Config.AdminAPIKey when one is set, on
+// every listener; without one they answer only on the admin listeners
+// (ServeAdmin) and to loopback clients, unless Config.OpenOperatorRoutes
+// keeps mini_lb's open behaviour.
+
+// operatorRule says which of a route's requests are for operators; a route
+// without one is for clients.
+type operatorRule func(ctx *fasthttp.RequestCtx) bool
+
+// operatorRuleOf is the rule of the route at path, nil for a client route.
+// A new operator route (such as a worker API) is one line here.
+func operatorRuleOf(path string) operatorRule {
+	switch path {
+	case "/flush_cache", "/bootstrap":
+		return everyRequest
+	case "/abort_request":
+		// A client may abort its own request, by its rid.
+		return namesNoSingleRequest
+	}
+	return nil
+}
+
+// operatorRequests names the requests of the route at path that are for
+// operators, for the clients told so.
+func operatorRequests(path string) string {
+	if path == "/abort_request" {
+		return "an /abort_request that names no single request by its rid (abort_all)"
+	}
+	return path
+}
+
+func everyRequest(*fasthttp.RequestCtx) bool { return true }
+
+func namesNoSingleRequest(ctx *fasthttp.RequestCtx) bool {
+	_, one := singleAbort(ctx.PostBody())
+	return !one
+}
+
+// singleAbort returns what pdlb sends the workers for an /abort_request
+// body that names one request: {"rid": <its rid>}, rebuilt, so that
+// nothing else of the client's body reaches them: an abort_all that pdlb's
+// reading misses and Python's finds (a key repeated, whose last value
+// Python keeps, or "yes", which pydantic takes for true). one is false for
+// any other body: not JSON, no rid that is a non-empty string (SGLang
+// aborts every request whose rid starts with the one given, so "" is all
+// of them), or an abort_all other than false.
+func singleAbort(body []byte) (forward []byte, one bool) {
+	if !gjson.ValidBytes(body) {
+		return nil, false
+	}
+	root := gjson.ParseBytes(body)
+	rid := root.Get("rid")
+	if !root.IsObject() || rid.Type != gjson.String || rid.Str == "" {
+		return nil, false
+	}
+	if all := root.Get("abort_all"); all.Exists() && all.Type != gjson.False && all.Type != gjson.Null {
+		return nil, false
+	}
+	forward = append([]byte(`{"rid":`), rid.Raw...)
+	return append(forward, '}'), true
+}
+
+// permit reports whether the request may be served, having answered it
+// with a 401 or 403 when not. adminListener is true on the listeners of
+// ServeAdmin, which stand for an operator when no admin key is set.
+func (s *Server) permit(ctx *fasthttp.RequestCtx, rt *route, requestID []byte, start time.Time, adminListener bool) bool {
+	operator := rt.forOperators != nil && rt.forOperators(ctx)
+	if !operator && (!rt.keyed || s.clientAuthorization == nil) {
+		return true // most requests: looking for the header costs a scan of them all
+	}
+	auth := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	if operator {
+		what := operatorRequests(rt.path)
+		switch {
+		case s.adminAuthorization != nil:
+			// Wherever the request comes from: a configured key is the
+			// operator's choice, and loopback may be a proxy's.
+			if keyMatches(auth, s.adminAuthorization) {
+				return true
+			}
+			s.unauthorized(ctx, rt, requestID, start, what+" is for operators: send the header 'Authorization: Bearer <key>' with pdlb's --admin-api-key")
+			return false
+		case !s.cfg.OpenOperatorRoutes && !adminListener && !fromLoopback(ctx):
+			msg := what + " is for operators: set pdlb's --admin-api-key and send it, or call from loopback or on the --prometheus-port listener"
+			s.refuse(ctx, rt, rt.path, requestID, start, fasthttp.StatusForbidden, reasonForbidden, msg)
+			return false
+		}
+		// No admin key: the route's own rule, --api-key's, as mini_lb.
+	}
+	if rt.keyed && s.clientAuthorization != nil && !keyMatches(auth, s.clientAuthorization) &&
+		!keyMatches(auth, s.adminAuthorization) { // the operator's key opens the clients' routes too
+		s.unauthorized(ctx, rt, requestID, start, "missing or wrong API key: send the header 'Authorization: Bearer <key>' with pdlb's --api-key")
+		return false
+	}
+	return true
+}
+
+// keyMatches reports whether the Authorization header auth is want, in
+// constant time; never when want is nil (no key is set).
+func keyMatches(auth, want []byte) bool {
+	return len(want) > 0 && subtle.ConstantTimeCompare(auth, want) == 1
+}
+
+// fromLoopback reports whether the client connected from a loopback
+// address and was not forwarded by a proxy, which would make every client
+// look local. A connection without an IP address (in memory) is not.
+func fromLoopback(ctx *fasthttp.RequestCtx) bool {
+	addr, ok := ctx.RemoteAddr().(*net.TCPAddr)
+	if !ok || !addr.IP.IsLoopback() {
+		return false
+	}
+	h := &ctx.Request.Header
+	return len(h.Peek("Forwarded")) == 0 && len(h.Peek(fasthttp.HeaderXForwardedFor)) == 0 && len(h.Peek("X-Real-Ip")) == 0
+}
