@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"pdlb/health"
 )
 
 // A client that goes away while pdlb waits for a non-stream answer must not
@@ -51,12 +53,7 @@ func (l watchListener) Accept() (net.Conn, error) {
 // process or system ran out of descriptors or memory, or a client left
 // before it was accepted.
 func acceptMayRecover(err error) bool {
-	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
+	return health.OutOfResources(err) || errors.Is(err, syscall.ECONNABORTED)
 }
 
 // newClientConn wraps a connection pdlb accepted, as watchListener does.
