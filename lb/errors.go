@@ -36,6 +36,7 @@ const (
 	reasonInternal
 	reasonShutdown
 	reasonOutOfResources
+	reasonTooManyConnections
 	numReasons
 )
 
@@ -58,6 +59,7 @@ var reasonNames = [numReasons]string{
 	reasonInternal:           "internal",
 	reasonShutdown:           "shutdown",
 	reasonOutOfResources:     "out_of_resources",
+	reasonTooManyConnections: "too_many_connections",
 }
 
 func (r reason) String() string { return reasonNames[r] }

@@ -73,6 +73,8 @@ type Server struct {
 	// noLocalPrefill is set once a decode showed it cannot prefill locally.
 	noLocalPrefill atomic.Bool
 	admission      admission
+	// conns bounds the client connections (connlimit.go).
+	conns *connBudget
 	// live counts exchanges not yet released, and the aborts they sent: a
 	// call may outlive the client's answer, and a drain waits for it. A
 	// counter, not a WaitGroup: warm-ups start during a drain, and a
@@ -142,6 +144,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	if err := s.buildPools(); err != nil {
 		return nil, err
 	}
+	s.conns = newConnBudget(s.connectionLimit(), s.ms, s.errorsByReason[reasonTooManyConnections])
 	s.buildRoutes()
 	s.buildRegistry(log)
 	s.buildChecker(log)
@@ -170,6 +173,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		// pdlb times requests with its own clock; fasthttp's reading of it
 		// for each request would go unused.
 		LazyRequestTime: true,
+		ConnState:       s.conns.track,
 	}
 	return s, nil
 }
@@ -240,8 +244,8 @@ func (s *Server) Metrics() *metrics.Set { return s.ms }
 func (s *Server) Serve(ln net.Listener) error {
 	s.startOnce.Do(s.startBackground)
 	s.log.Info().Str("addr", ln.Addr().String()).Int("prefill", len(s.prefills.backends)).
-		Int("decode", len(s.decodes.backends)).Msg("serving")
-	return s.srv.Serve(watchListener{Listener: ln, log: &s.log})
+		Int("decode", len(s.decodes.backends)).Int("max_connections", s.conns.max).Msg("serving")
+	return s.srv.Serve(watchListener{Listener: ln, log: &s.log, budget: s.conns})
 }
 
 // ServeAdmin serves /metrics on ln (sglang_router's --prometheus-port),
