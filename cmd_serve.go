@@ -50,6 +50,8 @@ type serveCmd struct {
 	StreamIdleTimeoutSecs  int  `help:"Longest silence between two stream events from the decode." default:"300"`
 	ClientWriteTimeoutSecs int  `help:"Longest a write to a client may take, so a client that stops reading is let go." default:"60"`
 	ClientReadTimeoutSecs  int  `help:"Longest reading a client's request may take, so a client that sends slowly is let go." default:"60"`
+	ClientIdleTimeoutSecs  int  `help:"Close a client's keep-alive connection after this long without a request." default:"90"`
+	MaxConnections         int  `help:"Most client connections open at once. Beyond, the one waiting longest for a request (none sent yet first, then keep-alive) is closed to make room, and while every one has a request under way a new one gets a 503. 0: derived from the descriptor limit (ulimit -n), less 64, 8 a worker and --max-conns-per-backend a worker, but at least a third of what the 64 and 8s leave; below 0: no limit." default:"0"`
 	MaxHeaderSize          int  `help:"Largest request header accepted, in bytes; larger ones get a 431. A client connection holds a buffer this large while it reads a request." default:"4096"`
 	RetryMaxRetries        int  `help:"Attempts a request may get in all, as sglang_router counts them (0 and 1: no retry); each retry goes to a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"3"`
 	DisableRetries         bool `help:"Give every request a single attempt."`
@@ -106,6 +108,7 @@ func (c *serveCmd) Validate() error {
 		{"--warmup-timeout-secs", c.WarmupTimeoutSecs}, {"--first-byte-timeout-secs", c.FirstByteTimeoutSecs},
 		{"--stream-idle-timeout-secs", c.StreamIdleTimeoutSecs}, {"--client-write-timeout-secs", c.ClientWriteTimeoutSecs},
 		{"--client-read-timeout-secs", c.ClientReadTimeoutSecs}, {"--max-header-size", c.MaxHeaderSize},
+		{"--client-idle-timeout-secs", c.ClientIdleTimeoutSecs},
 		{"--queue-timeout-secs", c.QueueTimeoutSecs}, {"--health-check-interval-secs", c.HealthCheckIntervalSecs},
 		{"--health-check-timeout-secs", c.HealthCheckTimeoutSecs}, {"--health-success-threshold", c.HealthSuccessThreshold},
 		{"--health-failure-threshold", c.HealthFailureThreshold}, {"--cb-failure-threshold", c.CbFailureThreshold},
@@ -242,6 +245,8 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		StreamIdleTimeout:     time.Duration(c.StreamIdleTimeoutSecs) * time.Second,
 		ClientWriteTimeout:    time.Duration(c.ClientWriteTimeoutSecs) * time.Second,
 		ClientReadTimeout:     time.Duration(c.ClientReadTimeoutSecs) * time.Second,
+		ClientIdleTimeout:     time.Duration(c.ClientIdleTimeoutSecs) * time.Second,
+		MaxConnections:        c.MaxConnections,
 		MaxHeaderSize:         c.MaxHeaderSize,
 		MaxRetries:            attempts - 1,
 		DisableRetries:        c.DisableRetries || attempts == 1,
