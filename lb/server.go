@@ -300,6 +300,7 @@ func (s *Server) buildRegistry(log zerolog.Logger) {
 		Authorization:   s.workerAuthorization(),
 		APITLS:          s.cfg.WorkerTLS,
 		RefreshInterval: s.cfg.BootstrapRefresh,
+		Inconclusive:    health.OutOfResources, // pdlb's own shortage says nothing of a prefill (issue 19)
 		Metrics:         s.ms,
 		Log:             log.With().Str("component", "bootstrap").Logger(),
 		Now:             s.cfg.Now,
