@@ -137,7 +137,8 @@ type Config struct {
 	// closed. Zero means derived from the process's descriptor limit
 	// (defaultMaxConnections): what is left after 64 descriptors, 8 a
 	// worker, and MaxConnsPerBackend a worker, but at least a third of
-	// what the 64 and 8s leave. Below zero, no bound.
+	// what the 64 and 8s leave, and at most 65,536. Below zero, no bound
+	// but fasthttp's own (262,144, refused without a word of JSON).
 	MaxConnections int
 	// ClientReadTimeout bounds reading a client's request. Zero means 60 s.
 	ClientReadTimeout time.Duration

@@ -46,6 +46,11 @@ const (
 	descriptorsPerWorker = 8
 	// minMaxConnections is the smallest budget derived from a limit.
 	minMaxConnections = 16
+	// maxMaxConnections is the largest: an idle connection costs about
+	// 6 KiB of memory too (a goroutine's stack, most of it), and
+	// containers often allow a million descriptors, which would let idle
+	// connections take gigabytes. A larger budget is set explicitly.
+	maxMaxConnections = 1 << 16
 )
 
 // defaultMaxConnections is the client connection budget of a process
@@ -56,11 +61,12 @@ const (
 // under way holds a prefill and a decode connection (one, decode-only), and
 // the pools keep them a while after. So clients get what the pools leave at
 // their largest, but at least a third of the spare: then even with every
-// client mid-request, its two worker connections fit beside it.
+// client mid-request, its two worker connections fit beside it. The
+// budget is kept within minMaxConnections and maxMaxConnections.
 func defaultMaxConnections(nofile uint64, workers, maxConnsPerWorker int) int {
 	spare := int64(min(nofile, 1<<40)) - reservedDescriptors - descriptorsPerWorker*int64(workers)
 	n := max(spare-int64(workers)*int64(maxConnsPerWorker), spare/3)
-	return int(max(n, minMaxConnections))
+	return int(min(max(n, minMaxConnections), maxMaxConnections))
 }
 
 // openFileLimit is the process's descriptor limit (RLIMIT_NOFILE) as Go
@@ -139,6 +145,17 @@ func newConnBudget(max int, ms *metrics.Set, refusals *metrics.Counter) *connBud
 	b.evicted = ms.NewCounter(`pdlb_client_connections_evicted_total`)
 	b.refused = ms.NewCounter(`pdlb_client_connections_refused_total`)
 	return b
+}
+
+// concurrency is the fasthttp.Server's Concurrency for b: fasthttp refuses
+// connections beyond it, with a plain-text 503, before b could make room,
+// so a budget above fasthttp's default raises it. Zero, fasthttp's default,
+// otherwise.
+func (b *connBudget) concurrency() int {
+	if b.max > fasthttp.DefaultConcurrency && b.max < math.MaxInt {
+		return b.max
+	}
+	return 0
 }
 
 // admit counts c in, closing the silent or idle connection waiting longest

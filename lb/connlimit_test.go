@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
@@ -33,10 +34,10 @@ func TestDefaultMaxConnections(t *testing.T) {
 	f(4096, 2, 4096, (4096-64-16)/3)
 	// A limit too small for the reserve still admits a few.
 	f(64, 2, 4096, minMaxConnections)
-	// No overflow on a huge limit.
-	if got := defaultMaxConnections(1<<63, 2, 4096); got < 1<<39 {
-		t.Errorf("defaultMaxConnections(1<<63, ...) got %d; want about 1<<40", got)
-	}
+	// A container's million descriptors are not a million connections'
+	// memory.
+	f(1<<20, 2, 4096, maxMaxConnections)
+	f(1<<63, 2, 4096, maxMaxConnections) // no overflow
 }
 
 // waitConns waits until srv's budget counts open connections, silent of
@@ -250,4 +251,26 @@ func TestClosedConnectionsLeaveTheBudget(t *testing.T) {
 	waitConns(t, srv, 1, 0, 1)
 	_ = c.conn.Close()
 	waitConns(t, srv, 0, 0, 0)
+}
+
+// A budget above fasthttp's own bound on connections raises it: fasthttp
+// would refuse the connections beyond with a plain-text 503 before the
+// budget could make room for them.
+func TestBudgetRaisesFasthttpsConcurrency(t *testing.T) {
+	f := func(maxConns, want int) {
+		t.Helper()
+		cfg := defaultConfig()
+		cfg.MaxConnections = maxConns
+		srv, err := New(cfg, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := srv.srv.Concurrency; got != want {
+			t.Errorf("--max-connections %d: got Concurrency %d; want %d", maxConns, got, want)
+		}
+	}
+	f(100, 0) // fasthttp's default
+	f(fasthttp.DefaultConcurrency, 0)
+	f(fasthttp.DefaultConcurrency+1, fasthttp.DefaultConcurrency+1)
+	f(-1, 0) // no budget: fasthttp's bound is the only one
 }

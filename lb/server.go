@@ -174,6 +174,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		// for each request would go unused.
 		LazyRequestTime: true,
 		ConnState:       s.conns.track,
+		Concurrency:     s.conns.concurrency(),
 	}
 	return s, nil
 }
