@@ -52,6 +52,8 @@ type serveCmd struct {
 	ClientWriteTimeoutSecs int  `help:"Longest a write to a client may take, so a client that stops reading is let go." default:"60"`
 	ClientStallTimeoutSecs int  `help:"Longest a stream's write to its client may wait for the client to read (its socket buffers full); then the stream ends, both workers are told to abort it, and the connection is closed, so a client that stops reading holds no decode connection. At most --client-write-timeout-secs." default:"10"`
 	ClientReadTimeoutSecs  int  `help:"Longest reading a client's request may take, so a client that sends slowly is let go." default:"60"`
+	ClientIdleTimeoutSecs  int  `help:"Close a client's keep-alive connection after this long without a request." default:"90"`
+	MaxConnections         int  `help:"Most client connections open at once. Beyond, the one waiting longest for a request (none sent yet first, then keep-alive) is closed to make room, and while every one has a request under way a new one gets a 503. 0: derived from the descriptor limit (ulimit -n), less 64, 8 a worker and --max-conns-per-backend a worker, but at least a third of what the 64 and 8s leave, and at most 65536; below 0: no limit." default:"0"`
 	MaxHeaderSize          int  `help:"Largest request header accepted, in bytes; larger ones get a 431. A client connection holds a buffer this large while it reads a request." default:"4096"`
 	RetryMaxRetries        int  `help:"Attempts a request may get in all, as sglang_router counts them (0 and 1: no retry); each retry goes to a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"3"`
 	DisableRetries         bool `help:"Give every request a single attempt."`
@@ -112,6 +114,7 @@ func (c *serveCmd) Validate() error {
 		{"--stream-idle-timeout-secs", c.StreamIdleTimeoutSecs}, {"--client-write-timeout-secs", c.ClientWriteTimeoutSecs},
 		{"--client-stall-timeout-secs", c.ClientStallTimeoutSecs}, {"--max-aborts-per-second", c.MaxAbortsPerSecond},
 		{"--client-read-timeout-secs", c.ClientReadTimeoutSecs}, {"--max-header-size", c.MaxHeaderSize},
+		{"--client-idle-timeout-secs", c.ClientIdleTimeoutSecs},
 		{"--queue-timeout-secs", c.QueueTimeoutSecs}, {"--health-check-interval-secs", c.HealthCheckIntervalSecs},
 		{"--health-check-timeout-secs", c.HealthCheckTimeoutSecs}, {"--health-success-threshold", c.HealthSuccessThreshold},
 		{"--health-failure-threshold", c.HealthFailureThreshold}, {"--cb-failure-threshold", c.CbFailureThreshold},
@@ -255,6 +258,8 @@ func (c *serveCmd) config() (lb.Config, []string) {
 		ClientWriteTimeout:    time.Duration(c.ClientWriteTimeoutSecs) * time.Second,
 		ClientStallTimeout:    time.Duration(c.ClientStallTimeoutSecs) * time.Second,
 		ClientReadTimeout:     time.Duration(c.ClientReadTimeoutSecs) * time.Second,
+		ClientIdleTimeout:     time.Duration(c.ClientIdleTimeoutSecs) * time.Second,
+		MaxConnections:        c.MaxConnections,
 		MaxHeaderSize:         c.MaxHeaderSize,
 		MaxRetries:            attempts - 1,
 		DisableRetries:        c.DisableRetries || attempts == 1,

@@ -252,6 +252,32 @@ func TestParseNegativeValues(t *testing.T) {
 	}
 }
 
+// --max-connections and --client-idle-timeout-secs reach lb.Config (issue
+// 19): the budget is derived from the descriptor limit unless given, and
+// below zero there is none; the idle timeout must be positive.
+func TestParseConnectionFlags(t *testing.T) {
+	f := func(maxConns int, idle time.Duration, args ...string) {
+		t.Helper()
+		c, _, err := parse(t, append([]string{"--prefill", "http://p:1", "--decode", "http://d:1"}, args...)...)
+		if err != nil {
+			t.Fatalf("%q: %s", args, err)
+		}
+		if cfg, _ := c.Serve.config(); cfg.MaxConnections != maxConns || cfg.ClientIdleTimeout != idle {
+			t.Fatalf("%q: got max connections %d, idle timeout %s; want %d, %s", args, cfg.MaxConnections, cfg.ClientIdleTimeout, maxConns, idle)
+		}
+	}
+	f(0, 90*time.Second)
+	f(500, 15*time.Second, "--max-connections", "500", "--client-idle-timeout-secs", "15")
+	f(-1, 90*time.Second, "--max-connections", "-1")
+	t.Setenv("PDLB_MAX_CONNECTIONS", "2000")
+	t.Setenv("PDLB_CLIENT_IDLE_TIMEOUT_SECS", "5")
+	f(2000, 5*time.Second)
+	if _, _, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--client-idle-timeout-secs", "0"); err == nil ||
+		!strings.Contains(err.Error(), "--client-idle-timeout-secs") {
+		t.Fatalf("got %v; want an error naming --client-idle-timeout-secs", err)
+	}
+}
+
 // The list flags take several values from one environment variable, as
 // PDLB_PREFILL does: comma-separated.
 func TestParseListsFromTheEnvironment(t *testing.T) {

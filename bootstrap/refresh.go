@@ -38,7 +38,7 @@ func (r *Registry) refreshLocked(ctx context.Context, t *target) error {
 	f, err := r.fetch(ctx, t)
 	if err != nil {
 		t.failures.Inc()
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || r.cfg.Inconclusive != nil && r.cfg.Inconclusive(err) {
 			return err
 		}
 	}

@@ -77,6 +77,12 @@ type Config struct {
 	// not ready: RetryMin after the first failure, doubling up to RetryMax.
 	// Zero means DefaultRetryMin and DefaultRetryMax.
 	RetryMin, RetryMax time.Duration
+	// Inconclusive, if not nil, reports whether a refresh's error says
+	// nothing of the prefill: pdlb's own lack of file descriptors, say
+	// (lb passes health.OutOfResources). Such a refresh publishes nothing,
+	// as one cut short by its context does, so the prefill keeps its
+	// State. Nil means every failure counts.
+	Inconclusive func(error) bool
 	// OnChange, if not nil, is called after target i's first refresh and
 	// whenever its State got a new Generation, with that State, on the goroutine that refreshed it
 	// (Run's, or Refresh's caller). Calls for one target never overlap and
@@ -256,8 +262,9 @@ func (r *Registry) Snapshot() []*State {
 // Refresh refreshes target i once, synchronously: it learns the port if
 // needed, then fetches the parallel info and every rank address, and
 // publishes the resulting State. It returns the refresh's error, nil when
-// the target is ready. A refresh that fails because ctx ended publishes
-// nothing: it says nothing about the prefill. Refreshes of one target are
+// the target is ready. A refresh that fails because ctx ended, or
+// inconclusively (Config.Inconclusive), publishes nothing: it says nothing
+// about the prefill. Refreshes of one target are
 // serialised; a call in flight ends by ctx's deadline or Config.Timeout.
 func (r *Registry) Refresh(ctx context.Context, i int) error {
 	return r.refresh(ctx, r.targets[i])

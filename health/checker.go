@@ -223,7 +223,8 @@ func (c *Checker) LastError(i int) string {
 
 // Probes returns how many probes have succeeded and failed so far, summed
 // over all targets, for metrics. Probes cut short because the round's
-// context ended are not counted.
+// context ended, and those pdlb lacked the resources to send
+// (OutOfResources), are not counted.
 func (c *Checker) Probes() (ok, failed uint64) {
 	return c.ok.Load(), c.failed.Load()
 }
@@ -291,10 +292,16 @@ func (c *Checker) loop(ctx context.Context, tick <-chan time.Time) {
 	}
 }
 
-// check probes t once and applies the result unless ctx ended meanwhile.
+// check probes t once and applies the result unless ctx ended meanwhile,
+// or pdlb lacked the resources to send the probe (OutOfResources): either
+// way the result says nothing of t, whose state stays as it was.
 func (c *Checker) check(ctx context.Context, t *target) {
 	err := c.probe(ctx, t)
 	if ended(ctx) {
+		return
+	}
+	if OutOfResources(err) {
+		t.log.Warn().Err(err).Msg("cannot probe: pdlb is out of resources; the probe is not counted")
 		return
 	}
 	c.apply(t, err)

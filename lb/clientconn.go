@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"pdlb/health"
 )
 
 // A client that goes away while pdlb waits for a non-stream answer must not
@@ -26,9 +28,11 @@ const watchAfter = time.Second
 // that fails for want of resources (out of file descriptors, say, under a
 // flood of connections) is tried again after a pause, as Go's net/http
 // does: fasthttp would take it for the listener's end and stop serving.
+// Each is admitted into budget first, or refused (connlimit.go).
 type watchListener struct {
 	net.Listener
-	log *zerolog.Logger
+	log    *zerolog.Logger
+	budget *connBudget
 }
 
 func (l watchListener) Accept() (net.Conn, error) {
@@ -36,7 +40,12 @@ func (l watchListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
-			return newClientConn(c), nil
+			cc := newClientConn(c)
+			if l.budget.admit(cc) {
+				return cc, nil
+			}
+			l.budget.refuse(c)
+			continue
 		}
 		if !acceptMayRecover(err) {
 			return nil, err
@@ -51,12 +60,7 @@ func (l watchListener) Accept() (net.Conn, error) {
 // process or system ran out of descriptors or memory, or a client left
 // before it was accepted.
 func acceptMayRecover(err error) bool {
-	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
+	return health.OutOfResources(err) || errors.Is(err, syscall.ECONNABORTED)
 }
 
 // newClientConn wraps a connection pdlb accepted, as watchListener does.
@@ -109,6 +113,25 @@ type clientConn struct {
 	holdNext bool
 	held     *[]byte
 	pair     twoWrites
+
+	// budget is the connBudget that admitted the connection, nil for one
+	// made otherwise (tests). Its lock guards the rest: counted while the
+	// connection has its place in it; list is the budget's list the
+	// connection is on, if any, and prev and next its neighbours there.
+	budget     *connBudget
+	counted    bool
+	list       *connList
+	prev, next *clientConn
+}
+
+// Close closes the connection and gives its place in the budget back.
+// fasthttp closes each connection it served; pdlb closes some itself
+// before (dropClient, handleParseError), so Close may come twice.
+func (c *clientConn) Close() error {
+	if c.budget != nil {
+		c.budget.release(c)
+	}
+	return c.Conn.Close()
 }
 
 // fasthttp moves a keep-alive connection's read deadline twice a request:

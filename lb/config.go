@@ -170,6 +170,17 @@ type Config struct {
 	// ClientIdleTimeout closes client keep-alive connections idle this long.
 	// Zero means 90 s.
 	ClientIdleTimeout time.Duration
+	// MaxConnections bounds the client connections open at once, so that
+	// clients cannot take the descriptors pdlb needs for its workers
+	// (connlimit.go). At the bound, a connection that has sent nothing yet
+	// or waits for its next request is closed to make room, the one
+	// waiting longest first; with none, a new connection gets a 503 and is
+	// closed. Zero means derived from the process's descriptor limit
+	// (defaultMaxConnections): what is left after 64 descriptors, 8 a
+	// worker, and MaxConnsPerBackend a worker, but at least a third of
+	// what the 64 and 8s leave, and at most 65,536. Below zero, no bound
+	// but fasthttp's own (262,144, refused without a word of JSON).
+	MaxConnections int
 	// ClientReadTimeout bounds reading a client's request. Zero means 60 s.
 	ClientReadTimeout time.Duration
 	// MaxHeaderSize is the largest request header accepted; larger ones get

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 
 	"github.com/valyala/fasthttp"
+
+	"pdlb/health"
 )
 
 // reason says why pdlb answered with an error; it labels
@@ -34,6 +37,8 @@ const (
 	reasonInternal
 	reasonShutdown
 	reasonBodyMemory
+	reasonOutOfResources
+	reasonTooManyConnections
 	numReasons
 )
 
@@ -57,6 +62,8 @@ var reasonNames = [numReasons]string{
 	reasonInternal:           "internal",
 	reasonShutdown:           "shutdown",
 	reasonBodyMemory:         "body_memory",
+	reasonOutOfResources:     "out_of_resources",
+	reasonTooManyConnections: "too_many_connections",
 }
 
 func (r reason) String() string { return reasonNames[r] }
@@ -181,6 +188,12 @@ func classify(err error, role, addr string) (int, reason, string) {
 		return fasthttp.StatusServiceUnavailable, reasonShutdown, errShutdown.Error()
 	case errors.Is(err, errMarkedDown):
 		return fasthttp.StatusServiceUnavailable, reasonNoBackend, role + " backend " + addr + " " + err.Error()
+	case health.OutOfResources(err):
+		// pdlb's own shortage (a flood of client connections, say): a
+		// 502 would blame the worker, which was never asked.
+		return fasthttp.StatusServiceUnavailable, reasonOutOfResources,
+			"pdlb is out of resources (" + errnoText(err) + ") and could not call " + role + " backend " + addr +
+				", which is not at fault; retry shortly"
 	case isTimeout(err):
 		return fasthttp.StatusGatewayTimeout, reasonBackendTimeout,
 			"timed out waiting for " + role + " backend " + addr
@@ -197,4 +210,14 @@ func classify(err error, role, addr string) (int, reason, string) {
 	}
 	return fasthttp.StatusBadGateway, reasonBackendFailed,
 		role + " backend " + addr + " failed: " + err.Error()
+}
+
+// errnoText is the system's words for the errno err wraps ("too many open
+// files"), or err's own text without one.
+func errnoText(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	return err.Error()
 }

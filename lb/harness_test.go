@@ -44,6 +44,10 @@ type harness struct {
 	// connection pdlb dials to a worker.
 	wrapListener func(net.Listener) net.Listener
 	wrapWorker   func(addr string, c net.Conn) net.Conn
+	// dialFault, when set, is asked before each of pdlb's dials (worker
+	// calls, health probes, the bootstrap registry): a non-nil error fails
+	// the dial with it.
+	dialFault func(addr string) error
 	// tcpWorkers, set before start, has pdlb reach the workers over
 	// loopback TCP (bridgeDial), so that its worker connections are
 	// sockets, as in production. bridged holds the bridges' connections,
@@ -161,6 +165,15 @@ func (h *harness) startLogged(cfg Config, log zerolog.Logger) *Server {
 				return nil, err
 			}
 			return wrap(addr, c), nil
+		}
+	}
+	if fault := h.dialFault; fault != nil {
+		dial := cfg.Dial
+		cfg.Dial = func(addr string) (net.Conn, error) {
+			if err := fault(addr); err != nil {
+				return nil, err
+			}
+			return dial(addr)
 		}
 	}
 	srv, err := New(cfg, log)

@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bootstrap"
+	"pdlb/health"
 )
 
 // exchange is one attempt at answering a request: the bodies sent and the
@@ -399,11 +400,12 @@ func (c *call) end() {
 		// that never claimed the cache): give it a short last deadline.
 		c.peer.cancel.capRead(orphanPrefillGrace)
 	}
-	// A refused key is pdlb's fault, not the worker's; an abort a client
+	// A refused key is pdlb's fault, not the worker's, and so is a call
+	// pdlb lacked the descriptors to make (issue 19); an abort a client
 	// asked for (/abort_request), which SGLang answers as a failed KV
 	// transfer, is the client's.
 	own := c.cancel.err() == nil && !errors.Is(c.err, errGaveUp) && !errors.Is(c.err, errKeyRefused) &&
-		!c.x.abortedByClient.Load()
+		!c.x.abortedByClient.Load() && !health.OutOfResources(c.err)
 	switch status := c.resp.StatusCode(); {
 	case c.err == nil && status < fasthttp.StatusInternalServerError && c.broke == nil:
 		b.succeeded() // a 4xx too: the worker works, the request was wrong

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bootstrap"
+	"pdlb/health"
 )
 
 // clientRequest is a client's generate request across the attempts pdlb
@@ -323,6 +324,10 @@ func (x *exchange) retryOnFailure(decodeBody []byte) outcome {
 	}
 	var kind retryKind
 	switch {
+	case health.OutOfResources(c.err):
+		// pdlb's own shortage, which another worker would meet too: the
+		// client is told at once (classify), its worker not blamed.
+		return outcome{}
 	case c.err != nil && isUnreachable(c.err):
 		kind = retryUnreachable
 	case c.err != nil && retriable(c.err):

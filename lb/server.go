@@ -81,6 +81,8 @@ type Server struct {
 	admission      admission
 	// memory is the budget of request bodies held at once (body.go).
 	memory *bodyMemory
+	// conns bounds the client connections (connlimit.go).
+	conns *connBudget
 	// live counts exchanges not yet released, and the aborts they sent: a
 	// call may outlive the client's answer, and a drain waits for it. A
 	// counter, not a WaitGroup: warm-ups start during a drain, and a
@@ -157,6 +159,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	if err := s.buildPools(); err != nil {
 		return nil, err
 	}
+	s.conns = newConnBudget(s.connectionLimit(), s.ms, s.errorsByReason[reasonTooManyConnections])
 	s.buildRoutes()
 	s.buildRegistry(log)
 	s.buildChecker(log)
@@ -188,6 +191,8 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		// pdlb times requests with its own clock; fasthttp's reading of it
 		// for each request would go unused.
 		LazyRequestTime: true,
+		ConnState:       s.conns.track,
+		Concurrency:     s.conns.concurrency(),
 	}
 	return s, nil
 }
@@ -258,8 +263,8 @@ func (s *Server) Metrics() *metrics.Set { return s.ms }
 func (s *Server) Serve(ln net.Listener) error {
 	s.startOnce.Do(s.startBackground)
 	s.log.Info().Str("addr", ln.Addr().String()).Int("prefill", len(s.prefills.backends)).
-		Int("decode", len(s.decodes.backends)).Msg("serving")
-	return s.srv.Serve(watchListener{Listener: ln, log: &s.log})
+		Int("decode", len(s.decodes.backends)).Int("max_connections", s.conns.max).Msg("serving")
+	return s.srv.Serve(watchListener{Listener: ln, log: &s.log, budget: s.conns})
 }
 
 // ServeAdmin serves /metrics on ln (sglang_router's --prometheus-port),
@@ -331,6 +336,7 @@ func (s *Server) buildRegistry(log zerolog.Logger) {
 		Authorization:   s.workerAuthorization(),
 		APITLS:          s.cfg.WorkerTLS,
 		RefreshInterval: s.cfg.BootstrapRefresh,
+		Inconclusive:    health.OutOfResources, // pdlb's own shortage says nothing of a prefill (issue 19)
 		Metrics:         s.ms,
 		Log:             log.With().Str("component", "bootstrap").Logger(),
 		Now:             s.cfg.Now,

@@ -1,0 +1,276 @@
+package lb
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bench/fake"
+)
+
+func TestDefaultMaxConnections(t *testing.T) {
+	f := func(nofile uint64, workers, maxConnsPerWorker, want int) {
+		t.Helper()
+		if got := defaultMaxConnections(nofile, workers, maxConnsPerWorker); got != want {
+			t.Errorf("defaultMaxConnections(%d, %d, %d) got %d; want %d", nofile, workers, maxConnsPerWorker, got, want)
+		}
+	}
+	// Issue 19's limit, with two workers at the default 4096 connections
+	// each: 20000-64-16 spare, less the pools' 8192.
+	f(20000, 2, 4096, 11728)
+	// Sixteen workers could take more than the spare between them: a
+	// third is left for clients, two thirds for their worker connections.
+	f(20000, 16, 4096, (20000-64-8*16)/3)
+	// Small pools leave the rest to clients.
+	f(20000, 2, 16, 20000-64-16-32)
+	// Linux's usual hard limit, 4096 (soft 1024, which Go raises).
+	f(4096, 2, 4096, (4096-64-16)/3)
+	// A limit too small for the reserve still admits a few.
+	f(64, 2, 4096, minMaxConnections)
+	// A container's million descriptors are not a million connections'
+	// memory.
+	f(1<<20, 2, 4096, maxMaxConnections)
+	f(1<<63, 2, 4096, maxMaxConnections) // no overflow
+}
+
+// waitConns waits until srv's budget counts open connections, silent of
+// them having sent nothing yet and idle waiting between requests.
+func waitConns(t *testing.T, srv *Server, open, silent, idle int) {
+	t.Helper()
+	count := func(l *connList) (n int) {
+		for c := l.head; c != nil; c = c.next {
+			n++
+		}
+		return n
+	}
+	b := srv.conns
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		b.mu.Lock()
+		gotOpen, gotSilent, gotIdle := b.open, count(&b.silent), count(&b.idle)
+		b.mu.Unlock()
+		if gotOpen == open && gotSilent == silent && gotIdle == idle {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d connections open, %d silent, %d idle; want %d, %d, %d",
+				gotOpen, gotSilent, gotIdle, open, silent, idle)
+		}
+	}
+}
+
+// rawClient is a client connection to pdlb written and read by hand.
+type rawClient struct {
+	t    *testing.T
+	conn net.Conn
+	br   *bufio.Reader
+}
+
+func dialRaw(t *testing.T, dial func() (net.Conn, error)) *rawClient {
+	t.Helper()
+	conn, err := dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return &rawClient{t: t, conn: conn, br: bufio.NewReader(conn)}
+}
+
+func (c *rawClient) send(s string) {
+	c.t.Helper()
+	if _, err := io.WriteString(c.conn, s); err != nil {
+		c.t.Fatalf("cannot send: %s", err)
+	}
+}
+
+// answer reads the next response, failing the test if none comes in time.
+func (c *rawClient) answer() *fasthttp.Response {
+	c.t.Helper()
+	_ = c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp := &fasthttp.Response{}
+	if err := resp.Read(c.br); err != nil {
+		c.t.Fatalf("no answer: %s", err)
+	}
+	return resp
+}
+
+// get sends GET /liveness and wants its 200.
+func (c *rawClient) get() {
+	c.t.Helper()
+	c.send("GET /liveness HTTP/1.1\r\nHost: pdlb\r\n\r\n")
+	if resp := c.answer(); resp.StatusCode() != fasthttp.StatusOK {
+		c.t.Fatalf("got %d %s; want 200", resp.StatusCode(), resp.Body())
+	}
+}
+
+// waitClosed waits for pdlb to close the connection, with nothing more sent.
+func (c *rawClient) waitClosed() {
+	c.t.Helper()
+	_ = c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := c.br.Read(make([]byte, 1))
+	if n > 0 || isTimeout(err) || err == nil {
+		c.t.Fatalf("read %d bytes, %v; want the connection closed", n, err)
+	}
+}
+
+// At --max-connections, a new client is served in the place of a
+// connection waiting for a request: first one that has sent nothing since
+// it connected, else a keep-alive one between requests; among those, the
+// one waiting longest. Issue 19: 20,000 idle connections took every
+// descriptor, and other clients timed out.
+func TestIdleConnectionsMakeRoomOldestFirst(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		served []bool // per connection: has it made a request (idle), or none (silent)
+		closed int    // the one closed for the newcomer
+	}{
+		{"silent, silent", []bool{false, false}, 0},
+		{"idle, idle", []bool{true, true}, 0},
+		{"idle, then silent", []bool{true, false}, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.pair(fake.Config{}, fake.Config{})
+			cfg := defaultConfig()
+			cfg.MaxConnections = 2
+			srv := h.start(cfg)
+			var clients []*rawClient
+			silent, idle := 0, 0
+			for _, served := range tt.served {
+				c := dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") })
+				if served {
+					c.get()
+					idle++
+				} else {
+					silent++
+				}
+				waitConns(t, srv, len(clients)+1, silent, idle) // in this order
+				clients = append(clients, c)
+			}
+
+			if r := h.do(fasthttp.MethodGet, "/liveness", ""); r.status != fasthttp.StatusOK {
+				t.Fatalf("the new client got %d %s; want 200", r.status, r.body)
+			}
+			clients[tt.closed].waitClosed()
+			clients[1-tt.closed].get() // the other one is still served
+			if got := srv.conns.evicted.Get(); got != 1 {
+				t.Errorf("got %d connections evicted; want 1", got)
+			}
+			waitConns(t, srv, 2, 0, 2)
+		})
+	}
+}
+
+// At --max-connections with every connection busy with a request, a new
+// one is refused at once with a JSON 503, and closed; the busy ones are
+// not touched. A connection sending its header slowly (slowloris) is busy:
+// ClientReadTimeout, not the budget, lets it go.
+func TestNewConnectionIsRefusedWhenAllAreBusy(t *testing.T) {
+	for _, tcp := range []bool{false, true} {
+		name := "in memory"
+		if tcp {
+			name = "tcp"
+		}
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			h.pair(fake.Config{}, fake.Config{})
+			cfg := defaultConfig()
+			cfg.MaxConnections = 1
+			srv := h.start(cfg)
+			dial := func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }
+			if tcp {
+				addr := h.serveTCP(srv)
+				dial = func() (net.Conn, error) { return net.Dial("tcp", addr) }
+			}
+			busy := dialRaw(t, dial)
+			busy.send("GET /liveness HTTP/1.1\r\n") // the rest of its header later
+			waitConns(t, srv, 1, 0, 0)
+
+			refused := dialRaw(t, dial)
+			// It may be refused and closed before its request is sent: a
+			// write error is no failure.
+			_, _ = io.WriteString(refused.conn, "GET /liveness HTTP/1.1\r\nHost: pdlb\r\n\r\n")
+			resp := refused.answer()
+			msg := gjson.GetBytes(resp.Body(), "error.message").String()
+			if resp.StatusCode() != fasthttp.StatusServiceUnavailable || !resp.ConnectionClose() ||
+				string(resp.Header.Peek("Retry-After")) != "1" || string(resp.Header.ContentType()) != "application/json" ||
+				gjson.GetBytes(resp.Body(), "error.code").Int() != fasthttp.StatusServiceUnavailable ||
+				!strings.Contains(msg, "--max-connections") {
+				t.Fatalf("got %d %s\n%s; want a JSON 503 naming --max-connections, closing", resp.StatusCode(), resp.Body(), &resp.Header)
+			}
+			refused.waitClosed()
+
+			busy.send("Host: pdlb\r\n\r\n")
+			if resp := busy.answer(); resp.StatusCode() != fasthttp.StatusOK {
+				t.Fatalf("the busy connection got %d %s; want 200", resp.StatusCode(), resp.Body())
+			}
+			b := srv.conns
+			if b.refused.Get() != 1 || b.evicted.Get() != 0 || srv.errorsByReason[reasonTooManyConnections].Get() != 1 {
+				t.Errorf("got %d refused, %d evicted, %d too_many_connections errors; want 1, 0, 1",
+					b.refused.Get(), b.evicted.Get(), srv.errorsByReason[reasonTooManyConnections].Get())
+			}
+			waitConns(t, srv, 1, 0, 1)
+		})
+	}
+}
+
+// A keep-alive connection is closed after ClientIdleTimeout without a
+// request, over TCP, where clientConn arms the socket's read deadline
+// lazily (SetReadDeadline records it, the next read gives it to the
+// socket): the deadline fasthttp sets for the idle wait must reach the
+// socket. ClientReadTimeout is far longer, so only the idle timeout can
+// close it in time.
+func TestIdleKeepAliveConnectionIsClosed(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	cfg := defaultConfig()
+	cfg.ClientIdleTimeout = 200 * time.Millisecond
+	cfg.ClientReadTimeout = time.Hour
+	srv := h.start(cfg)
+	addr := h.serveTCP(srv)
+	c := dialRaw(t, func() (net.Conn, error) { return net.Dial("tcp", addr) })
+	c.get()
+	c.waitClosed()
+	waitConns(t, srv, 0, 0, 0) // its place given back
+}
+
+// A client that left leaves no place taken: each connection's Close gives
+// its place back, whoever closes it first.
+func TestClosedConnectionsLeaveTheBudget(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	srv := h.start(defaultConfig())
+	c := dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") })
+	c.get()
+	waitConns(t, srv, 1, 0, 1)
+	_ = c.conn.Close()
+	waitConns(t, srv, 0, 0, 0)
+}
+
+// A budget above fasthttp's own bound on connections raises it: fasthttp
+// would refuse the connections beyond with a plain-text 503 before the
+// budget could make room for them.
+func TestBudgetRaisesFasthttpsConcurrency(t *testing.T) {
+	f := func(maxConns, want int) {
+		t.Helper()
+		cfg := defaultConfig()
+		cfg.MaxConnections = maxConns
+		srv, err := New(cfg, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := srv.srv.Concurrency; got != want {
+			t.Errorf("--max-connections %d: got Concurrency %d; want %d", maxConns, got, want)
+		}
+	}
+	f(100, 0) // fasthttp's default
+	f(fasthttp.DefaultConcurrency, 0)
+	f(fasthttp.DefaultConcurrency+1, fasthttp.DefaultConcurrency+1)
+	f(-1, 0) // no budget: fasthttp's bound is the only one
+}
