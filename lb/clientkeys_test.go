@@ -6,9 +6,11 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
@@ -207,4 +209,67 @@ func TestRoutingKeysReadAsWorkersRead(t *testing.T) {
 			t.Fatalf("got %d %s; want pdlb's 400 for a rank out of range", r.status, r.body)
 		}
 	})
+}
+
+// When pdlb cancels a leg, it aborts the request the worker runs: the rid
+// the worker reads, the last duplicate of the decoded key, not the first
+// that a path lookup finds.
+func TestAbortNamesTheRIDTheWorkerRuns(t *testing.T) {
+	h := newHarness(t)
+	var served atomic.Int32
+	decodeHasIt := make(chan struct{}, 1)
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+		<-decodeHasIt // fail only once the decode works on the request
+		failing(&served, fasthttp.StatusServiceUnavailable, `{}`)(ctx)
+	})
+	var aborts bodies
+	h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second,
+		OnRequest: func(path string, body []byte) {
+			switch path {
+			case "/generate":
+				decodeHasIt <- struct{}{}
+			case "/abort_request":
+				aborts.record(path, body)
+			}
+		}})
+	cfg := defaultConfig()
+	cfg.DisableRetries = true
+	srv := h.start(cfg)
+	if r := h.post("/generate", `{"text": "a", "rid": "decoy", "r\u0069d": "req-7"}`); r.status != fasthttp.StatusServiceUnavailable {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	waitIdle(t, srv) // includes the abort
+	v, err := fake.LoadJSON(aborts.only(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rid := string(v.GetStringBytes("rid")); rid != "req-7" {
+		t.Fatalf("pdlb aborted rid %q; want req-7, the request the decode runs", rid)
+	}
+	waitFor(t, "the decode to drop the aborted request", func() bool { return h.decode.Stats().InFlight == 0 })
+}
+
+// An /abort_request marks the exchanges whose rid it names as the workers
+// read both bodies, so that the one they abort is not retried, and no
+// other loses its retries.
+func TestMarkAbortedReadsAsWorkersRead(t *testing.T) {
+	srv, err := New(defaultConfig(), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := func(sent, abort string, want bool) {
+		t.Helper()
+		x := &exchange{body: []byte(sent)}
+		srv.flight = []*exchange{x}
+		srv.markAborted([]byte(abort))
+		if got := x.abortedByClient.Load(); got != want {
+			t.Fatalf("an exchange that sent %s, after /abort_request %s: got marked %v; want %v", sent, abort, got, want)
+		}
+	}
+	f(`{"text": "a", "rid": "decoy", "r\u0069d": "real"}`, `{"rid": "real"}`, true)
+	f(`{"text": "a", "rid": "decoy", "r\u0069d": "real"}`, `{"rid": "decoy"}`, false)
+	f(`{"text": "a", "rid": "real"}`, `{"rid": "real", "rid": "other"}`, false)
+	f(`{"text": "a", "rid": "real"}`, `{"rid": "other", "r\u0069d": "real"}`, true)
+	f(`{"text": "a", "rid": "real"}`, `{"abort_all": true, "abort\u005fall": false}`, false)
+	f(`{"text": "a", "rid": "real"}`, `{"abort_all": false, "abort\u005fall": true}`, true)
 }
