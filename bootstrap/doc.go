@@ -9,7 +9,11 @@
 // never decoded into maps: Parse scans the top-level members in place and
 // Append splices the new members into a copy of the body, so every byte the
 // client sent (number spellings, escapes, whitespace, member order) reaches
-// the workers unchanged, and a typical request costs no allocations.
+// the workers unchanged, and a typical request costs no allocations. Keys
+// are compared as the workers' json.loads decodes them, the last duplicate
+// winning, so that a client cannot show pdlb one request and the workers
+// another; the fields that steer a KV transfer are pdlb's alone, which
+// Append writes and Strip removes, under any spelling of the client's.
 //
 // A typical request path:
 //

@@ -53,13 +53,17 @@ type DPRank struct {
 // bootstrap_room set from f, and returns the extended slice. It allocates
 // only when dst lacks capacity, and keeps neither dst nor body.
 //
-// Every top-level member whose key is byte-for-byte one of the three names
-// is dropped, together with the one comma (and the whitespace beside it) that
-// separated it from a neighbour. The three fields are written right after
-// the last remaining member, before any whitespace that precedes the closing
-// brace, so each appears once and last. Nested members of those names are
-// left alone. Every other byte of body is copied as it is: number spellings,
-// escapes, whitespace and member order reach the workers unchanged.
+// Every top-level member that names a field pdlb owns is dropped, together
+// with the one comma (and the whitespace beside it) that separated it from a
+// neighbour: the three bootstrap fields and do_local_prefill always, the
+// DP-rank fields when f sets them. Keys are compared as the workers'
+// json.loads decodes them, so "bootstrap\u005fhost" goes too, and every
+// duplicate goes: the fields pdlb writes are then the only ones a worker
+// sees, under any spelling. They are written right after the last remaining
+// member, before any whitespace that precedes the closing brace. Nested
+// members of those names are left alone. Every other byte of body is copied
+// as it is: number spellings, escapes, whitespace and member order reach
+// the workers unchanged.
 //
 // Append checks the structure of the object but not its scalars: validate
 // untrusted bodies with Parse first. It fails, returning dst at its original
@@ -81,6 +85,22 @@ func Append(dst, body []byte, f Fields) ([]byte, error) {
 		dst = append(dst, ',')
 	}
 	dst = f.appendTo(dst)
+	return append(dst, body[rest:]...), nil
+}
+
+// Strip appends body to dst without the members that steer a KV transfer,
+// bootstrap_host, bootstrap_port, bootstrap_room and do_local_prefill,
+// compared and dropped as Append does, and returns the extended slice. It is
+// for a body that goes to a worker outside PD, which pdlb gives no room: the
+// client must not choose one for it either. Every other byte is copied as it
+// is. It allocates only when dst lacks capacity, keeps neither dst nor body,
+// and fails as Append does, returning dst at its original length.
+func Strip(dst, body []byte) ([]byte, error) {
+	n := len(dst)
+	dst, rest, _, err := appendOthers(dst, body, Fields{})
+	if err != nil {
+		return dst[:n], fmt.Errorf("cannot strip bootstrap fields: %w", err)
+	}
 	return append(dst, body[rest:]...), nil
 }
 
@@ -120,8 +140,12 @@ func appendOthers(dst, body []byte, f Fields) ([]byte, int, bool, error) {
 		if prev < 0 {
 			dst = append(dst, body[:m.start]...)
 		}
+		k := fieldNamed(m.key)
+		if m.escaped {
+			k = escapedField(m.key)
+		}
 		switch {
-		case f.replaces(m.key):
+		case f.replaces(k):
 			// Dropped with the separator before it. A leading member has
 			// none, and the next kept member then leaves out its own.
 		case kept:
@@ -132,7 +156,7 @@ func appendOthers(dst, body []byte, f Fields) ([]byte, int, bool, error) {
 		}
 		prev = m.end
 		if f.Batch {
-			switch fieldOf(m.key) {
+			switch k {
 			case fieldText:
 				text = m.value
 			case fieldInputIDs:
@@ -156,29 +180,20 @@ func appendOthers(dst, body []byte, f Fields) ([]byte, int, bool, error) {
 	return dst, prev, kept, nil
 }
 
-// isBootstrapKey compares raw bytes on purpose: a key spelled with escapes
-// is kept, and the worker's json.loads, where the last duplicate wins, still
-// reads pdlb's member because Append writes it last.
-func isBootstrapKey(key []byte) bool {
-	switch string(key) {
-	case "bootstrap_host", "bootstrap_port", "bootstrap_room":
+// replaces reports whether the client's member k must go because pdlb owns
+// the field: it writes its own, or, for do_local_prefill, decides alone
+// whether a decode prefills (a marked request sent in PD mode would leave its
+// prefill holding the KV cache for a decode that never fetches it).
+func (f *Fields) replaces(k field) bool {
+	switch k {
+	case fieldBootstrapHost, fieldBootstrapPort, fieldBootstrapRoom, fieldLocalPrefill:
 		return true
+	case fieldPrefillDPRank:
+		return f.PrefillDPRank.Set
+	case fieldRoutedDPRank, fieldDataParallelRank:
+		return f.RoutedDPRank.Set
 	}
 	return false
-}
-
-// replaces reports whether Append writes its own member for key, so the
-// client's must go. Keys compare as raw bytes, as in isBootstrapKey.
-func (f *Fields) replaces(key []byte) bool {
-	switch string(key) {
-	case "disagg_prefill_dp_rank":
-		return f.PrefillDPRank.Set
-	case "routed_dp_rank", "data_parallel_rank":
-		return f.RoutedDPRank.Set
-	case "do_local_prefill":
-		return f.LocalPrefill
-	}
-	return isBootstrapKey(key)
 }
 
 func (f *Fields) appendTo(dst []byte) []byte {

@@ -71,10 +71,18 @@ func TestAppend(t *testing.T) {
 	f(`{"a":"caf\u00e9 ☕ \ud83d\ude00","b":"\"bootstrap_room\":1","c\"d":"\\","e":"\/"}`, one,
 		`{"a":"caf\u00e9 ☕ \ud83d\ude00","b":"\"bootstrap_room\":1","c\"d":"\\","e":"\/",`+add+`}`)
 
-	// A key spelled with escapes is not byte-equal to "bootstrap_room", so it
-	// stays. The worker's json.loads decodes both to "bootstrap_room" and
-	// keeps the last, which is pdlb's.
-	f(`{"bootstrap\u005froom":1}`, one, `{"bootstrap\u005froom":1,`+add+`}`)
+	// Keys compare as the worker's json.loads decodes them (issue 19): a
+	// client's field goes under any spelling, every duplicate with it.
+	f(`{"bootstrap\u005froom":1}`, one, `{`+add+`}`)
+	f(`{"a":1,"bootstrap\u005fhost":"evil","b":2}`, one, `{"a":1,"b":2,`+add+`}`)
+	f(`{"\u0062\u006f\u006f\u0074\u0073\u0074\u0072\u0061\u0070\u005f\u0070\u006f\u0072\u0074":1}`, one, `{`+add+`}`)
+	f(`{"bootstrap\u005Froom":1,"bootstrap_room":2,"bootstr\u0061p_room":4,"a":0}`, one, `{"a":0,`+add+`}`)
+	// Keys that decode to other names stay.
+	f(`{"bootstrap_room\u0000":1,"bootstrap\u00e9room":2,"bootstrap\nroom":3,"bootstrap_roo":4,"bootstrap\/room":5}`, one,
+		`{"bootstrap_room\u0000":1,"bootstrap\u00e9room":2,"bootstrap\nroom":3,"bootstrap_roo":4,"bootstrap\/room":5,`+add+`}`)
+	// A client's do_local_prefill would have the decode prefill by itself
+	// while the prefill waits for it in vain: pdlb decides that alone.
+	f(`{"do_local_prefill":true,"a":1,"do\u005flocal_prefill":1}`, one, `{"a":1,`+add+`}`)
 
 	// Ports and hosts.
 	f(`{}`, Fields{Host: "h", Port: 0, Rooms: []uint64{1}}, `{"bootstrap_host":"h","bootstrap_port":null,"bootstrap_room":1}`)
@@ -146,16 +154,22 @@ func TestAppendError(t *testing.T) {
 	f(`{"text":[1 2]}`, Fields{Host: "h", Rooms: []uint64{1}, Batch: true}, "expected ',' or ']'")
 }
 
-// TestAppendDecodes checks Append against encoding/json on every seed body:
-// the output decodes to the input plus the three fields.
+// TestAppendDecodes checks Append and Strip on every seed body, on each of
+// pdlb's paths, against what a worker reads (checkSent).
 func TestAppendDecodes(t *testing.T) {
-	f := func(body string, fields Fields) {
+	f := func(body string, fields *Fields) {
 		t.Helper()
-		out, err := Append(nil, []byte(body), fields)
+		var out []byte
+		var err error
+		if fields == nil {
+			out, err = Strip(nil, []byte(body))
+		} else {
+			out, err = Append(nil, []byte(body), *fields)
+		}
 		if err != nil {
 			t.Fatalf("Append(%q): unexpected error: %s", body, err)
 		}
-		checkAppended(t, []byte(body), out, fields)
+		checkSent(t, []byte(body), out, fields)
 	}
 	hosts := []string{"10.0.0.5", "[fe80::1]", "prefill-0.svc", "", "q\"\\\x00\xff☕"}
 	for i, body := range seedBodies {
@@ -164,14 +178,19 @@ func TestAppendDecodes(t *testing.T) {
 			continue
 		}
 		fields := Fields{Host: hosts[i%len(hosts)], Port: i % 3 * 8998, Rooms: []uint64{uint64(i) * 1e17}}
-		f(body, fields)
+		f(body, &fields)
+		ranked := fields
+		ranked.PrefillDPRank, ranked.RoutedDPRank = DPRank{Set: true, Rank: i % 4}, DPRank{Set: true, Rank: i % 3}
+		f(body, &ranked)
+		f(body, &Fields{LocalPrefill: true})
+		f(body, nil)
 		if r.Batch >= 0 {
 			fields.Batch = true
 			fields.Rooms = make([]uint64, r.Batch)
 			for j := range fields.Rooms {
 				fields.Rooms[j] = MaxRoom - uint64(j)
 			}
-			f(body, fields)
+			f(body, &fields)
 		}
 	}
 }
@@ -195,6 +214,7 @@ func TestAppendAllocs(t *testing.T) {
 	f(generateBody, Fields{Host: "[fe80::1]", Rooms: []uint64{NewRoom()}})
 	f(batchBody, Fields{Host: "h", Port: 1, Rooms: []uint64{1, 2, 3}, Batch: true})
 	f(`{"bootstrap_room":1,"a":"caf\u00e9","bootstrap_host":"x"}`, Fields{Host: "h\"é", Rooms: []uint64{1}})
+	f(`{"bootstrap\u005froom":1,"str\u0065am":true,"do\u005flocal_prefill":1}`, Fields{Host: "h", Rooms: []uint64{1}})
 }
 
 func TestAppendDst(t *testing.T) {
@@ -331,6 +351,10 @@ func TestAppendDPRanks(t *testing.T) {
 	f(`{"routed_dp_rank":1,"text":"a"}`, decode, `{"routed_dp_rank":1,"text":"a",`+add+`,"disagg_prefill_dp_rank":0}`)
 	// Nested members of those names are not touched.
 	f(`{"x":{"routed_dp_rank":1}}`, prefill, `{"x":{"routed_dp_rank":1},`+add+`,"disagg_prefill_dp_rank":0,"routed_dp_rank":0}`)
+	// Replaced under any spelling, as the worker decodes keys (issue 19).
+	f(`{"disagg\u005fprefill\u005fdp\u005frank":2,"routed\u005fdp_rank":1,"data_parallel\u005frank":1,"text":"a"}`, prefill,
+		`{"text":"a",`+add+`,"disagg_prefill_dp_rank":0,"routed_dp_rank":0}`)
+	f(`{"routed\u005fdp_rank":1,"disagg\u005fprefill\u005fdp\u005frank":2}`, decode, `{"routed\u005fdp_rank":1,`+add+`,"disagg_prefill_dp_rank":0}`)
 }
 
 func TestAppendLocalPrefill(t *testing.T) {
@@ -349,4 +373,43 @@ func TestAppendLocalPrefill(t *testing.T) {
 	// No bootstrap field may reach the decode, and the flag appears once.
 	f(`{"bootstrap_room": 1, "text": ["a", "b"], "do_local_prefill": false, "bootstrap_host": "h"}`,
 		`{"text": ["a", "b"],"do_local_prefill":true}`)
+	// Under any spelling (issue 19): an escaped bootstrap_host once reached
+	// a decode on this path and pointed its KV handshake at the client's
+	// address.
+	f(`{"bootstrap\u005fhost": "evil", "text": "a", "bootstrap\u005fport": 1, "\u0062ootstrap_room": 7, "do\u005flocal\u005fprefill": false}`,
+		`{"text": "a","do_local_prefill":true}`)
+}
+
+func TestStrip(t *testing.T) {
+	f := func(body, want string) {
+		t.Helper()
+		got, err := Strip([]byte("dst"), []byte(body))
+		if err != nil {
+			t.Fatalf("Strip(%q): unexpected error: %s", body, err)
+		}
+		if string(got) != "dst"+want {
+			t.Fatalf("Strip(%q):\ngot  %q\nwant %q", body, got, "dst"+want)
+		}
+	}
+	f(`{}`, `{}`)
+	f(`{"text": "a", "x": 1.50}`, `{"text": "a", "x": 1.50}`)
+	f(`{"bootstrap_room": 1}`, `{}`)
+	f(`{ "a" : 1 , "bootstrap_port" : 2 }`, `{ "a" : 1 }`)
+	f(`{"bootstrap_host": "h", "a": 1, "bootstrap_room": 2, "b": 2, "do_local_prefill": true}`, `{"a": 1, "b": 2}`)
+	// Under any spelling, every duplicate.
+	f(`{"bootstrap\u005fhost": "evil", "text": "a", "bootstrap\u005Fport": 1, "\u0062ootstrap_room": 7, "bootstrap_room": 8, "do\u005flocal\u005fprefill": true}`,
+		`{"text": "a"}`)
+	// The DP ranks, nested members and other names are the client's.
+	f(`{"routed_dp_rank": 1, "disagg_prefill_dp_rank": 0, "sampling_params": {"bootstrap_room": 5}, "bootstrap\/room": 1}`,
+		`{"routed_dp_rank": 1, "disagg_prefill_dp_rank": 0, "sampling_params": {"bootstrap_room": 5}, "bootstrap\/room": 1}`)
+
+	got, err := Strip([]byte("dst"), []byte(`{"bootstrap_room": 1`))
+	if err == nil || string(got) != "dst" || !strings.HasPrefix(err.Error(), "cannot strip bootstrap fields: ") {
+		t.Fatalf("Strip of a truncated body: got %q, %v; want dst unchanged and an error", got, err)
+	}
+	body := []byte(`{"bootstrap\u005fhost": "evil", "text": "a"}`)
+	dst := make([]byte, 0, len(body))
+	if n := testing.AllocsPerRun(100, func() { dst, _ = Strip(dst[:0], body) }); n != 0 {
+		t.Fatalf("Strip: got %v allocs; want 0", n)
+	}
 }

@@ -42,6 +42,13 @@ type Request struct {
 	// data_parallel_rank, under the same rules.
 	RoutedDPRank DPRank
 
+	// HasKVFields is true when the body has a top-level member that steers
+	// the KV transfer, bootstrap_host, bootstrap_port, bootstrap_room or
+	// do_local_prefill, under any spelling of its key. pdlb owns these
+	// fields: Append replaces them and Strip removes them, so a body
+	// without any may be forwarded as it is.
+	HasKVFields bool
+
 	// PromptTokens estimates the prompt's length in tokens without a
 	// tokenizer: the number of token ids when the prompt is given as ids
 	// (input_ids, or an OpenAI prompt list of ids), else one token per four
@@ -160,7 +167,11 @@ func scanRequest(body []byte) (Request, rawRanks, error) {
 		if !ok {
 			break
 		}
-		switch fieldOf(m.key) {
+		k := fieldNamed(m.key)
+		if m.escaped {
+			k = escapedField(m.key)
+		}
+		switch k {
 		case fieldText:
 			text = m.value
 		case fieldInputIDs:
@@ -182,6 +193,8 @@ func scanRequest(body []byte) (Request, rawRanks, error) {
 			prompt = m.value
 		case fieldMessages:
 			messages = m.value
+		case fieldBootstrapHost, fieldBootstrapPort, fieldBootstrapRoom, fieldLocalPrefill:
+			r.HasKVFields = true
 		}
 	}
 	if r.Batch, err = batchSize(text, inputIDs); err != nil || r.Batch >= 0 {
@@ -321,22 +334,40 @@ const (
 	fieldDataParallelRank
 	fieldPrompt
 	fieldMessages
+	// The fields that steer the KV transfer, which pdlb owns (Append,
+	// Strip).
+	fieldBootstrapHost
+	fieldBootstrapPort
+	fieldBootstrapRoom
+	fieldLocalPrefill
 )
 
-// maxFieldLen is the length of the longest key fieldOf recognises.
+// maxFieldLen is the length of the longest key fieldNamed recognises.
 const maxFieldLen = len("disagg_prefill_dp_rank")
 
-// fieldOf identifies a raw key. A key spelled with escapes ("str\u0065am")
-// is decoded first, because that is the key the worker's json.loads sees.
-func fieldOf(key []byte) field {
+// escapedField identifies a raw key that holds escapes (member.escaped),
+// decoded as the worker's json.loads decodes it ("str\u0065am" is
+// "stream"). A field compared by its raw bytes would let a client show pdlb
+// one value and the worker another: "bootstrap\u005fhost" once reached a
+// decode past pdlb and pointed its KV handshake at an address of the
+// client's choice. A key without escapes goes to fieldNamed as it is, which
+// callers inline:
+//
+//	k := fieldNamed(m.key)
+//	if m.escaped {
+//		k = escapedField(m.key)
+//	}
+func escapedField(key []byte) field {
 	var buf [maxFieldLen]byte
-	if bytes.IndexByte(key, '\\') >= 0 {
-		n, ok := unescapeASCII(&buf, key)
-		if !ok {
-			return fieldOther
-		}
-		key = buf[:n]
+	n, ok := unescapeASCII(&buf, key)
+	if !ok {
+		return fieldOther
 	}
+	return fieldNamed(buf[:n])
+}
+
+// fieldNamed identifies a decoded key.
+func fieldNamed(key []byte) field {
 	switch string(key) {
 	case "text":
 		return fieldText
@@ -358,13 +389,21 @@ func fieldOf(key []byte) field {
 		return fieldPrompt
 	case "messages":
 		return fieldMessages
+	case "bootstrap_host":
+		return fieldBootstrapHost
+	case "bootstrap_port":
+		return fieldBootstrapPort
+	case "bootstrap_room":
+		return fieldBootstrapRoom
+	case "do_local_prefill":
+		return fieldLocalPrefill
 	}
 	return fieldOther
 }
 
 // unescapeASCII decodes the raw key into buf and returns its length. It gives
 // up (false) on anything that cannot decode to one of the printable ASCII
-// names fieldOf looks for, or that is longer than buf.
+// names fieldNamed looks for, or that is longer than buf.
 func unescapeASCII(buf *[maxFieldLen]byte, raw []byte) (int, bool) {
 	n := 0
 	for i := 0; i < len(raw); i++ {

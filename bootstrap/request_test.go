@@ -48,6 +48,14 @@ func TestParse(t *testing.T) {
 	f(`{"t\u0065xt":["a"]}`, Request{Batch: 1})
 	f(`{"t\u00e9xt":["a"],"te\nxt":["a"],"text\"":["a"],"text\\":["a"]}`, scalar)
 
+	// The fields pdlb owns, under any spelling (Append, Strip).
+	kv := Request{Batch: -1, HasKVFields: true}
+	f(`{"bootstrap_room":1}`, kv)
+	f(`{"bootstrap\u005fhost":"evil"}`, kv)
+	f(`{"\u0062ootstrap_port":null}`, kv)
+	f(`{"do\u005flocal_prefill":false}`, kv)
+	f(`{"bootstrap":1,"bootstrap_roomx":1,"bootstrap\/room":1,"sampling_params":{"bootstrap_room":1}}`, scalar)
+
 	// Strings may hide anything.
 	f(`{"a":"{[\"\\","stream":"false"}`, Request{Batch: -1, Stream: true})
 	f(`{"a":"caf\u00e9 ☕ \ud83d\ude00","b":"\\\\"}`, scalar)

@@ -25,6 +25,9 @@ type member struct {
 	value []byte // raw value
 	start int    // offset of the key's opening quote
 	end   int    // offset just past the value
+	// escaped is true when key holds an escape: only then may key differ
+	// from the key a worker's json.loads decodes (see escapedField).
+	escaped bool
 }
 
 // members walks the top-level members of a JSON object in place without
@@ -74,7 +77,7 @@ func (ms *members) next() (member, bool, error) {
 	if i == len(b) || b[i] != '"' {
 		return member{}, false, fmt.Errorf("expected a key at offset %d", i)
 	}
-	k, err := skipString(b, i)
+	k, escaped, err := skipKey(b, i)
 	if err != nil {
 		return member{}, false, err
 	}
@@ -89,7 +92,7 @@ func (ms *members) next() (member, bool, error) {
 	}
 	ms.i = e
 	ms.n++
-	return member{key: b[i+1 : k-1], value: b[v:e], start: i, end: e}, true, nil
+	return member{key: b[i+1 : k-1], value: b[v:e], start: i, end: e, escaped: escaped}, true, nil
 }
 
 func skipSpace(b []byte, i int) int {
@@ -99,6 +102,28 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
+// skipKey is skipString for a key, which also reports whether the key holds
+// an escape. Keys are short: one byte loop finds both, and the common key,
+// without escapes, is then compared as it is, at no further cost.
+func skipKey(b []byte, i int) (end int, escaped bool, err error) {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			return j + 1, escaped, nil
+		case '\\':
+			escaped = true
+			j++ // the escaped byte, which may be a quote
+		}
+	}
+	return 0, false, unterminated(i)
+}
+
+// unterminated is the error for a string whose opening quote is at offset i
+// and whose closing one is missing.
+func unterminated(i int) error {
+	return fmt.Errorf("unterminated string at offset %d", i)
+}
+
 // skipString returns the offset just past the string whose opening quote is
 // at b[i].
 func skipString(b []byte, i int) (int, error) {
@@ -106,7 +131,7 @@ func skipString(b []byte, i int) (int, error) {
 	for {
 		k := bytes.IndexByte(b[j:], '"')
 		if k < 0 {
-			return 0, fmt.Errorf("unterminated string at offset %d", i)
+			return 0, unterminated(i)
 		}
 		j += k
 		// The quote is escaped when an odd number of backslashes precede it.

@@ -96,11 +96,7 @@ func (s *Server) serveDecodeOnly(q *clientRequest, why decodeOnly) {
 		// A decode that refuses local prefill is worth another attempt
 		// only where there is another place to go.
 		x.mayRetry = attempt < s.cfg.MaxRetries && (!local || len(s.fallbacks.backends) > 0)
-		if local {
-			x.body = mustAppend(x.body[:0], q.body, bootstrap.Fields{LocalPrefill: true})
-		} else {
-			x.body = append(x.body[:0], q.body...)
-		}
+		x.body = decodeOnlyBody(x.body[:0], q, local)
 		x.decode.prepare(q.ctx, b, x.body, q.deadline, q.id)
 		out := x.serve(q)
 		switch out.retry {
@@ -113,6 +109,26 @@ func (s *Server) serveDecodeOnly(q *clientRequest, why decodeOnly) {
 			q.remember(out)
 		}
 	}
+}
+
+// decodeOnlyBody appends to dst the body q sends without remote prefill: on
+// a decode, marked for local prefill; on a fallback worker, the client's.
+// Either way without the fields that steer a KV transfer, under any
+// spelling (issue 19): a decode given a client's bootstrap_host would
+// fetch its KV from wherever the client said, and fail for everyone once
+// that address failed its heartbeats.
+func decodeOnlyBody(dst []byte, q *clientRequest, local bool) []byte {
+	if local {
+		return mustAppend(dst, q.body, bootstrap.Fields{LocalPrefill: true})
+	}
+	if !q.info.HasKVFields {
+		return append(dst, q.body...)
+	}
+	out, err := bootstrap.Strip(dst, q.body)
+	if err != nil {
+		panic("BUG: cannot strip bootstrap fields from a parsed body: " + err.Error())
+	}
+	return out
 }
 
 // pickDecodeOnly chooses where a decode-only request goes: a decode that

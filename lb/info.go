@@ -464,8 +464,10 @@ func (s *Server) serveBootstrap(ctx *fasthttp.RequestCtx) {
 // aborted mid-transfer answers with a KV transfer failure, which would
 // otherwise be retried on a fresh pair, undoing the abort.
 func (s *Server) markAborted(body []byte) {
-	all := gjson.GetBytes(body, "abort_all").Bool()
-	rid := gjson.GetBytes(body, "rid")
+	// Read as the workers read the body they are forwarded, so that the
+	// exchanges marked are those the workers abort.
+	all := gjson.ParseBytes(bootstrap.Member(body, "abort_all")).Bool()
+	rid := gjson.ParseBytes(bootstrap.Member(body, "rid"))
 	if !all && rid.Type != gjson.String {
 		return
 	}

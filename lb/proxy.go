@@ -450,9 +450,10 @@ func (c *call) abort(reason error) {
 }
 
 // eachRID calls f with the rid a request body names, or each of a batch's,
-// until f returns false.
+// until f returns false. The rid is read as the workers read it
+// (bootstrap.Member), so that an abort names the request they run.
 func eachRID(body []byte, f func(rid string) bool) {
-	switch rid := gjson.GetBytes(body, "rid"); {
+	switch rid := gjson.ParseBytes(bootstrap.Member(body, "rid")); {
 	case rid.Type == gjson.String:
 		f(rid.Str)
 	case rid.IsArray():

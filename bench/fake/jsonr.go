@@ -14,6 +14,15 @@ import (
 // duplicates of each object, nested ones included, before any field is read.
 // Keys compare once unescaped, as Python's do ("stre\u0061m" is "stream").
 
+// LoadJSON parses b as a worker's json.loads reads it, as loadJSON does,
+// with a parser of its own: for tests and tools that check what a worker
+// would make of a body (what pdlb sends, above all). The value is the
+// caller's. Servers use loadJSON and pooled parsers instead.
+func LoadJSON(b []byte) (*fastjson.Value, error) {
+	var p fastjson.Parser
+	return loadJSON(&p, b)
+}
+
 // loadJSON parses b with p as json.loads reads it: only the last of
 // duplicate keys stays in every object. The value is valid until p is
 // reused or put back.
