@@ -7,6 +7,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"pdlb/bootstrap"
 )
 
 // When pdlb gives up on a call a worker may have started (its client went
@@ -49,8 +51,11 @@ const abortTimeout = 2 * time.Second
 // An empty rid is never named: the scheduler's prefix match would take it
 // for every request it holds (SGLang before its tokenizer manager ignored
 // one).
+//
+// The rid is read as the worker reads it (bootstrap.Member): decoded keys,
+// the last of duplicates.
 func abortRID(body []byte) (string, bool) {
-	rid := gjson.GetBytes(body, "rid")
+	rid := gjson.ParseBytes(bootstrap.Member(body, "rid"))
 	if rid.IsArray() {
 		rid = rid.Get("0")
 	}

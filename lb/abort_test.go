@@ -36,6 +36,10 @@ func TestAbortRID(t *testing.T) {
 	f(`{"text": "a", "rid": 7}`, "")
 	f(`{"text": ["a"], "rid": [7]}`, "")
 	f(`{"text": "a", "rid": null}`, "")
+	// As the worker's json.loads reads it: decoded keys, the last of
+	// duplicates.
+	f(`{"text": "a", "rid": "decoy", "r\u0069d": "real"}`, "real")
+	f(`{"text": "a", "rid": "real", "rid": null}`, "")
 }
 
 // A worker gets perSecond aborts at once after a quiet second, then one
