@@ -81,6 +81,11 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, b *requestBody, limit int) *
 	case stream == nil: // read by fasthttp: a server without streaming
 		b.buf = ctx.Request.Body()
 		return nil
+	case declared < 0 || declared > prefetched:
+		// The rest comes from the socket: until it has, the connection is
+		// still sending its request (connlimit.go).
+		reading(ctx.Conn())
+		defer serving(ctx.Conn())
 	}
 	for declared < 0 || len(b.buf) < declared {
 		if len(b.buf) == cap(b.buf) {
@@ -93,12 +98,15 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, b *requestBody, limit int) *
 		if len(b.buf) > limit {
 			return s.bodyTooLarge(ctx, limit)
 		}
+		if err == io.EOF && declared >= 0 && len(b.buf) < declared {
+			err = io.ErrUnexpectedEOF // fasthttp's stream ends a cut body so
+		}
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
 			ctx.SetConnectionClose()
-			return s.bodyReadFailed(err)
+			return s.bodyReadFailed(ctx, err)
 		}
 	}
 	if declared < 0 {
@@ -154,6 +162,10 @@ func (b *requestBody) releaseBuffer(m *bodyMemory) {
 	b.held = 0
 }
 
+// prefetched is how much of a body fasthttp reads before the handler runs
+// (its readBodyWithStreaming).
+const prefetched = 8 << 10
+
 // maxControlBody bounds the body of a control route: SGLang's are a few
 // fields.
 const maxControlBody = 64 << 10
@@ -195,9 +207,11 @@ func (s *Server) noBodyMemory(ctx *fasthttp.RequestCtx) *answerError {
 
 // bodyReadFailed says why a body could not be read: the client was too
 // slow, left, or sent a malformed chunked body.
-func (s *Server) bodyReadFailed(err error) *answerError {
+func (s *Server) bodyReadFailed(ctx *fasthttp.RequestCtx, err error) *answerError {
 	var timeout interface{ Timeout() bool }
 	switch {
+	case evicted(ctx.Conn()):
+		return &answerError{statusClientGone, reasonTooManyConnections, evictedMessage}
 	case errors.As(err, &timeout) && timeout.Timeout():
 		return &answerError{fasthttp.StatusRequestTimeout, reasonClientTimeout,
 			"request not received within " + s.cfg.ClientReadTimeout.String() + " (--client-read-timeout-secs)"}

@@ -288,3 +288,26 @@ func TestControlBodyIsBounded(t *testing.T) {
 	}
 	h.waitMemory(0)
 }
+
+// A body cut off before its declared length is the client's leaving (a
+// 499), not a body to parse: fasthttp's stream ends it as if it were whole.
+func TestCutBodyIsClientGone(t *testing.T) {
+	h := newHarness(t)
+	p, d := h.pair(fake.Config{}, fake.Config{})
+	h.start(defaultConfig())
+	conn := h.openBody(100<<10, 20<<10)
+	h.waitMemory(32 << 10) // pdlb is reading it
+	conn.Close()
+	for deadline := time.Now().Add(5 * time.Second); h.metric(`pdlb_requests_total{route="/generate",code="499"}`) != "1"; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cut body was not accounted as a 499; 400s: %q", h.metric(`pdlb_requests_total{route="/generate",code="400"}`))
+		}
+	}
+	if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "1" {
+		t.Fatalf("got %q client_gone errors; want 1", got)
+	}
+	if n := p.Stats().Generate + d.Stats().Generate; n != 0 {
+		t.Fatalf("the workers got %d requests for a cut body", n)
+	}
+	h.waitMemory(0)
+}

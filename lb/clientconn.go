@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -118,8 +119,10 @@ type clientConn struct {
 	// made otherwise (tests). Its lock guards the rest: counted while the
 	// connection has its place in it; list is the budget's list the
 	// connection is on, if any, and prev and next its neighbours there.
-	budget     *connBudget
-	counted    bool
+	budget  *connBudget
+	counted bool
+	// evicted is set when the budget closed the connection to make room.
+	evicted    atomic.Bool
 	list       *connList
 	prev, next *clientConn
 }

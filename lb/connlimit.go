@@ -22,17 +22,19 @@ import (
 //
 // At the budget, a new connection takes the place of one that costs least
 // to close: first one that has sent nothing since it connected, then a
-// keep-alive one waiting for its next request, each the one waiting
-// longest. Connections that sent nothing are mostly a flood's (a real
-// client sends its request at once), and a keep-alive client whose
+// keep-alive one waiting for its next request, then one still sending its
+// request (its header, or the rest of a body pdlb reads), each the one
+// waiting longest. Connections that sent nothing are mostly a flood's (a
+// real client sends its request at once), and a keep-alive client whose
 // connection closes while idle opens another, as it does after the idle
-// timeout. A connection with a request under way, being read or answered,
-// is never closed to make room: one that sends its header slowly
-// (slowloris) is let go by ClientReadTimeout instead. With none to close,
-// the new connection is refused: it gets a short JSON 503 and is closed,
-// which tells a client why and when to retry (Retry-After) where a reset
-// would not, and costs pdlb one write on a socket whose buffer is empty.
-// Nothing is queued: a refusal holds no descriptor past the accept.
+// timeout. One that has been sending its request for longest is most
+// likely sending it slowly on purpose (slowloris): a flood of them would
+// otherwise hold every place until ClientReadTimeout. A connection whose
+// request is being served is never closed to make room. With none to
+// close, the new connection is refused: it gets a short JSON 503 and is
+// closed, which tells a client why and when to retry (Retry-After) where a
+// reset would not, and costs pdlb one write on a socket whose buffer is
+// empty. Nothing is queued: a refusal holds no descriptor past the accept.
 
 // Descriptors pdlb keeps for itself whatever its clients do.
 const (
@@ -112,9 +114,10 @@ type connBudget struct {
 	mu   sync.Mutex
 	open int
 	// silent lists the connections that have sent nothing yet, idle the
-	// keep-alive ones waiting for their next request: each oldest first,
-	// the order they are closed in to make room.
-	silent, idle connList
+	// keep-alive ones waiting for their next request, reading those
+	// sending a request: each oldest first, the order they are closed in
+	// to make room.
+	silent, idle, reading connList
 
 	evicted, refused *metrics.Counter
 	// refusals counts refusals among the client-facing errors
@@ -165,14 +168,19 @@ func (b *connBudget) admit(c *clientConn) bool {
 	b.mu.Lock()
 	var victim *clientConn
 	if b.open >= b.max {
-		if victim = b.silent.head; victim == nil {
+		victim = b.silent.head
+		if victim == nil {
 			victim = b.idle.head
+		}
+		if victim == nil {
+			victim = b.reading.head
 		}
 		if victim == nil {
 			b.mu.Unlock()
 			return false
 		}
 		b.drop(victim)
+		victim.evicted.Store(true)
 	}
 	b.open++
 	c.budget, c.counted = b, true
@@ -200,6 +208,16 @@ func (b *connBudget) drop(c *clientConn) {
 	}
 }
 
+// evicted reports whether pdlb closed conn to make room for another.
+func evicted(conn net.Conn) bool {
+	c, ok := conn.(*clientConn)
+	return ok && c.evicted.Load()
+}
+
+// evictedMessage is what pdlb logs of a request whose connection it closed
+// to make room, as its client sent it too slowly.
+const evictedMessage = "closed to make room for another connection (--max-connections) while still sending its request"
+
 // release gives the place of c, being closed, back.
 func (b *connBudget) release(c *clientConn) {
 	b.mu.Lock()
@@ -208,19 +226,47 @@ func (b *connBudget) release(c *clientConn) {
 }
 
 // track is fasthttp's ConnState: a connection that receives a request's
-// first byte may not be closed to make room until it waits for the next.
-// A new connection is listed silent by admit already.
+// first byte is reading it, one waiting for the next request idle. A new
+// connection is listed silent by admit already.
 func (b *connBudget) track(conn net.Conn, st fasthttp.ConnState) {
 	c, ok := conn.(*clientConn)
-	if !ok || (st != fasthttp.StateActive && st != fasthttp.StateIdle) {
+	switch {
+	case !ok:
+	case st == fasthttp.StateActive:
+		b.move(c, &b.reading)
+	case st == fasthttp.StateIdle:
+		b.move(c, &b.idle)
+	}
+}
+
+// serving marks conn's request as read: its connection may not be closed
+// to make room until it waits for the next. reading marks it as reading
+// again, for the rest of a body. Both do nothing for a connection pdlb did
+// not accept (tests).
+func serving(conn net.Conn) { markReading(conn, false) }
+
+func reading(conn net.Conn) { markReading(conn, true) }
+
+func markReading(conn net.Conn, on bool) {
+	c, ok := conn.(*clientConn)
+	if !ok || c.budget == nil {
 		return
 	}
+	var to *connList
+	if on {
+		to = &c.budget.reading
+	}
+	c.budget.move(c, to)
+}
+
+// move puts c, if it is counted, on list to, or on none when to is nil.
+func (b *connBudget) move(c *clientConn, to *connList) {
 	b.mu.Lock()
 	if c.list != nil {
 		c.list.remove(c)
 	}
-	if st == fasthttp.StateIdle && c.counted {
-		b.idle.push(c)
+	if to != nil && c.counted {
+		to.push(c)
 	}
 	b.mu.Unlock()
 }

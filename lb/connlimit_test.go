@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"io"
 	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,6 +46,13 @@ func TestDefaultMaxConnections(t *testing.T) {
 // them having sent nothing yet and idle waiting between requests.
 func waitConns(t *testing.T, srv *Server, open, silent, idle int) {
 	t.Helper()
+	waitLists(t, srv, open, silent, idle, -1)
+}
+
+// waitLists is waitConns that also waits for reading connections sending
+// a request, unless reading is negative.
+func waitLists(t *testing.T, srv *Server, open, silent, idle, reading int) {
+	t.Helper()
 	count := func(l *connList) (n int) {
 		for c := l.head; c != nil; c = c.next {
 			n++
@@ -53,14 +62,14 @@ func waitConns(t *testing.T, srv *Server, open, silent, idle int) {
 	b := srv.conns
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		b.mu.Lock()
-		gotOpen, gotSilent, gotIdle := b.open, count(&b.silent), count(&b.idle)
+		gotOpen, gotSilent, gotIdle, gotReading := b.open, count(&b.silent), count(&b.idle), count(&b.reading)
 		b.mu.Unlock()
-		if gotOpen == open && gotSilent == silent && gotIdle == idle {
+		if gotOpen == open && gotSilent == silent && gotIdle == idle && (reading < 0 || gotReading == reading) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("got %d connections open, %d silent, %d idle; want %d, %d, %d",
-				gotOpen, gotSilent, gotIdle, open, silent, idle)
+			t.Fatalf("got %d connections open, %d silent, %d idle, %d reading; want %d, %d, %d, %d",
+				gotOpen, gotSilent, gotIdle, gotReading, open, silent, idle, reading)
 		}
 	}
 }
@@ -167,10 +176,9 @@ func TestIdleConnectionsMakeRoomOldestFirst(t *testing.T) {
 	}
 }
 
-// At --max-connections with every connection busy with a request, a new
-// one is refused at once with a JSON 503, and closed; the busy ones are
-// not touched. A connection sending its header slowly (slowloris) is busy:
-// ClientReadTimeout, not the budget, lets it go.
+// At --max-connections with every connection's request being served, a
+// new one is refused at once with a JSON 503, and closed; the busy ones are
+// not touched.
 func TestNewConnectionIsRefusedWhenAllAreBusy(t *testing.T) {
 	for _, tcp := range []bool{false, true} {
 		name := "in memory"
@@ -179,18 +187,21 @@ func TestNewConnectionIsRefusedWhenAllAreBusy(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t)
-			h.pair(fake.Config{}, fake.Config{})
+			release, arrived := holdWorkers(h)
 			cfg := defaultConfig()
 			cfg.MaxConnections = 1
 			srv := h.start(cfg)
+			t.Cleanup(release) // before pdlb's shutdown, should the test fail
 			dial := func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }
 			if tcp {
 				addr := h.serveTCP(srv)
 				dial = func() (net.Conn, error) { return net.Dial("tcp", addr) }
 			}
 			busy := dialRaw(t, dial)
-			busy.send("GET /liveness HTTP/1.1\r\n") // the rest of its header later
-			waitConns(t, srv, 1, 0, 0)
+			body := `{"text": "a"}`
+			busy.send("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
+			<-arrived
+			waitLists(t, srv, 1, 0, 0, 0)
 
 			refused := dialRaw(t, dial)
 			// It may be refused and closed before its request is sent: a
@@ -206,7 +217,7 @@ func TestNewConnectionIsRefusedWhenAllAreBusy(t *testing.T) {
 			}
 			refused.waitClosed()
 
-			busy.send("Host: pdlb\r\n\r\n")
+			release()
 			if resp := busy.answer(); resp.StatusCode() != fasthttp.StatusOK {
 				t.Fatalf("the busy connection got %d %s; want 200", resp.StatusCode(), resp.Body())
 			}
@@ -218,6 +229,76 @@ func TestNewConnectionIsRefusedWhenAllAreBusy(t *testing.T) {
 			waitConns(t, srv, 1, 0, 1)
 		})
 	}
+}
+
+// holdWorkers serves the pair's addresses with workers that hold every
+// generation until release, telling arrived of each decode call.
+func holdWorkers(h *harness) (release func(), arrived <-chan struct{}) {
+	held := make(chan struct{})
+	decoded := make(chan struct{}, 16)
+	hold := func(decode bool) fasthttp.RequestHandler {
+		return func(ctx *fasthttp.RequestCtx) {
+			if decode {
+				decoded <- struct{}{}
+			}
+			<-held
+			ctx.SetContentType("application/json")
+			ctx.SetBodyString(`{"text": "b", "meta_info": {}}`)
+		}
+	}
+	h.backend("prefill-0:30000", hold(false))
+	h.backend("decode-0:30010", hold(true))
+	return sync.OnceFunc(func() { close(held) }), decoded
+}
+
+// At --max-connections with no connection silent or idle, a new one takes
+// the place of the one sending its request longest: a header sent slowly
+// (slowloris) first, then the rest of a body pdlb reads itself, whose
+// request is then accounted as closed for room. A flood of slow senders
+// would otherwise hold every place until --client-read-timeout-secs.
+func TestSlowSendersMakeRoom(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{}, fake.Config{})
+	cfg := defaultConfig()
+	cfg.MaxConnections = 2
+	srv := h.start(cfg)
+	dial := func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }
+	header := dialRaw(t, dial)
+	header.send("GET /liveness HTTP/1.1\r\n") // the rest of its header never
+	waitLists(t, srv, 1, 0, 0, 1)
+	body := dialRaw(t, dial)
+	body.send("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat(" ", 20000))
+	waitLists(t, srv, 2, 0, 0, 2)
+
+	// A newcomer takes the place of the header sent slowly; once it has
+	// left, another slow header takes that place again.
+	c := dialRaw(t, dial)
+	c.get()
+	header.waitClosed()
+	_ = c.conn.Close() // else, idle, it is the next to make room
+	waitLists(t, srv, 1, 0, 0, 1)
+	again := dialRaw(t, dial)
+	again.send("GET /liveness HTTP/1.1\r\n")
+	waitLists(t, srv, 2, 0, 0, 2)
+	// The next newcomer takes the place of the body, the older of the two.
+	dialRaw(t, dial).get()
+	body.waitClosed()
+	if got := srv.conns.evicted.Get(); got != 2 {
+		t.Fatalf("got %d connections evicted; want 2", got)
+	}
+	// Its handler notices once it reads again.
+	for deadline := time.Now().Add(5 * time.Second); h.metric(`pdlb_requests_total{route="/generate",code="499"}`) != "1"; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the body's request was not accounted as a 499")
+		}
+	}
+	// Both are too_many_connections: the body's, and the header's, which
+	// fasthttp reports to pdlb over an in-memory connection (over TCP its
+	// read ends with net.ErrClosed, which it takes for a silent close).
+	if got := h.metric(`pdlb_request_errors_total{reason="too_many_connections"}`); got != "2" {
+		t.Fatalf("got %q too_many_connections errors; want 2", got)
+	}
+	h.waitMemory(0)
 }
 
 // A keep-alive connection is closed after ClientIdleTimeout without a

@@ -381,6 +381,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 // duration runs from here, refusals' included.
 func (s *Server) serve(ctx *fasthttp.RequestCtx, rt *route, adminListener bool) {
 	start := s.cfg.Now()
+	serving(ctx.Conn())
 	requestID := s.setRequestID(ctx)
 	if name := badHeaderName(&ctx.Request.Header); name != nil {
 		s.refuseBadHeader(ctx, rt, name, requestID, start)
@@ -484,6 +485,9 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	var timeout interface{ Timeout() bool }
 	switch {
+	case evicted(ctx.Conn()):
+		// pdlb closed it to make room: no answer can reach the client.
+		status, r, msg = statusClientGone, reasonTooManyConnections, evictedMessage
 	case errors.As(err, &small):
 		status = fasthttp.StatusRequestHeaderFieldsTooLarge
 		msg = fmt.Sprintf("request header is larger than the %d bytes allowed (--max-header-size)", s.cfg.MaxHeaderSize)
