@@ -22,6 +22,9 @@
 //
 // and checks of its own, which its doc comment states.
 //
+// PDLB_HOSTILE_PDLB, if set, names another pdlb binary to attack (another
+// branch's build, say); the fakes are always this tree's.
+//
 // The suite is skipped unless PDLB_HOSTILE is "short" (CI: about a minute
 // and a half) or "full" (the sizes of the issue); `make hostile-short` and
 // `make hostile` run it. The flags the fixes of issue 19 add are listed in

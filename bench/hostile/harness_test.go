@@ -43,9 +43,17 @@ const (
 	callTimeout = 5 * time.Second
 )
 
+// binaries are the pdlb binaries the suite runs: the fakes', built from
+// this tree, and the pdlb under attack, the same unless PDLB_HOSTILE_PDLB
+// names another (another branch's build, say: the fakes must be this
+// tree's, which serve what the suite reads).
+type binaries struct {
+	fake, serve string
+}
+
 // buildPDLB builds pdlb into a directory of t's, as the Makefile builds it
-// (no cgo), and returns the binary's path.
-func buildPDLB(t *testing.T) string {
+// (no cgo).
+func buildPDLB(t *testing.T) binaries {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "pdlb")
 	cmd := exec.Command("go", "build", "-o", bin, "pdlb")
@@ -53,7 +61,12 @@ func buildPDLB(t *testing.T) string {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("cannot build pdlb: %v\n%s", err, out)
 	}
-	return bin
+	b := binaries{fake: bin, serve: bin}
+	if other := os.Getenv("PDLB_HOSTILE_PDLB"); other != "" {
+		t.Logf("attacking %s (PDLB_HOSTILE_PDLB)", other)
+		b.serve = other
+	}
+	return b
 }
 
 // freePort returns a port of host that was free a moment ago: listen on
@@ -157,7 +170,7 @@ type env struct {
 
 // startEnv starts the fake workers and pdlb for cfg, and returns once pdlb
 // serves a generation. Everything stops when t ends.
-func startEnv(t *testing.T, bin, help string, cfg envConfig) *env {
+func startEnv(t *testing.T, bins binaries, help string, cfg envConfig) *env {
 	t.Helper()
 	host := cfg.host
 	if host == "" {
@@ -169,7 +182,7 @@ func startEnv(t *testing.T, bin, help string, cfg envConfig) *env {
 	e.decode = net.JoinHostPort(lo, strconv.Itoa(freePort(t, lo)))
 	e.fallback = net.JoinHostPort(lo, strconv.Itoa(freePort(t, lo)))
 	bootPort := freePort(t, lo)
-	e.fakes = startProc(t, "the fakes", filepath.Join(e.dir, "fakes.log"), bin, "fake",
+	e.fakes = startProc(t, "the fakes", filepath.Join(e.dir, "fakes.log"), bins.fake, "fake",
 		"--prefill", e.prefill, "--decode", e.decode, "--aggregated", e.fallback,
 		"--bootstrap-port", strconv.Itoa(bootPort), "--decode-conditional-agg",
 		"--token-delay", tokenDelay.String(), "--stats-route", "--canary", canary, "--log-level", "warn")
@@ -180,7 +193,7 @@ func startEnv(t *testing.T, bin, help string, cfg envConfig) *env {
 	port := freePort(t, host)
 	e.addr = net.JoinHostPort(host, strconv.Itoa(port))
 	e.base = "http://" + e.addr
-	argv := []string{"prlimit", fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--", bin, "serve",
+	argv := []string{"prlimit", fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--", bins.serve, "serve",
 		"--host", host, "--port", strconv.Itoa(port),
 		"--prefill", "http://" + e.prefill, strconv.Itoa(bootPort),
 		"--decode", "http://" + e.decode, "--fallback", "http://" + e.fallback}

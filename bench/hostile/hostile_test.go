@@ -108,14 +108,17 @@ const (
 )
 
 // p99Bound is the most the well-behaved clients' p99 may reach during an
-// attack: five times the baseline's, or the baseline's plus 100 ms,
-// whichever is larger. The baseline p99 of these short requests is a few
-// milliseconds to a few tens, so the multiple alone would be a bound the
-// scheduling of a loaded two-core machine can cross (the attacker runs on
-// the same cores); 100 ms is still far below what the attacks cost
-// the other clients (timeouts of seconds).
+// attack: five times the baseline's, or the baseline's plus 250 ms,
+// whichever is larger. The baseline p99 of these short requests is 10-20 ms
+// on a quiet machine, so the multiple alone is a bound that mere scheduling
+// crosses: on this two-core machine, loaded by other builds and tests, the
+// p99 of an attack that did nothing reached 110 ms, and a phase after an
+// attack that pdlb withstood 200 ms, over a baseline of 12 ms. The issue's
+// attacks cost the well-behaved clients far more: a p99 of 0.75-1.5 s under
+// declared lengths, 0.8-10 s when descriptors run out, 10 s timeouts when
+// streams stall.
 func p99Bound(baseline time.Duration) time.Duration {
-	return max(5*baseline, baseline+100*time.Millisecond)
+	return max(5*baseline, baseline+250*time.Millisecond)
 }
 
 func TestHostile(t *testing.T) {
@@ -126,16 +129,16 @@ func TestHostile(t *testing.T) {
 	if _, err := exec.LookPath("prlimit"); err != nil {
 		t.Fatalf("the suite needs prlimit (util-linux) to limit pdlb's descriptors: %v", err)
 	}
-	bin := buildPDLB(t)
-	help := serveHelp(t, bin)
+	bins := buildPDLB(t)
+	help := serveHelp(t, bins.serve)
 	for _, a := range attacks {
-		t.Run(a.name, func(t *testing.T) { runAttack(t, bin, help, f, a) })
+		t.Run(a.name, func(t *testing.T) { runAttack(t, bins, help, f, a) })
 	}
 }
 
 // runAttack starts pdlb for a, measures the baseline, runs a, lets the
 // load go on after it, and checks what every attack must keep.
-func runAttack(t *testing.T, bin, help string, f form, a attack) {
+func runAttack(t *testing.T, bins binaries, help string, f form, a attack) {
 	var cfg envConfig
 	if a.env != nil {
 		cfg = a.env(f)
@@ -143,7 +146,7 @@ func runAttack(t *testing.T, bin, help string, f form, a attack) {
 	if cfg.skip != "" {
 		t.Skip(cfg.skip)
 	}
-	e := startEnv(t, bin, help, cfg)
+	e := startEnv(t, bins, help, cfg)
 	mon := startMonitor(e.pdlb)
 	defer mon.close()
 	ld := startLoad(e.base)
