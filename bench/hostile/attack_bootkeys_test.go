@@ -13,6 +13,9 @@ import (
 const escapedKeysBody = `{"text":"hi","sampling_params":{"max_new_tokens":4},` +
 	`"bootstrap\u005fhost":"` + canary + `.invalid","bootstrap\u005fport":1,"bootstrap\u005froom":12345}`
 
+// escapedBootstrapKeysEnv sends decode-only /generate traffic to a decode
+// that prefills it itself, the path on which pdlb writes no bootstrap field
+// of its own after the client's.
 func escapedBootstrapKeysEnv(form) envConfig {
 	return envConfig{flags: []serveFlag{{"--decode-local-prefill", ""}}}
 }
@@ -20,9 +23,10 @@ func escapedBootstrapKeysEnv(form) envConfig {
 // escapedBootstrapKeys (item 7) sends, every 100 ms over form.hold, two
 // /generate requests carrying bootstrap fields spelled with escapes: one
 // decode-only (X-PD-Mode: decode-only, which with --decode-local-prefill
-// goes to a decode that prefills it itself), one on the PD path. pdlb must remove the client's fields in every spelling, so
-// each request is served and no worker sees the canary of the client's
-// bootstrap_host; the decode is never ejected (the harness checks).
+// goes to a decode that prefills it itself), one on the PD path. pdlb must
+// remove the client's fields in every spelling, so each request is served
+// and no worker sees the canary of the client's bootstrap_host; the decode
+// is never ejected (the harness checks).
 func escapedBootstrapKeys(a *arena) {
 	paths := []struct {
 		name    string

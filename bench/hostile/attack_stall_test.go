@@ -28,6 +28,8 @@ const (
 	dropDrainTimeout = 15 * time.Second
 )
 
+// stalledStreamsEnv gives pdlb a small pool of connections to each worker,
+// and the stall timeout after which it lets a client that reads nothing go.
 func stalledStreamsEnv(form) envConfig {
 	return envConfig{flags: []serveFlag{
 		{"--max-conns-per-backend", strconv.Itoa(stallPool)},

@@ -39,7 +39,8 @@ const (
 	startTimeout = 30 * time.Second
 	// stopTimeout bounds a process's exit after SIGTERM, before SIGKILL.
 	stopTimeout = 10 * time.Second
-	// callTimeout bounds the harness's own HTTP calls (stats, metrics).
+	// callTimeout bounds the harness's own HTTP calls (stats, liveness)
+	// and the control attack's.
 	callTimeout = 5 * time.Second
 )
 
@@ -200,7 +201,10 @@ func startEnv(t *testing.T, bins binaries, help string, cfg envConfig) *env {
 	argv = append(argv, serveArgs(t, help, cfg.flags)...)
 	e.pdlb = startProc(t, "pdlb", filepath.Join(e.dir, "pdlb.log"), argv...)
 	t.Cleanup(func() {
-		if w := e.pdlbWarnings(40); t.Failed() && w != "" {
+		if !t.Failed() {
+			return
+		}
+		if w := e.pdlbWarnings(40); w != "" {
 			t.Logf("pdlb's log, its warnings and errors:\n%s", w)
 		}
 	})
