@@ -5,7 +5,7 @@ BIN     := bin/pdlb
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export PDLB := $(BIN)
 
-.PHONY: build run test bench soak fuzz clean
+.PHONY: build run test hostile hostile-short bench soak fuzz clean
 
 # A static binary, without cgo: it maps no C library and starts no threads
 # through it, which keeps pdlb's peak RSS at 1,024 streams 2-3 MiB lower.
@@ -22,6 +22,15 @@ test:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+
+# The hostile-client suite (bench/hostile): each attack of issue 19 against a
+# pdlb process beside a steady well-behaved load, at the sizes the issue
+# reports; hostile-short is its short form, which CI runs (a minute or two).
+hostile:
+	PDLB_HOSTILE=full $(GO) test -count=1 -run '^TestHostile$$' -v -timeout 30m ./bench/hostile/
+
+hostile-short:
+	PDLB_HOSTILE=short $(GO) test -count=1 -run '^TestHostile$$' -v -timeout 10m ./bench/hostile/
 
 # pdlb against the direct path, as ratios (see scripts/bench.sh), and the
 # micro-benchmarks of the hot path.

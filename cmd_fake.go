@@ -36,6 +36,8 @@ type fakeCmd struct {
 	HeartbeatInterval    time.Duration `help:"Decode: time between health polls of the bootstrap servers of the prefills it knows (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL)." default:"5s"`
 	HeartbeatMaxFailures int           `help:"Decode: failed health polls in a row after which it forgets a prefill's parallel info and fails the requests waiting on it (SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE)." default:"2"`
 	ClientWatchDelay     time.Duration `help:"How long a request runs before the server watches its client for going away (SGLang notices within seconds)." default:"1s"`
+	StatsRoute           bool          `help:"Serve the fake's counters as JSON on GET /fake/stats, a route SGLang does not have (for tests that run the fake in another process)."`
+	Canary               string        `help:"Count, in /fake/stats' Canaries, the requests that carry this string in a header or the body: tests plant it where a load balancer must not pass it on." placeholder:"STRING"`
 
 	logFlags
 }
@@ -111,6 +113,8 @@ func (c *fakeCmd) config(role fake.Role, bootstrapPort int) fake.Config {
 		ConditionalAgg:   c.DecodeConditionalAgg,
 		KVTimeout:        c.KVTimeout,
 		ClientWatchDelay: c.ClientWatchDelay,
+		StatsRoute:       c.StatsRoute,
+		Canary:           c.Canary,
 
 		HeartbeatInterval:    c.HeartbeatInterval,
 		HeartbeatMaxFailures: c.HeartbeatMaxFailures,

@@ -174,6 +174,20 @@ type Config struct {
 	// larger ones get a 431. Zero means DefaultMaxHeaderSize.
 	MaxHeaderSize int
 
+	// StatsRoute serves GET StatsPath (/fake/stats): the Stats snapshot as
+	// JSON, for a test that runs the fake in another process (`pdlb fake
+	// --stats-route`). SGLang has no such route: false means it answers 404
+	// as any unknown route does.
+	StatsRoute bool
+
+	// Canary, if not empty, is a string whose presence in a request to the
+	// HTTP API, in a header's name or value (in any case) or in the body
+	// (byte for byte), counts the request in Stats.Canaries. A test plants
+	// it where a load balancer must not pass it on (a trailer, a second
+	// X-Request-Id, a client's bootstrap_host) and learns whether it reached
+	// the worker. Empty means nothing is looked for.
+	Canary string
+
 	// Network is how a decode reaches bootstrap servers. Nil means the
 	// Network given to Start; a decode used only through Handler and with
 	// no Network fails every KV transfer.

@@ -76,6 +76,12 @@
 // counted in Stats.ClientGone, so a test sees a load balancer's
 // cancellation reach the worker.
 //
+// A fake in another process (`pdlb fake`) can serve its counters as JSON on
+// GET /fake/stats (Config.StatsRoute) and count the requests that carry a
+// string a test planted where a load balancer must not pass it on
+// (Config.Canary, inspect.go); the hostile-client suite (bench/hostile)
+// reads both. Both are off unless asked for.
+//
 // Bodies are read as SGLang's Python reads them: of duplicate keys in a
 // JSON object, the last wins, at any depth (jsonr.go).
 //

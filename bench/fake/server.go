@@ -58,6 +58,7 @@ type Server struct {
 	bufs      sync.Pool
 	ridSeed   uint64
 	ridSeq    atomic.Uint64
+	canary    []byte // Config.Canary in lower case, nil without one
 }
 
 // endpoint is where a server is reachable, fixed by Start.
@@ -75,6 +76,9 @@ type endpoint struct {
 func New(cfg Config) *Server {
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, log: cfg.Log, quit: make(chan struct{}), ridSeed: rand.Uint64()}
+	if cfg.Canary != "" {
+		s.canary = bytes.ToLower([]byte(cfg.Canary))
+	}
 	s.kv.rooms = make(map[roomKey]*meeting)
 	s.infos = make([]infoCache, cfg.DPSize)
 	for i := range s.infos {
@@ -172,7 +176,8 @@ func (s *Server) slots() []*slot {
 // Handler is the HTTP API (PROTOCOL.md §2 and §7): POST /generate,
 // /v1/completions and /v1/chat/completions; GET /health, /health_generate,
 // /server_info, /get_server_info, /model_info, /get_model_info and
-// /v1/models; POST /flush_cache and /abort_request. It may be mounted on any
+// /v1/models; POST /flush_cache and /abort_request; GET StatsPath with
+// Config.StatsRoute, whatever Config.APIKey. It may be mounted on any
 // fasthttp server; Start mounts it on its own. Faults act on it wherever it
 // is mounted, except FaultRefuse and CloseIdleConnections, which need the
 // listener of Start; so does noticing a client that goes away.
@@ -181,6 +186,11 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	defer markIdle(ctx.Conn())
 	if h := s.cfg.OnRequest; h != nil {
 		h(string(ctx.Path()), ctx.PostBody())
+	}
+	s.countCanary(ctx)
+	if s.cfg.StatsRoute && string(ctx.Path()) == StatsPath {
+		s.serveStats(ctx)
+		return
 	}
 	if !s.authorized(ctx) {
 		s.st.unauthorized.Add(1)
@@ -197,8 +207,12 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	case "/v1/chat/completions":
 		s.st.chat.Add(1)
 		s.serveGenerate(ctx, routeChat)
-	case "/health", "/health_generate":
+	case "/health":
 		s.st.health.Add(1)
+		s.serveHealth(ctx)
+	case "/health_generate":
+		s.st.health.Add(1)
+		s.st.healthGenerate.Add(1)
 		s.serveHealth(ctx)
 	case "/server_info", "/get_server_info":
 		s.st.serverInfo.Add(1)

@@ -10,6 +10,7 @@ type Stats struct {
 	Completions     uint64 // POST /v1/completions
 	ChatCompletions uint64 // POST /v1/chat/completions
 	Health          uint64 // GET /health and /health_generate
+	HealthGenerate  uint64 // GET /health_generate alone (counted in Health too)
 	ServerInfo      uint64 // GET /server_info and /get_server_info
 	ModelInfo       uint64 // GET /model_info, /get_model_info and /v1/models
 	FlushCache      uint64 // POST or GET /flush_cache
@@ -43,6 +44,10 @@ type Stats struct {
 	// FlushCacheTimeout is the timeout query argument of the last
 	// /flush_cache, "" when it had none.
 	FlushCacheTimeout string
+
+	// Canaries counts the requests to the HTTP API that carried
+	// Config.Canary; always 0 without one.
+	Canaries uint64
 
 	// Aborts counts the in-flight requests /abort_request aborted.
 	Aborts uint64
@@ -104,6 +109,7 @@ type Stats struct {
 type counters struct {
 	generate, completions, chat                      atomic.Uint64
 	health, serverInfo, modelInfo, flush, abort      atomic.Uint64
+	healthGenerate, canaries                         atomic.Uint64
 	other, generateRequests, rejectedNoRoom          atomic.Uint64
 	unauthorized                                     atomic.Uint64
 	kvOK, kvFailed, aborts, localPrefills            atomic.Uint64
@@ -125,6 +131,8 @@ func (s *Server) Stats() Stats {
 		Completions:        c.completions.Load(),
 		ChatCompletions:    c.chat.Load(),
 		Health:             c.health.Load(),
+		HealthGenerate:     c.healthGenerate.Load(),
+		Canaries:           c.canaries.Load(),
 		ServerInfo:         c.serverInfo.Load(),
 		ModelInfo:          c.modelInfo.Load(),
 		FlushCache:         c.flush.Load(),
