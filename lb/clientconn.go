@@ -117,10 +117,12 @@ type clientConn struct {
 
 	// budget is the connBudget that admitted the connection, nil for one
 	// made otherwise (tests). Its lock guards the rest: counted while the
-	// connection has its place in it; list is the budget's list the
-	// connection is on, if any, and prev and next its neighbours there.
-	budget  *connBudget
-	counted bool
+	// connection has its place in it; waitsFor what it waits for from its
+	// client; list is the budget's list the connection is on, if any, and
+	// prev and next its neighbours there.
+	budget   *connBudget
+	counted  bool
+	waitsFor waitsFor
 	// evicted is set when the budget closed the connection to make room.
 	evicted    atomic.Bool
 	list       *connList

@@ -20,18 +20,18 @@ import (
 // seconds after the attacker let go. So client connections are a budget
 // (Config.MaxConnections), kept below the limit by what pdlb needs itself.
 //
-// At the budget, a new connection takes the place of one that costs least
-// to close: first one that has sent nothing since it connected, then a
-// keep-alive one waiting for its next request, then one still sending its
-// request (its header, or the rest of a body pdlb reads), each the one
-// waiting longest. Connections that sent nothing are mostly a flood's (a
-// real client sends its request at once), and a keep-alive client whose
-// connection closes while idle opens another, as it does after the idle
-// timeout. One that has been sending its request for longest is most
-// likely sending it slowly on purpose (slowloris): a flood of them would
-// otherwise hold every place until ClientReadTimeout. A connection whose
-// request is being served is never closed to make room. With none to
-// close, the new connection is refused: it gets a short JSON 503 and is
+// At the budget, a new connection takes the place of the one that has
+// waited longest: for its first request (it has sent nothing since it
+// connected), for its next one (a keep-alive connection between requests),
+// or for the rest of the request it is sending (a header or a body sent
+// slowly). A real client keeps a connection waiting for milliseconds, a
+// flood's connections wait for seconds: they make room for each other
+// before any real client's is touched, whether the flood sends nothing,
+// one request and then nothing, or its requests a byte at a time
+// (slowloris); and a keep-alive client whose connection closes while it
+// waits opens another, as after the idle timeout. A connection whose
+// request is being served is never closed to make room. With none
+// waiting, the new connection is refused: it gets a short JSON 503 and is
 // closed, which tells a client why and when to retry (Retry-After) where a
 // reset would not, and costs pdlb one write on a socket whose buffer is
 // empty. Nothing is queued: a refusal holds no descriptor past the accept.
@@ -113,11 +113,10 @@ type connBudget struct {
 
 	mu   sync.Mutex
 	open int
-	// silent lists the connections that have sent nothing yet, idle the
-	// keep-alive ones waiting for their next request, reading those
-	// sending a request: each oldest first, the order they are closed in
-	// to make room.
-	silent, idle, reading connList
+	// waiting lists the connections that wait for the client: for a
+	// request, or for the rest of one. The one waiting longest comes
+	// first, the order they are closed in to make room.
+	waiting connList
 
 	evicted, refused *metrics.Counter
 	// refusals counts refusals among the client-facing errors
@@ -161,21 +160,14 @@ func (b *connBudget) concurrency() int {
 	return 0
 }
 
-// admit counts c in, closing the silent or idle connection waiting longest
-// to make room at the limit. It reports false, counting nothing, when every
+// admit counts c in, closing the connection waiting longest to make room
+// at the limit. It reports false, counting nothing, when every
 // connection has a request under way: c is then to be refused.
 func (b *connBudget) admit(c *clientConn) bool {
 	b.mu.Lock()
 	var victim *clientConn
 	if b.open >= b.max {
-		victim = b.silent.head
-		if victim == nil {
-			victim = b.idle.head
-		}
-		if victim == nil {
-			victim = b.reading.head
-		}
-		if victim == nil {
+		if victim = b.waiting.head; victim == nil {
 			b.mu.Unlock()
 			return false
 		}
@@ -184,7 +176,8 @@ func (b *connBudget) admit(c *clientConn) bool {
 	}
 	b.open++
 	c.budget, c.counted = b, true
-	b.silent.push(c)
+	c.waitsFor = waitsForFirst
+	b.waiting.push(c)
 	b.mu.Unlock()
 	if victim != nil {
 		b.evicted.Inc()
@@ -225,48 +218,54 @@ func (b *connBudget) release(c *clientConn) {
 	b.mu.Unlock()
 }
 
+// waitsFor is what a connection waits for from its client.
+type waitsFor uint8
+
+const (
+	waitsForNothing waitsFor = iota // its request is being served
+	waitsForFirst                   // a first request: it has sent nothing
+	waitsForNext                    // its next request (keep-alive)
+	waitsForRest                    // the rest of the request it is sending
+)
+
 // track is fasthttp's ConnState: a connection that receives a request's
-// first byte is reading it, one waiting for the next request idle. A new
-// connection is listed silent by admit already.
+// first byte waits for the rest of it, one done with a request waits for
+// the next, each from now on. A new connection is listed by admit already.
 func (b *connBudget) track(conn net.Conn, st fasthttp.ConnState) {
 	c, ok := conn.(*clientConn)
 	switch {
 	case !ok:
 	case st == fasthttp.StateActive:
-		b.move(c, &b.reading)
+		b.move(c, waitsForRest)
 	case st == fasthttp.StateIdle:
-		b.move(c, &b.idle)
+		b.move(c, waitsForNext)
 	}
 }
 
-// serving marks conn's request as read: its connection may not be closed
-// to make room until it waits for the next. reading marks it as reading
-// again, for the rest of a body. Both do nothing for a connection pdlb did
-// not accept (tests).
-func serving(conn net.Conn) { markReading(conn, false) }
+// serving marks conn's request as received: its connection may not be
+// closed to make room until it waits for the client again. reading marks
+// it as waiting again, from now on, for the rest of a body pdlb reads.
+// Both do nothing for a connection pdlb did not accept (tests).
+func serving(conn net.Conn) { markWaiting(conn, waitsForNothing) }
 
-func reading(conn net.Conn) { markReading(conn, true) }
+func reading(conn net.Conn) { markWaiting(conn, waitsForRest) }
 
-func markReading(conn net.Conn, on bool) {
-	c, ok := conn.(*clientConn)
-	if !ok || c.budget == nil {
-		return
+func markWaiting(conn net.Conn, w waitsFor) {
+	if c, ok := conn.(*clientConn); ok && c.budget != nil {
+		c.budget.move(c, w)
 	}
-	var to *connList
-	if on {
-		to = &c.budget.reading
-	}
-	c.budget.move(c, to)
 }
 
-// move puts c, if it is counted, on list to, or on none when to is nil.
-func (b *connBudget) move(c *clientConn, to *connList) {
+// move takes c off the waiting list and, if it waits for w and is
+// counted, puts it back last: it has waited least.
+func (b *connBudget) move(c *clientConn, w waitsFor) {
 	b.mu.Lock()
 	if c.list != nil {
 		c.list.remove(c)
 	}
-	if to != nil && c.counted {
-		to.push(c)
+	c.waitsFor = w
+	if w != waitsForNothing && c.counted {
+		b.waiting.push(c)
 	}
 	b.mu.Unlock()
 }

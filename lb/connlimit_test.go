@@ -42,34 +42,26 @@ func TestDefaultMaxConnections(t *testing.T) {
 	f(1<<63, 2, 4096, maxMaxConnections) // no overflow
 }
 
-// waitConns waits until srv's budget counts open connections, silent of
-// them having sent nothing yet and idle waiting between requests.
-func waitConns(t *testing.T, srv *Server, open, silent, idle int) {
+// waitConns waits until srv's budget counts open connections, of them
+// first waiting for a first request, next for their next one, and rest for
+// the rest of the one they are sending.
+func waitConns(t *testing.T, srv *Server, open, first, next, rest int) {
 	t.Helper()
-	waitLists(t, srv, open, silent, idle, -1)
-}
-
-// waitLists is waitConns that also waits for reading connections sending
-// a request, unless reading is negative.
-func waitLists(t *testing.T, srv *Server, open, silent, idle, reading int) {
-	t.Helper()
-	count := func(l *connList) (n int) {
-		for c := l.head; c != nil; c = c.next {
-			n++
-		}
-		return n
-	}
 	b := srv.conns
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		var got [4]int
 		b.mu.Lock()
-		gotOpen, gotSilent, gotIdle, gotReading := b.open, count(&b.silent), count(&b.idle), count(&b.reading)
+		gotOpen := b.open
+		for c := b.waiting.head; c != nil; c = c.next {
+			got[c.waitsFor]++
+		}
 		b.mu.Unlock()
-		if gotOpen == open && gotSilent == silent && gotIdle == idle && (reading < 0 || gotReading == reading) {
+		if gotOpen == open && got[waitsForFirst] == first && got[waitsForNext] == next && got[waitsForRest] == rest {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("got %d connections open, %d silent, %d idle, %d reading; want %d, %d, %d, %d",
-				gotOpen, gotSilent, gotIdle, gotReading, open, silent, idle, reading)
+			t.Fatalf("got %d connections open, waiting for a first request %d, the next %d, the rest %d; want %d, %d, %d, %d",
+				gotOpen, got[waitsForFirst], got[waitsForNext], got[waitsForRest], open, first, next, rest)
 		}
 	}
 }
@@ -128,20 +120,23 @@ func (c *rawClient) waitClosed() {
 	}
 }
 
-// At --max-connections, a new client is served in the place of a
-// connection waiting for a request: first one that has sent nothing since
-// it connected, else a keep-alive one between requests; among those, the
-// one waiting longest. Issue 19: 20,000 idle connections took every
+// At --max-connections, a new client is served in the place of the
+// connection that has waited longest for its client: to send a first
+// request, or its next. Issue 19: 20,000 idle connections took every
 // descriptor, and other clients timed out.
 func TestIdleConnectionsMakeRoomOldestFirst(t *testing.T) {
 	for _, tt := range []struct {
-		name   string
-		served []bool // per connection: has it made a request (idle), or none (silent)
-		closed int    // the one closed for the newcomer
+		name string
+		// steps, in order: "dial N" connects client N, "get N" has it make
+		// a request and read its answer.
+		steps  []string
+		closed int // the client closed for the newcomer
 	}{
-		{"silent, silent", []bool{false, false}, 0},
-		{"idle, idle", []bool{true, true}, 0},
-		{"idle, then silent", []bool{true, false}, 1},
+		{"silent, silent", []string{"dial 0", "dial 1"}, 0},
+		{"idle, idle", []string{"dial 0", "get 0", "dial 1", "get 1"}, 0},
+		{"idle, then silent", []string{"dial 0", "get 0", "dial 1"}, 0},
+		{"silent, then idle", []string{"dial 0", "dial 1", "get 1"}, 0},
+		{"a request makes it wait least", []string{"dial 0", "get 0", "dial 1", "get 0"}, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
@@ -150,17 +145,19 @@ func TestIdleConnectionsMakeRoomOldestFirst(t *testing.T) {
 			cfg.MaxConnections = 2
 			srv := h.start(cfg)
 			var clients []*rawClient
-			silent, idle := 0, 0
-			for _, served := range tt.served {
-				c := dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") })
-				if served {
-					c.get()
-					idle++
-				} else {
-					silent++
+			served := map[int]bool{}
+			for _, step := range tt.steps {
+				what, n, _ := strings.Cut(step, " ")
+				i := int(n[0] - '0')
+				switch what {
+				case "dial":
+					clients = append(clients, dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }))
+				case "get":
+					clients[i].get()
+					served[i] = true
 				}
-				waitConns(t, srv, len(clients)+1, silent, idle) // in this order
-				clients = append(clients, c)
+				// Each step is done, for pdlb too, before the next.
+				waitConns(t, srv, len(clients), len(clients)-len(served), len(served), 0)
 			}
 
 			if r := h.do(fasthttp.MethodGet, "/liveness", ""); r.status != fasthttp.StatusOK {
@@ -171,7 +168,7 @@ func TestIdleConnectionsMakeRoomOldestFirst(t *testing.T) {
 			if got := srv.conns.evicted.Get(); got != 1 {
 				t.Errorf("got %d connections evicted; want 1", got)
 			}
-			waitConns(t, srv, 2, 0, 2)
+			waitConns(t, srv, 2, 0, 2, 0)
 		})
 	}
 }
@@ -201,7 +198,7 @@ func TestNewConnectionIsRefusedWhenAllAreBusy(t *testing.T) {
 			body := `{"text": "a"}`
 			busy.send("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 			<-arrived
-			waitLists(t, srv, 1, 0, 0, 0)
+			waitConns(t, srv, 1, 0, 0, 0)
 
 			refused := dialRaw(t, dial)
 			// It may be refused and closed before its request is sent: a
@@ -226,7 +223,7 @@ func TestNewConnectionIsRefusedWhenAllAreBusy(t *testing.T) {
 				t.Errorf("got %d refused, %d evicted, %d too_many_connections errors; want 1, 0, 1",
 					b.refused.Get(), b.evicted.Get(), srv.errorsByReason[reasonTooManyConnections].Get())
 			}
-			waitConns(t, srv, 1, 0, 1)
+			waitConns(t, srv, 1, 0, 1, 0)
 		})
 	}
 }
@@ -251,9 +248,9 @@ func holdWorkers(h *harness) (release func(), arrived <-chan struct{}) {
 	return sync.OnceFunc(func() { close(held) }), decoded
 }
 
-// At --max-connections with no connection silent or idle, a new one takes
-// the place of the one sending its request longest: a header sent slowly
-// (slowloris) first, then the rest of a body pdlb reads itself, whose
+// A connection sending its request slowly waits for its client too, and
+// makes room as the others do, the one waiting longest first: a header
+// sent slowly (slowloris), or the rest of a body pdlb reads itself, whose
 // request is then accounted as closed for room. A flood of slow senders
 // would otherwise hold every place until --client-read-timeout-secs.
 func TestSlowSendersMakeRoom(t *testing.T) {
@@ -263,30 +260,30 @@ func TestSlowSendersMakeRoom(t *testing.T) {
 	cfg.MaxConnections = 2
 	srv := h.start(cfg)
 	dial := func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }
-	header := dialRaw(t, dial)
-	header.send("GET /liveness HTTP/1.1\r\n") // the rest of its header never
-	waitLists(t, srv, 1, 0, 0, 1)
 	body := dialRaw(t, dial)
 	body.send("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat(" ", 20000))
-	waitLists(t, srv, 2, 0, 0, 2)
+	h.waitMemory(32 << 10) // pdlb reads it
+	waitConns(t, srv, 1, 0, 0, 1)
+	header := dialRaw(t, dial)
+	header.send("GET /liveness HTTP/1.1\r\n") // the rest of its header never
+	waitConns(t, srv, 2, 0, 0, 2)
 
-	// A newcomer takes the place of the header sent slowly; once it has
-	// left, another slow header takes that place again.
+	// A newcomer takes the place of the body, waiting longest.
 	c := dialRaw(t, dial)
 	c.get()
-	header.waitClosed()
-	_ = c.conn.Close() // else, idle, it is the next to make room
-	waitLists(t, srv, 1, 0, 0, 1)
-	again := dialRaw(t, dial)
-	again.send("GET /liveness HTTP/1.1\r\n")
-	waitLists(t, srv, 2, 0, 0, 2)
-	// The next newcomer takes the place of the body, the older of the two.
-	dialRaw(t, dial).get()
 	body.waitClosed()
+	_ = c.conn.Close() // else, idle, it would wait longer than the next
+	waitConns(t, srv, 1, 0, 0, 1)
+	// With another connection beside it, the header sent slowly waits
+	// longest, and makes room for the next newcomer.
+	dialRaw(t, dial)
+	waitConns(t, srv, 2, 1, 0, 1)
+	dialRaw(t, dial).get()
+	header.waitClosed()
 	if got := srv.conns.evicted.Get(); got != 2 {
 		t.Fatalf("got %d connections evicted; want 2", got)
 	}
-	// Its handler notices once it reads again.
+	// The body's handler noticed when its read failed.
 	for deadline := time.Now().Add(5 * time.Second); h.metric(`pdlb_requests_total{route="/generate",code="499"}`) != "1"; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the body's request was not accounted as a 499")
@@ -295,8 +292,10 @@ func TestSlowSendersMakeRoom(t *testing.T) {
 	// Both are too_many_connections: the body's, and the header's, which
 	// fasthttp reports to pdlb over an in-memory connection (over TCP its
 	// read ends with net.ErrClosed, which it takes for a silent close).
-	if got := h.metric(`pdlb_request_errors_total{reason="too_many_connections"}`); got != "2" {
-		t.Fatalf("got %q too_many_connections errors; want 2", got)
+	for deadline := time.Now().Add(5 * time.Second); h.metric(`pdlb_request_errors_total{reason="too_many_connections"}`) != "2"; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("got %s too_many_connections errors; want 2", h.metric(`pdlb_request_errors_total{reason="too_many_connections"}`))
+		}
 	}
 	h.waitMemory(0)
 }
@@ -318,7 +317,7 @@ func TestIdleKeepAliveConnectionIsClosed(t *testing.T) {
 	c := dialRaw(t, func() (net.Conn, error) { return net.Dial("tcp", addr) })
 	c.get()
 	c.waitClosed()
-	waitConns(t, srv, 0, 0, 0) // its place given back
+	waitConns(t, srv, 0, 0, 0, 0) // its place given back
 }
 
 // A client that left leaves no place taken: each connection's Close gives
@@ -329,9 +328,9 @@ func TestClosedConnectionsLeaveTheBudget(t *testing.T) {
 	srv := h.start(defaultConfig())
 	c := dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") })
 	c.get()
-	waitConns(t, srv, 1, 0, 1)
+	waitConns(t, srv, 1, 0, 1, 0)
 	_ = c.conn.Close()
-	waitConns(t, srv, 0, 0, 0)
+	waitConns(t, srv, 0, 0, 0, 0)
 }
 
 // A budget above fasthttp's own bound on connections raises it: fasthttp

@@ -11,10 +11,11 @@ import (
 
 const (
 	// bodyMemory is pdlb's --max-body-memory: the budget of request bodies
-	// in flight. It is below the default (1 GiB) so that an attack that
-	// commits memory for what a client declared shows quickly, and above
-	// the full form's 150 MB chunked body, which must be read.
-	bodyMemory = 512 << 20
+	// in flight. It is the least pdlb takes with its default
+	// --max-payload-size (three bodies of 256 MiB: the client's and a copy
+	// for each worker), below the default 1 GiB so that an attack that
+	// commits memory for what a client declared shows quickly.
+	bodyMemory = 768 << 20
 	// adminKey is the --admin-api-key of the control attack.
 	adminKey = "hostile-admin-key"
 	// stallTimeoutSecs is --client-stall-timeout-secs: how long a stream's

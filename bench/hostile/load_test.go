@@ -83,6 +83,9 @@ func (k clientKind) do(c *http.Client, base string) error {
 // say the generation finished.
 func checkStream(r io.Reader) error {
 	sc := bufio.NewScanner(r)
+	// A /generate event carries the text so far: a long stream's outgrow
+	// the scanner's default 64 KiB.
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	var last []byte
 	for sc.Scan() {
 		data, ok := bytes.CutPrefix(sc.Bytes(), []byte("data: "))
