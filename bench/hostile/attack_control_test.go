@@ -115,6 +115,7 @@ func refuseControl(a *arena, refusal int) {
 func startVictim(base string, tokens int) (<-chan error, error) {
 	body := fmt.Sprintf(`{"text":"a victim","sampling_params":{"max_new_tokens":%d},"stream":true}`, tokens)
 	c := newClient()
+	c.Timeout = time.Duration(tokens)*tokenDelay + loadTimeout // it lasts as long as the attack
 	resp, err := c.Post(base+"/generate", "application/json", strings.NewReader(body))
 	if err != nil {
 		return nil, err
