@@ -388,11 +388,14 @@ func TestClientNotReadingAnAnswerIsLetGo(t *testing.T) {
 	addr := h.serveTCP(srv)
 	conn := dialSmallWindow(t, addr)
 	sendRequest(t, conn, "/generate", `{"text": "a"}`)
-	// The client reads nothing for a while: pdlb's writes fill the
-	// sockets and wait, and its write deadline passes.
-	time.Sleep(time.Second)
-	// Then what it reads is cut short: pdlb let it go. (Still writing,
-	// pdlb would send the rest as the client reads.)
+	// The client reads nothing until pdlb has let it go: pdlb's writes
+	// fill the sockets and wait, its write deadline passes, and the
+	// request is accounted as cut off.
+	waitFor(t, "pdlb to let the client go", func() bool {
+		return h.metric(`pdlb_requests_total{route="/generate",code="499"}`) == "1"
+	})
+	// Then what it reads is cut short. (Still writing, pdlb would send the
+	// rest as the client reads.)
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	got, err := io.Copy(io.Discard, conn)
 	if got >= int64(len(answer)) || isTimeout(err) {

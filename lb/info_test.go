@@ -266,7 +266,9 @@ func TestAbortedRequestIsNotRetried(t *testing.T) {
 	go func() {
 		got <- h.post("/generate", `{"text": "a", "rid": "r-1"}`)
 	}()
-	waitFor(t, "the decode to wait for the KV cache", func() bool { return d.Stats().InFlight == 1 })
+	// Both legs have the request: the prefill spends its delay on it, the
+	// decode waits for its KV cache.
+	waitFor(t, "both workers to hold the request", func() bool { return p.Stats().InFlight == 1 && d.Stats().InFlight == 1 })
 	if r := h.post("/abort_request", `{"rid": "r-1"}`); r.status != fasthttp.StatusOK {
 		t.Fatalf("/abort_request: got %d %s", r.status, r.body)
 	}

@@ -141,6 +141,10 @@ func TestAdminKeyGuardsOperatorRoutes(t *testing.T) {
 	)
 	checkCalls(t, "main listener", h.do, calls)
 	checkCalls(t, "loopback", h.loopback(srv), operatorCalls("", fasthttp.StatusUnauthorized))
+	// A worker answers /flush_cache with a 400 while it serves a request,
+	// as SGLang does: a prefill may still answer a generation whose client
+	// has its answer.
+	waitFor(t, "the workers to be idle", func() bool { return p.Stats().InFlight == 0 && d.Stats().InFlight == 0 })
 	checkCalls(t, "admin listener", h.adminListener(srv), append(operatorCalls(client, fasthttp.StatusUnauthorized),
 		operatorCall{"POST", "/flush_cache", "", admin, fasthttp.StatusOK}))
 	for _, w := range []*fake.Server{p, d} {

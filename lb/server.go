@@ -516,6 +516,11 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		}
 	}
 	requestID := s.setRequestID(ctx)
+	// When the read began is not known (fasthttp's ctx here is a fresh
+	// one): no duration is recorded, nor logged. It is accounted before
+	// the connection is closed, which a client may see at once.
+	rt.count(status)
+	s.accessStart(requestID, path, status).Str("error", msg).Msg("request")
 	if status != statusClientGone {
 		s.writeError(ctx, status, r, msg)
 	} else {
@@ -524,10 +529,6 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		// shut its writing side must not read a 200 out of it.
 		_ = ctx.Conn().Close()
 	}
-	// When the read began is not known (fasthttp's ctx here is a fresh
-	// one): no duration is recorded, nor logged.
-	rt.count(status)
-	s.accessStart(requestID, path, status).Str("error", msg).Msg("request")
 }
 
 // readErrorMessage is what a client is told of fasthttp's error reading its
