@@ -53,7 +53,7 @@ type serveCmd struct {
 	ClientStallTimeoutSecs int  `help:"Longest a stream's write to its client may wait for the client to read (its socket buffers full); then the stream ends, both workers are told to abort it, and the connection is closed, so a client that stops reading holds no decode connection. At most --client-write-timeout-secs." default:"10"`
 	ClientReadTimeoutSecs  int  `help:"Longest reading a client's request may take, so a client that sends slowly is let go." default:"60"`
 	ClientIdleTimeoutSecs  int  `help:"Close a client's keep-alive connection after this long without a request." default:"90"`
-	MaxConnections         int  `help:"Most client connections open at once. Beyond, the one waiting longest for a request (none sent yet first, then keep-alive) is closed to make room, and while every one has a request under way a new one gets a 503. 0: derived from the descriptor limit (ulimit -n), less 64, 8 a worker and --max-conns-per-backend a worker, but at least a third of what the 64 and 8s leave, and at most 65536; below 0: no limit." default:"0"`
+	MaxConnections         int  `help:"Most client connections open at once. Beyond, the one waiting longest for its client (for a first request, the next, or the rest of one sent slowly) is closed to make room, and while every one has its request served a new one gets a 503. 0: derived from the descriptor limit (ulimit -n), less 64, 8 a worker and --max-conns-per-backend a worker, but at least a third of what the 64 and 8s leave, and at most 65536; below 0: no limit." default:"0"`
 	MaxHeaderSize          int  `help:"Largest request header accepted, in bytes; larger ones get a 431. A client connection holds a buffer this large while it reads a request." default:"4096"`
 	RetryMaxRetries        int  `help:"Attempts a request may get in all, as sglang_router counts them (0 and 1: no retry); each retry goes to a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"3"`
 	DisableRetries         bool `help:"Give every request a single attempt."`
@@ -72,7 +72,7 @@ type serveCmd struct {
 	QueueSize               int     `help:"Most requests waiting for a slot under --max-concurrent-requests; 0, as in sglang_router: none wait, a 429 at once." default:"256"`
 	QueueTimeoutSecs        int     `help:"Longest a request waits for a slot under --max-concurrent-requests." default:"60"`
 	MaxPayloadSize          int     `help:"Largest request body accepted, in bytes (more than 0); larger ones get a 413." default:"268435456"`
-	MaxBodyMemory           int64   `help:"Most memory, in bytes, that request bodies may hold at once: clients' bodies as they arrive and the copies sent to the workers. A request that would cross it gets a 503. At least three times --max-payload-size." default:"1073741824"`
+	MaxBodyMemory           int64   `help:"Most memory, in bytes, that request bodies may hold at once: clients' bodies as they arrive and the copies sent to the workers. A request that would cross it gets a 503. At least what one request of --max-payload-size needs: three times it, and a little." default:"1073741824"`
 	MaxBatchSize            int     `help:"Most items a /generate batch may hold (a list of text or input_ids); larger ones get a 400." default:"4096"`
 	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"4"`
 	ConnectTimeoutSecs      float64 `help:"Longest a new connection to a worker may take; a worker that does not accept in time counts as unreachable, and the request goes to another." default:"5"`
@@ -133,10 +133,6 @@ func (c *serveCmd) Validate() error {
 	}
 	if !strings.HasPrefix(c.HealthCheckEndpoint, "/") {
 		return fmt.Errorf("--health-check-endpoint must be a path starting with /, got %q", c.HealthCheckEndpoint)
-	}
-	if c.MaxBodyMemory < 3*int64(c.MaxPayloadSize) {
-		return fmt.Errorf("--max-body-memory %d must hold three bodies of --max-payload-size %d (the client's and a copy for each worker)",
-			c.MaxBodyMemory, c.MaxPayloadSize)
 	}
 	if c.RetryMaxRetries < 0 || c.QueueSize < 0 {
 		return errors.New("--retry-max-retries and --queue-size cannot be negative")
@@ -310,7 +306,42 @@ func (c *serveCmd) config() (lb.Config, []string) {
 	if c.FallbackPolicy != "" {
 		cfg.FallbackPolicy = policy("--fallback-policy", c.FallbackPolicy)
 	}
+	if w := c.openAdminWarning(); w != "" {
+		warnings = append(warnings, w)
+	}
 	return cfg, warnings
+}
+
+// openAdminWarning is the warning of an admin listener that serves the
+// operator routes, with no admin key, on an address other clients may
+// reach: --prometheus-host's default is 0.0.0.0, where metrics scrapers
+// come from.
+func (c *serveCmd) openAdminWarning() string {
+	if c.AdminAPIKey != "" || c.MiniLB { // keyed, or open everywhere (openRoutesWarning)
+		return ""
+	}
+	var open []string
+	if c.PrometheusPort > 0 && !isLoopbackHost(c.PrometheusHost) {
+		open = append(open, "--prometheus-port's on "+c.PrometheusHost)
+	}
+	if host, _, err := net.SplitHostPort(c.PprofAddr); err == nil && !isLoopbackHost(host) {
+		open = append(open, "--pprof-addr's on "+c.PprofAddr)
+	}
+	if len(open) == 0 {
+		return ""
+	}
+	return "the operator routes (/flush_cache, /bootstrap, /abort_request with abort_all) answer without a key on the admin listener " +
+		strings.Join(open, " and ") + ", to anyone who reaches it: set --admin-api-key, or bind it to 127.0.0.1"
+}
+
+// isLoopbackHost reports whether host, a listen address's host, takes
+// connections from this machine only.
+func isLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // Run serves until SIGINT or SIGTERM, then drains for the grace period.

@@ -375,6 +375,30 @@ func TestParseAdminAPIKey(t *testing.T) {
 	}
 }
 
+// An admin listener that serves the operator routes without a key on an
+// address other machines reach (--prometheus-host's default) is warned of.
+func TestOpenAdminListenerIsWarnedOf(t *testing.T) {
+	f := func(warn bool, args ...string) {
+		t.Helper()
+		c, _, err := parse(t, append([]string{"--prefill", "http://p:1", "--decode", "http://d:1"}, args...)...)
+		if err != nil {
+			t.Fatalf("%q: %s", args, err)
+		}
+		_, warnings := c.Serve.config()
+		got := strings.Contains(strings.Join(warnings, "\n"), "answer without a key on the admin listener")
+		if got != warn {
+			t.Errorf("%q: got warnings %q; want the open admin listener's: %v", args, warnings, warn)
+		}
+	}
+	f(false)
+	f(true, "--prometheus-port", "29000")
+	f(false, "--prometheus-port", "29000", "--prometheus-host", "127.0.0.1")
+	f(false, "--prometheus-port", "29000", "--prometheus-host", "::1")
+	f(false, "--prometheus-port", "29000", "--admin-api-key", "a1")
+	f(true, "--pprof-addr", "10.0.0.1:6060")
+	f(false, "--pprof-addr", "localhost:6060")
+}
+
 // sglang_router's --request-id-headers takes its names after it, as many
 // as follow.
 func TestParseRequestIDHeaders(t *testing.T) {
@@ -410,8 +434,6 @@ func TestParseErrors(t *testing.T) {
 	f("--max-payload-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-payload-size=-1")
 	f("outside 1-65535", "fake", "--decode", "127.0.0.1:1", "--bootstrap-port", "99999")
 	f("--max-batch-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-batch-size", "0")
-	f("--max-body-memory 1000 must hold three bodies of --max-payload-size 1000",
-		"--prefill", "http://p:1", "--decode", "http://d:1", "--max-payload-size", "1000", "--max-body-memory", "1000")
 }
 
 // The body limits reach lb.Config: --max-body-memory and --max-batch-size
@@ -428,8 +450,14 @@ func TestParseBodyLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg, _ := c.Serve.config(); cfg.MaxBodyMemory != 3000 || cfg.MaxBatchSize != 7 {
+	cfg, _ := c.Serve.config()
+	if cfg.MaxBodyMemory != 3000 || cfg.MaxBatchSize != 7 {
 		t.Fatalf("got memory %d, batch %d; want 3000, 7", cfg.MaxBodyMemory, cfg.MaxBatchSize)
+	}
+	// Too little for one request of the largest size: a usage error of
+	// lb.New's, which Run reports as one.
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--max-body-memory 3000 is less than") {
+		t.Fatalf("got %v; want the body memory refused", err)
 	}
 }
 

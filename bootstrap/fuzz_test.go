@@ -24,6 +24,7 @@ var seedBodies = []string{
 	chatBody, generateBody, batchBody,
 	`{}`, ` { } `, "\n{\r\n\t}\n", `{"a":1}`, `{"a":null,"b":true,"c":false}`,
 	`{"bootstrap_room":7,"a":1}`, `{"a":1,"bootstrap_host":"x","b":2}`, `{"a":1,"bootstrap_port":1}`,
+	`{"rid":"r-1","text":"a"}`, `{"rid":"decoy","r\u0069d":["a","b"],"text":["x","y"]}`, `{"rid":null}`,
 	`{"bootstrap_room":7}`, `{"bootstrap_room":1,"a":1,"bootstrap_room":2,"bootstrap_host":"h","b":[]}`,
 	`{ "bootstrap_room" : 1 , "a" : 1 , "bootstrap_port" : 2 , "b" : 2 }`,
 	`{"sampling_params":{"bootstrap_room":5},"a":[{"bootstrap_host":"x"}]}`,
@@ -383,6 +384,15 @@ func wantRequest(t *testing.T, body []byte, got Request) Request {
 		if _, ok := m[name]; ok {
 			r.HasKVFields = true
 		}
+	}
+	if rid, ok := m["rid"]; ok {
+		// The span is the value the workers read: wrapped as an object,
+		// it decodes to the same.
+		wrapped := pyObject(t, append(append([]byte(`{"rid":`), got.RID.Of(body)...), '}'))
+		if got.RID.Len == 0 || !reflect.DeepEqual(wrapped["rid"], rid) {
+			t.Fatalf("Parse(%q): rid at %+v is %q; want the value %v", body, got.RID, got.RID.Of(body), rid)
+		}
+		r.RID = got.RID
 	}
 	r.PrefillDPRank = wantRank(m["disagg_prefill_dp_rank"], got.PrefillDPRank)
 	if v, ok := m["routed_dp_rank"]; ok && v != nil {

@@ -49,6 +49,12 @@ type Request struct {
 	// without any may be forwarded as it is.
 	HasKVFields bool
 
+	// RID is where the raw value of the member "rid" is in the body: its
+	// offset and length, both 0 when there is none. It is the rid the
+	// workers run the request under (the last of duplicates), or a list of
+	// one an item for a batch.
+	RID Span
+
 	// PromptTokens estimates the prompt's length in tokens without a
 	// tokenizer: the number of token ids when the prompt is given as ids
 	// (input_ids, or an OpenAI prompt list of ids), else one token per four
@@ -103,6 +109,12 @@ func Parse(body []byte) (Request, error) {
 	}
 	return r, nil
 }
+
+// Span is where a slice of a body is: its offset and length.
+type Span struct{ Start, Len int }
+
+// Of returns the slice of body at s.
+func (s Span) Of(body []byte) []byte { return body[s.Start : s.Start+s.Len] }
 
 // rawRanks are the raw values of the DP-rank members, nil when absent. They
 // are read once the body is known to be valid JSON.
@@ -193,6 +205,8 @@ func scanRequest(body []byte) (Request, rawRanks, error) {
 			prompt = m.value
 		case fieldMessages:
 			messages = m.value
+		case fieldRID:
+			r.RID = Span{Start: m.end - len(m.value), Len: len(m.value)}
 		case fieldBootstrapHost, fieldBootstrapPort, fieldBootstrapRoom, fieldLocalPrefill:
 			r.HasKVFields = true
 		}
@@ -334,6 +348,7 @@ const (
 	fieldDataParallelRank
 	fieldPrompt
 	fieldMessages
+	fieldRID
 	// The fields that steer the KV transfer, which pdlb owns (Append,
 	// Strip).
 	fieldBootstrapHost
@@ -389,6 +404,8 @@ func fieldNamed(key []byte) field {
 		return fieldPrompt
 	case "messages":
 		return fieldMessages
+	case "rid":
+		return fieldRID
 	case "bootstrap_host":
 		return fieldBootstrapHost
 	case "bootstrap_port":

@@ -311,3 +311,23 @@ func TestParsePromptTokens(t *testing.T) {
 	f(`{"prompt": [[1, 2], [3]]}`, 0)
 	f(`{"input_ids": [[1, 2], [3]]}`, 0)
 }
+
+// Parse tells where the rid the workers read is: the last of duplicates,
+// under any spelling of its key, a string or a batch's list as it is.
+func TestParseRID(t *testing.T) {
+	f := func(body, want string) {
+		t.Helper()
+		r, err := Parse([]byte(body))
+		if err != nil {
+			t.Fatalf("Parse(%s): %s", body, err)
+		}
+		if got := string(r.RID.Of([]byte(body))); got != want {
+			t.Fatalf("Parse(%s): rid %q; want %q", body, got, want)
+		}
+	}
+	f(`{"text": "a"}`, "")
+	f(`{"text": "a", "rid": "r-1"}`, `"r-1"`)
+	f(`{"rid": "decoy", "text": "a", "r\u0069d": "real"}`, `"real"`)
+	f(`{"text": ["a", "b"], "rid": [ "a", "b" ] }`, `[ "a", "b" ]`)
+	f(`{"rid": null}`, `null`)
+}

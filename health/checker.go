@@ -136,10 +136,12 @@ type target struct {
 
 	state   atomic.Int32
 	lastErr atomic.Pointer[string]
-	// streak counts consecutive probe results that disagree with state.
-	// Only the probe of the current round touches it, and rounds are
-	// serialised, so it needs no atomic.
-	streak int
+	// streak counts consecutive probe results that disagree with state;
+	// starved is set while probes cannot be sent for want of resources.
+	// Only the probe of the current round touches them, and rounds are
+	// serialised, so they need no atomic.
+	streak  int
+	starved bool
 }
 
 // NewChecker returns a Checker for targets, which it copies; target i is
@@ -301,8 +303,15 @@ func (c *Checker) check(ctx context.Context, t *target) {
 		return
 	}
 	if OutOfResources(err) {
-		t.log.Warn().Err(err).Msg("cannot probe: pdlb is out of resources; the probe is not counted")
+		if !t.starved { // logged when it starts and ends, not every round
+			t.log.Warn().Err(err).Msg("cannot probe: pdlb is out of resources; probes are not counted until it can")
+		}
+		t.starved = true
 		return
+	}
+	if t.starved {
+		t.starved = false
+		t.log.Info().Msg("probing again")
 	}
 	c.apply(t, err)
 }

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"github.com/rs/zerolog"
 )
 
 // dialError is err as a failed dial reports it.
@@ -80,5 +83,36 @@ func TestProbeOutOfDescriptorsChangesNothing(t *testing.T) {
 	want(Up, 1, 0) // Fall is 1: one counted failure would take it down
 	if got := drain(changes); len(got) != 0 {
 		t.Fatalf("OnChange got %v; want no call", got)
+	}
+}
+
+// Probes skipped for want of descriptors are logged when they start and
+// when they end, not every round: a flood that takes the descriptors would
+// otherwise fill the log too.
+func TestStarvedProbesAreLoggedOnce(t *testing.T) {
+	nw := network{}
+	nw.backend(t, "worker:1")
+	var starved atomic.Bool
+	var logs strings.Builder
+	cfg := Config{Rise: 1, Fall: 1, Dial: func(addr string) (net.Conn, error) {
+		if starved.Load() {
+			return nil, dialError(syscall.EMFILE)
+		}
+		return nw.dial(addr)
+	}}
+	cfg.Log = zerolog.New(&logs)
+	c := NewChecker(cfg, []Target{{Addr: "worker:1"}})
+	starved.Store(true)
+	for range 3 {
+		checkOnce(t, context.Background(), c)
+	}
+	starved.Store(false)
+	checkOnce(t, context.Background(), c)
+	out := logs.String()
+	if n := strings.Count(out, "cannot probe"); n != 1 {
+		t.Fatalf("3 starved rounds logged %d warnings; want 1:\n%s", n, out)
+	}
+	if n := strings.Count(out, "probing again"); n != 1 {
+		t.Fatalf("the end of starvation logged %d lines; want 1:\n%s", n, out)
 	}
 }

@@ -2,13 +2,12 @@ package lb
 
 import (
 	"encoding/json"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
-
-	"pdlb/bootstrap"
 )
 
 // When pdlb gives up on a call a worker may have started (its client went
@@ -36,9 +35,9 @@ const maxAbortsInFlight = 4
 const abortTimeout = 2 * time.Second
 
 // abortRID returns the rid that one /abort_request names for a request
-// body, and false if it names none. SGLang's AbortReq takes one rid, a
-// string (io_struct.py), so a batch cannot be named item by item in one
-// call:
+// whose rid value is raw (exchange.rid), and false if it names none.
+// SGLang's AbortReq takes one rid, a string (io_struct.py), so a batch
+// cannot be named item by item in one call:
 //   - a batch given one string rid has items named rid_0, rid_1, ...
 //     (GenerateReqInput._normalize_rid); the scheduler matches an abort's
 //     rid as a prefix (req.rid.startswith), so the string itself names the
@@ -47,19 +46,43 @@ const abortTimeout = 2 * time.Second
 //     is a no-op, and the closed connection does the work.)
 //   - a batch given a list of rids is named by its first item's: the rest
 //     abort when the worker sees the connection closed.
-//
-// An empty rid is never named: the scheduler's prefix match would take it
-// for every request it holds (SGLang before its tokenizer manager ignored
-// one).
-//
-// The rid is read as the worker reads it (bootstrap.Member): decoded keys,
-// the last of duplicates.
-func abortRID(body []byte) (string, bool) {
-	rid := gjson.ParseBytes(bootstrap.Member(body, "rid"))
+func abortRID(raw []byte) (string, bool) {
+	rid := gjson.ParseBytes(raw)
 	if rid.IsArray() {
 		rid = rid.Get("0")
 	}
 	return rid.Str, rid.Type == gjson.String && rid.Str != ""
+}
+
+// SGLang's scheduler aborts every request whose rid starts with the one an
+// abort names: "0" names a sixteenth of the rids it draws (uuid4 hex), ""
+// every request. A client could so abort other clients' requests, by
+// naming a short rid of its own in /abort_request or by dropping a request
+// that has one. pdlb asks the workers to abort a rid only when it names no
+// other request: minAbortRID characters at least, against the requests of
+// other pdlb replicas and other clients of the workers, and no request pdlb
+// serves has a longer rid starting with it.
+const minAbortRID = 8
+
+// abortsOne reports whether an abort of rid names no request but those of
+// that rid, as far as pdlb can tell (minAbortRID).
+func (s *Server) abortsOne(rid string) bool {
+	if len(rid) < minAbortRID {
+		return false
+	}
+	s.flightMu.Lock()
+	defer s.flightMu.Unlock()
+	for _, x := range s.flight {
+		longer := false
+		eachRID(x.rid, func(r string) bool {
+			longer = len(r) > len(rid) && strings.HasPrefix(r, rid)
+			return !longer
+		})
+		if longer {
+			return false
+		}
+	}
+	return true
 }
 
 // abortGate bounds the /abort_request calls to one worker: a rate, and how

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
@@ -19,27 +20,49 @@ import (
 // one, which SGLang's scheduler would match, as a prefix, with every
 // request it holds.
 func TestAbortRID(t *testing.T) {
-	f := func(body, want string) {
+	f := func(raw, want string) {
 		t.Helper()
-		got, ok := abortRID([]byte(body))
+		got, ok := abortRID([]byte(raw))
 		if got != want || ok != (want != "") {
-			t.Fatalf("abortRID(%s) = %q, %v; want %q", body, got, ok, want)
+			t.Fatalf("abortRID(%s) = %q, %v; want %q", raw, got, ok, want)
 		}
 	}
-	f(`{"text": "a", "rid": "r-1"}`, "r-1")
-	f(`{"text": ["a", "b"], "rid": "batch"}`, "batch") // SGLang's items are batch_0, batch_1
-	f(`{"text": ["a", "b"], "rid": ["r-1", "r-2"]}`, "r-1")
-	f(`{"text": "a"}`, "")
-	f(`{"text": "a", "rid": ""}`, "")
-	f(`{"text": ["a"], "rid": [""]}`, "")
-	f(`{"text": ["a"], "rid": []}`, "")
-	f(`{"text": "a", "rid": 7}`, "")
-	f(`{"text": ["a"], "rid": [7]}`, "")
-	f(`{"text": "a", "rid": null}`, "")
-	// As the worker's json.loads reads it: decoded keys, the last of
-	// duplicates.
-	f(`{"text": "a", "rid": "decoy", "r\u0069d": "real"}`, "real")
-	f(`{"text": "a", "rid": "real", "rid": null}`, "")
+	f(`"request-1"`, "request-1")
+	f(`"batch"`, "batch") // a batch's one rid: SGLang's items are batch_0, batch_1
+	f(`["request-1", "request-2"]`, "request-1")
+	f(``, "") // no rid
+	f(`""`, "")
+	f(`[""]`, "")
+	f(`[]`, "")
+	f(`7`, "")
+	f(`[7]`, "")
+	f(`null`, "")
+}
+
+// An abort names a rid only when SGLang's prefix match would abort no
+// other request with it: a rid long enough, and none pdlb serves starting
+// with it.
+func TestAbortsOne(t *testing.T) {
+	srv, err := New(defaultConfig(), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.flight = []*exchange{{rid: []byte(`"request-1"`)}, {rid: []byte(`["batch-one-0", "batch-one-1"]`)}, {rid: []byte(`"request-10"`)}}
+	f := func(rid string, want bool) {
+		t.Helper()
+		if got := srv.abortsOne(rid); got != want {
+			t.Fatalf("abortsOne(%q) = %v; want %v", rid, got, want)
+		}
+	}
+	f("request-10", true)
+	f("request-1", false) // request-10 starts with it
+	f("request-", false)
+	f("batch-one-0", true)
+	f("batch-one-", false)
+	f("request-2", true) // served elsewhere, or gone: nothing here starts with it
+	f("r", false)        // too short: a sixteenth of uuid4 rids start with a hex digit
+	f("1234567", false)
+	f("12345678", true)
 }
 
 // A worker gets perSecond aborts at once after a quiet second, then one
@@ -158,9 +181,9 @@ func TestDroppedRequestAbortsOncePerWorker(t *testing.T) {
 	for _, tc := range []struct {
 		name, body, want string
 	}{
-		{"one rid", `{"text": "a", "rid": "r-1"}`, "r-1"},
-		{"a batch's list of rids", batchBody(64, ridList("b-", 64)), "b-0"},
-		{"a batch's one rid", batchBody(64, `"b"`), "b"},
+		{"one rid", `{"text": "a", "rid": "request-1"}`, "request-1"},
+		{"a batch's list of rids", batchBody(64, ridList("batch-item-", 64)), "batch-item-0"},
+		{"a batch's one rid", batchBody(64, `"batch-rid"`), "batch-rid"},
 		{"an empty rid", `{"text": "a", "rid": ""}`, ""},
 		{"no rid", `{"text": "a"}`, ""},
 	} {
@@ -238,7 +261,7 @@ func TestAbortsBeyondTheRateAreDropped(t *testing.T) {
 	drop := func(n int) {
 		t.Helper()
 		for i := range n {
-			if r := h.post("/generate", `{"text": "a", "rid": "r-`+strconv.Itoa(i)+`"}`); r.status != fasthttp.StatusServiceUnavailable {
+			if r := h.post("/generate", `{"text": "a", "rid": "request-`+strconv.Itoa(i)+`"}`); r.status != fasthttp.StatusServiceUnavailable {
 				t.Fatalf("got %d %s; want the prefill's 503", r.status, r.body)
 			}
 			// One at a time: the fake decode fails the requests waiting
@@ -297,4 +320,34 @@ func TestAbortsInFlightAreBounded(t *testing.T) {
 	if n, m := arrived.Load(), most.Load(); n != maxAbortsInFlight || m > maxAbortsInFlight {
 		t.Fatalf("the worker got %d aborts, %d at once; want %d, at most %d at once", n, m, maxAbortsInFlight, maxAbortsInFlight)
 	}
+}
+
+// SGLang aborts every request whose rid starts with the one an abort
+// names: a client's abort by rid that would name another's request too,
+// or any rid shorter than minAbortRID, gets a 400 and reaches no worker
+// (issue 19: one client cancelling everyone's requests).
+func TestAbortByPrefixIsRefused(t *testing.T) {
+	h := newHarness(t)
+	gate := make(chan struct{})
+	p, d := h.pair(fake.Config{}, fake.Config{TokenGate: gate})
+	srv := h.start(defaultConfig())
+	got := make(chan reply, 1)
+	go func() {
+		got <- h.post("/generate", `{"text": "a", "rid": "request-10", "sampling_params": {"max_new_tokens": 2}}`)
+	}()
+	waitFor(t, "the decode to hold the request", func() bool { return d.Stats().InFlight == 1 })
+	for _, rid := range []string{"request-1", "request-", "r"} {
+		r := h.post("/abort_request", `{"rid": "`+rid+`"}`)
+		if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != fasthttp.StatusBadRequest || !strings.Contains(msg, "starts with") {
+			t.Errorf("an abort of %q: got %d %s; want a 400 saying why", rid, r.status, r.body)
+		}
+	}
+	if n := p.Stats().AbortRequest + d.Stats().AbortRequest; n != 0 {
+		t.Fatalf("the workers got %d aborts; want none", n)
+	}
+	close(gate)
+	if r := <-got; r.status != fasthttp.StatusOK || gjson.GetBytes(r.body, "meta_info.finish_reason.type").String() == "abort" {
+		t.Fatalf("the request the aborts would have named got %d %s", r.status, r.body)
+	}
+	waitIdle(t, srv)
 }

@@ -70,7 +70,7 @@ type requestBody struct {
 // is what the client is told; the connection is closed after it, as the
 // rest of the body is still on the wire.
 func (s *Server) readBody(ctx *fasthttp.RequestCtx, b *requestBody, limit int) *answerError {
-	declared := ctx.Request.Header.ContentLength() // -1: chunked
+	declared := declaredLength(ctx) // -1: chunked
 	if declared > limit {
 		return s.bodyTooLarge(ctx, limit)
 	}
@@ -165,6 +165,31 @@ func (b *requestBody) releaseBuffer(m *bodyMemory) {
 // prefetched is how much of a body fasthttp reads before the handler runs
 // (its readBodyWithStreaming).
 const prefetched = 8 << 10
+
+// closeUnread closes the connection after the answer when the request's
+// body, which pdlb did not read, is still on the wire: fasthttp would read
+// and drop up to 256 KiB of it at the client's pace, for as long as
+// --client-read-timeout-secs, the connection counted as served meanwhile
+// and so never closed to make room (connlimit.go). A body of up to
+// prefetched bytes is read before the handler runs.
+func closeUnread(ctx *fasthttp.RequestCtx) {
+	if declared := declaredLength(ctx); declared < 0 || declared > prefetched {
+		ctx.SetConnectionClose()
+	}
+}
+
+// declaredLength is the length of ctx's body as its header declares it:
+// -1 for a chunked body, 0 for none.
+func declaredLength(ctx *fasthttp.RequestCtx) int {
+	switch n := ctx.Request.Header.ContentLength(); {
+	case n == -1:
+		return -1
+	case n < 0: // -2, fasthttp's "identity": a request without a body
+		return 0
+	default:
+		return n
+	}
+}
 
 // maxControlBody bounds the body of a control route: SGLang's are a few
 // fields.

@@ -81,7 +81,7 @@ func TestBodyMemoryIsABudget(t *testing.T) {
 	h.pair(fake.Config{}, fake.Config{})
 	cfg := defaultConfig()
 	cfg.MaxRequestBodySize = 256 << 10
-	cfg.MaxBodyMemory = 1 << 20
+	cfg.MaxBodyMemory = cfg.minBodyMemory() // about 1 MiB
 	h.start(cfg)
 	var holders []net.Conn
 	for i := range 3 { // each holds a buffer of 256 KiB, the body's declared length
@@ -267,7 +267,7 @@ func TestControlBodyIsBounded(t *testing.T) {
 	h := newHarness(t)
 	p, d := h.pair(fake.Config{}, fake.Config{})
 	h.start(defaultConfig())
-	r := h.post("/abort_request", `{"rid": "x", "pad": "`+strings.Repeat(" ", maxControlBody)+`"}`)
+	r := h.post("/abort_request", `{"rid": "request-x", "pad": "`+strings.Repeat(" ", maxControlBody)+`"}`)
 	if r.status != fasthttp.StatusRequestEntityTooLarge || !r.header.ConnectionClose() {
 		t.Fatalf("a large body: got %d %s; want a 413 closing the connection", r.status, r.body)
 	}
@@ -279,7 +279,7 @@ func TestControlBodyIsBounded(t *testing.T) {
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	go func() {
 		_, _ = conn.Write([]byte("POST /abort_request HTTP/1.1\r\nHost: pdlb\r\nTransfer-Encoding: chunked\r\n\r\n" +
-			"5\r\n{\"rid\r\n7\r\n\": \"x\"}\r\n0\r\n\r\n"))
+			"5\r\n{\"rid\r\nf\r\n\": \"request-x\"}\r\n0\r\n\r\n"))
 	}()
 	var resp fasthttp.Response
 	if err := resp.Read(bufio.NewReader(conn)); err != nil || resp.StatusCode() != fasthttp.StatusOK {

@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"pdlb/bench/fake"
+	"pdlb/bootstrap"
 )
 
 // kvFields are the members that steer a KV transfer: pdlb writes them, or
@@ -235,7 +236,7 @@ func TestAbortNamesTheRIDTheWorkerRuns(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.DisableRetries = true
 	srv := h.start(cfg)
-	if r := h.post("/generate", `{"text": "a", "rid": "decoy", "r\u0069d": "req-7"}`); r.status != fasthttp.StatusServiceUnavailable {
+	if r := h.post("/generate", `{"text": "a", "rid": "decoy-rid", "r\u0069d": "request-7"}`); r.status != fasthttp.StatusServiceUnavailable {
 		t.Fatalf("got %d %s", r.status, r.body)
 	}
 	waitIdle(t, srv) // includes the abort
@@ -243,8 +244,8 @@ func TestAbortNamesTheRIDTheWorkerRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rid := string(v.GetStringBytes("rid")); rid != "req-7" {
-		t.Fatalf("pdlb aborted rid %q; want req-7, the request the decode runs", rid)
+	if rid := string(v.GetStringBytes("rid")); rid != "request-7" {
+		t.Fatalf("pdlb aborted rid %q; want request-7, the request the decode runs", rid)
 	}
 	waitFor(t, "the decode to drop the aborted request", func() bool { return h.decode.Stats().InFlight == 0 })
 }
@@ -259,17 +260,21 @@ func TestMarkAbortedReadsAsWorkersRead(t *testing.T) {
 	}
 	f := func(sent, abort string, want bool) {
 		t.Helper()
-		x := &exchange{body: []byte(sent)}
+		r, err := bootstrap.Parse([]byte(sent))
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := &exchange{rid: r.RID.Of([]byte(sent))}
 		srv.flight = []*exchange{x}
 		srv.markAborted([]byte(abort))
 		if got := x.abortedByClient.Load(); got != want {
 			t.Fatalf("an exchange that sent %s, after /abort_request %s: got marked %v; want %v", sent, abort, got, want)
 		}
 	}
-	f(`{"text": "a", "rid": "decoy", "r\u0069d": "real"}`, `{"rid": "real"}`, true)
-	f(`{"text": "a", "rid": "decoy", "r\u0069d": "real"}`, `{"rid": "decoy"}`, false)
-	f(`{"text": "a", "rid": "real"}`, `{"rid": "real", "rid": "other"}`, false)
-	f(`{"text": "a", "rid": "real"}`, `{"rid": "other", "r\u0069d": "real"}`, true)
-	f(`{"text": "a", "rid": "real"}`, `{"abort_all": true, "abort\u005fall": false}`, false)
-	f(`{"text": "a", "rid": "real"}`, `{"abort_all": false, "abort\u005fall": true}`, true)
+	f(`{"text": "a", "rid": "decoy-rid", "r\u0069d": "real-rid"}`, `{"rid": "real-rid"}`, true)
+	f(`{"text": "a", "rid": "decoy-rid", "r\u0069d": "real-rid"}`, `{"rid": "decoy-rid"}`, false)
+	f(`{"text": "a", "rid": "real-rid"}`, `{"rid": "real-rid", "rid": "other-rid"}`, false)
+	f(`{"text": "a", "rid": "real-rid"}`, `{"rid": "other-rid", "r\u0069d": "real-rid"}`, true)
+	f(`{"text": "a", "rid": "real-rid"}`, `{"abort_all": true, "abort\u005fall": false}`, false)
+	f(`{"text": "a", "rid": "real-rid"}`, `{"abort_all": false, "abort\u005fall": true}`, true)
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"pdlb/bootstrap"
 )
 
 // Policies a pool can select backends with.
@@ -154,9 +156,10 @@ type Config struct {
 	// MaxBodyMemory bounds the request bodies held in memory at once: the
 	// clients' bodies as they arrive and the copies rewritten for the
 	// workers, batch expansion included. A request that would cross it gets
-	// a 503. It must hold three bodies of MaxRequestBodySize (the client's,
-	// the decode's and the prefill's). Zero means 1 GiB, or three such
-	// bodies if that is more.
+	// a 503. It must hold what one request of MaxRequestBodySize may need:
+	// three such bodies (the client's, the decode's and the prefill's) with
+	// pdlb's fields for the largest batch. Zero means 1 GiB, or that if it
+	// is more.
 	MaxBodyMemory int64
 	// MaxBatchSize is the most items a /generate batch may hold; larger
 	// ones get a 400. pdlb writes three fields for each item, so a batch of
@@ -172,9 +175,9 @@ type Config struct {
 	ClientIdleTimeout time.Duration
 	// MaxConnections bounds the client connections open at once, so that
 	// clients cannot take the descriptors pdlb needs for its workers
-	// (connlimit.go). At the bound, a connection that has sent nothing yet
-	// or waits for its next request is closed to make room, the one
-	// waiting longest first; with none, a new connection gets a 503 and is
+	// (connlimit.go). At the bound, the connection waiting longest for its
+	// client (for a first request, its next, or the rest of one) is closed
+	// to make room; with none waiting, a new connection gets a 503 and is
 	// closed. Zero means derived from the process's descriptor limit
 	// (defaultMaxConnections): what is left after 64 descriptors, 8 a
 	// worker, and MaxConnsPerBackend a worker, but at least a third of
@@ -253,8 +256,11 @@ type BreakerConfig struct {
 	MinBackoff, MaxBackoff time.Duration
 }
 
-// defaultMaxRequestBodySize is MaxRequestBodySize's default.
-const defaultMaxRequestBodySize = 64 << 20
+// Defaults of MaxRequestBodySize and MaxBatchSize.
+const (
+	defaultMaxRequestBodySize = 64 << 20
+	defaultMaxBatchSize       = 4096
+)
 
 func (c *Config) setDefaults() {
 	if len(c.RequestIDHeaders) == 0 {
@@ -312,11 +318,11 @@ func (c *Config) setDefaults() {
 	if c.MaxRequestBodySize <= 0 {
 		c.MaxRequestBodySize = defaultMaxRequestBodySize
 	}
-	if c.MaxBodyMemory <= 0 {
-		c.MaxBodyMemory = max(1<<30, 3*int64(c.MaxRequestBodySize))
-	}
 	if c.MaxBatchSize <= 0 {
-		c.MaxBatchSize = 4096
+		c.MaxBatchSize = defaultMaxBatchSize
+	}
+	if c.MaxBodyMemory <= 0 {
+		c.MaxBodyMemory = max(1<<30, c.minBodyMemory())
 	}
 	if c.MaxResponseBodySize <= 0 {
 		c.MaxResponseBodySize = 256 << 20
@@ -450,20 +456,40 @@ func (c *Config) checkDuplicates() error {
 }
 
 // checkBodyMemory refuses a body budget that a single request of the
-// largest size allowed could not fit in: its body, the decode's copy and
-// the prefill's, each with pdlb's fields in. Such a request would get a
-// 503 forever.
+// largest size allowed could not fit in. Such a request would get a 503
+// forever.
 func (c *Config) checkBodyMemory() error {
-	if c.MaxBodyMemory <= 0 {
-		return nil
-	}
-	maxBody := int64(c.MaxRequestBodySize)
-	if maxBody <= 0 {
-		maxBody = defaultMaxRequestBodySize
-	}
-	if c.MaxBodyMemory < 3*maxBody {
-		return fmt.Errorf("the body memory (%d bytes) must hold three bodies of the largest size allowed (%d bytes): "+
-			"the client's and a copy for each worker; raise --max-body-memory or lower --max-payload-size", c.MaxBodyMemory, maxBody)
+	if need := c.minBodyMemory(); c.MaxBodyMemory > 0 && c.MaxBodyMemory < need {
+		return fmt.Errorf("--max-body-memory %d is less than the %d bytes one request of --max-payload-size %d may need "+
+			"(its body, and a copy with pdlb's fields for each worker): raise it or lower --max-payload-size",
+			c.MaxBodyMemory, need, c.maxRequestBody())
 	}
 	return nil
+}
+
+// minBodyMemory is what one request of the largest size allowed holds in
+// the body memory at most: its body, and two copies of it with pdlb's
+// fields in (the decode's, and the prefill's when they differ), for the
+// largest batch and the longest prefill host.
+func (c *Config) minBodyMemory() int64 {
+	batch := c.MaxBatchSize
+	if batch <= 0 {
+		batch = defaultMaxBatchSize
+	}
+	host := ""
+	for _, p := range c.Prefill {
+		if w, err := parseWorkerURL(p.URL); err == nil && len(w.host) > len(host) {
+			host = bootstrap.Host(w.host)
+		}
+	}
+	body := int64(c.maxRequestBody())
+	return body + 2*(body+int64(bootstrap.MaxAdded(host, batch)))
+}
+
+// maxRequestBody is MaxRequestBodySize, or its default.
+func (c *Config) maxRequestBody() int {
+	if c.MaxRequestBodySize > 0 {
+		return c.MaxRequestBodySize
+	}
+	return defaultMaxRequestBodySize
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/rs/zerolog"
+
+	"pdlb/bootstrap"
 )
 
 // A worker listed twice is a usage error naming it; pdlb used to panic on
@@ -74,6 +76,7 @@ func TestValidateRefusesTheAPIKeyAsAdminKey(t *testing.T) {
 
 // A body budget that one request of the largest size allowed cannot fit
 // in (its body and a copy for each worker) would refuse it forever.
+// (Issue 19's review: exactly three bodies left no room for pdlb's fields.)
 func TestValidateRefusesASmallBodyMemory(t *testing.T) {
 	f := func(memory int64, payload int, ok bool) {
 		t.Helper()
@@ -83,9 +86,12 @@ func TestValidateRefusesASmallBodyMemory(t *testing.T) {
 			t.Errorf("memory %d, payload %d: got %v; want ok=%v", memory, payload, err, ok)
 		}
 	}
-	f(3000, 1000, true)
-	f(2999, 1000, false)
-	f(3*defaultMaxRequestBodySize, 0, true) // the payload's default
-	f(3*defaultMaxRequestBodySize-1, 0, false)
+	// Three bodies, two of them with pdlb's fields for the largest batch
+	// and the prefill's host (rewriteSize, with a DP-rank hint).
+	fields := int64(2 * bootstrap.MaxAdded("prefill-0", defaultMaxBatchSize))
+	f(3000+fields, 1000, true)
+	f(2999+fields, 1000, false)
+	f(3*defaultMaxRequestBodySize+fields, 0, true) // the payload's default
+	f(3*defaultMaxRequestBodySize+fields-1, 0, false)
 	f(0, 1<<30, true) // the memory's default grows to fit
 }

@@ -354,3 +354,33 @@ func TestBudgetRaisesFasthttpsConcurrency(t *testing.T) {
 	f(fasthttp.DefaultConcurrency+1, fasthttp.DefaultConcurrency+1)
 	f(-1, 0) // no budget: fasthttp's bound is the only one
 }
+
+// A request answered without its body being read (an unknown route, a
+// wrong method, a control route that takes no body, a body pdlb does not
+// decode) has its connection closed at once: fasthttp would drain the body at the client's
+// pace, with the connection counted as served and never closed to make
+// room.
+func TestUnreadBodyClosesTheConnection(t *testing.T) {
+	for _, tc := range []struct{ name, head string }{
+		{"unknown route", "POST /nothing HTTP/1.1\r\nHost: pdlb\r\n"},
+		{"wrong method", "POST /liveness HTTP/1.1\r\nHost: pdlb\r\n"},
+		{"control route", "GET /liveness HTTP/1.1\r\nHost: pdlb\r\n"},
+		{"encoded body", "POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Encoding: gzip\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.pair(fake.Config{}, fake.Config{})
+			cfg := defaultConfig()
+			cfg.MaxConnections = 1
+			srv := h.start(cfg)
+			c := dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") })
+			c.send(tc.head + "Content-Length: 100000\r\n\r\n" + strings.Repeat(" ", 20000))
+			if resp := c.answer(); !resp.ConnectionClose() {
+				t.Fatalf("got %d, not closing the connection", resp.StatusCode())
+			}
+			c.waitClosed()
+			waitConns(t, srv, 0, 0, 0, 0)
+			dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }).get()
+		})
+	}
+}

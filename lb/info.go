@@ -36,7 +36,11 @@ func (s *Server) serveControl(ctx *fasthttp.RequestCtx, rt *route) {
 		// lives on one prefill and one decode; abort_all on all of them),
 		// but pdlb's own of an abort by rid (singleAbort).
 		body := ctx.PostBody()
-		if one, ok := singleAbort(body); ok {
+		if rid, one, ok := singleAbort(body); ok {
+			if !s.abortsOne(rid) {
+				s.writeError(ctx, fasthttp.StatusBadRequest, reasonInvalidRequest, abortNamesOthers(rid))
+				return
+			}
 			body = one
 		}
 		s.markAborted(body)
@@ -476,7 +480,7 @@ func (s *Server) markAborted(body []byte) {
 	for _, x := range s.flight {
 		named := all
 		if !named {
-			eachRID(x.body, func(r string) bool {
+			eachRID(x.rid, func(r string) bool {
 				named = r == rid.Str
 				return !named
 			})

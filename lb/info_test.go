@@ -234,11 +234,11 @@ func TestAbortRequestReachesEveryWorker(t *testing.T) {
 	srv := h.start(cfg)
 	got := make(chan reply, 1)
 	go func() {
-		got <- h.post("/generate", `{"text": "a", "rid": "r-1", "sampling_params": {"max_new_tokens": 4}}`)
+		got <- h.post("/generate", `{"text": "a", "rid": "request-1", "sampling_params": {"max_new_tokens": 4}}`)
 	}()
 	// Generating: past its KV transfer, held by the token gate.
 	waitFor(t, "the decode to hold the request", func() bool { st := d.Stats(); return st.InFlight == 1 && st.KVTransfersOK == 1 })
-	if r := h.post("/abort_request", `{"rid": "r-1"}`); r.status != fasthttp.StatusOK {
+	if r := h.post("/abort_request", `{"rid": "request-1"}`); r.status != fasthttp.StatusOK {
 		t.Fatalf("/abort_request: got %d %s", r.status, r.body)
 	}
 	r := <-got
@@ -264,12 +264,12 @@ func TestAbortedRequestIsNotRetried(t *testing.T) {
 	srv := h.start(defaultConfig())
 	got := make(chan reply, 1)
 	go func() {
-		got <- h.post("/generate", `{"text": "a", "rid": "r-1"}`)
+		got <- h.post("/generate", `{"text": "a", "rid": "request-1"}`)
 	}()
 	// Both legs have the request: the prefill spends its delay on it, the
 	// decode waits for its KV cache.
 	waitFor(t, "both workers to hold the request", func() bool { return p.Stats().InFlight == 1 && d.Stats().InFlight == 1 })
-	if r := h.post("/abort_request", `{"rid": "r-1"}`); r.status != fasthttp.StatusOK {
+	if r := h.post("/abort_request", `{"rid": "request-1"}`); r.status != fasthttp.StatusOK {
 		t.Fatalf("/abort_request: got %d %s", r.status, r.body)
 	}
 	// The prefill's abort or the decode's, whichever pdlb heard first.
@@ -441,7 +441,7 @@ func TestClientAbortsAreNoWorkerFailures(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 5 {
 			wg.Go(func() {
-				h.post("/generate", `{"text": "a", "rid": "r-`+strconv.Itoa(i)+`", "stream": `+strconv.FormatBool(stream)+`}`)
+				h.post("/generate", `{"text": "a", "rid": "request-`+strconv.Itoa(i)+`", "stream": `+strconv.FormatBool(stream)+`}`)
 			})
 		}
 		waitFor(t, "the decode to hold them", func() bool { return held.Load() == 5 })

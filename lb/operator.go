@@ -3,10 +3,13 @@ package lb
 import (
 	"crypto/subtle"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"pdlb/bootstrap"
 )
 
 // Operator routes act on every client's requests, or show the workers'
@@ -45,32 +48,38 @@ func operatorRequests(path string) string {
 func everyRequest(*fasthttp.RequestCtx) bool { return true }
 
 func namesNoSingleRequest(ctx *fasthttp.RequestCtx) bool {
-	_, one := singleAbort(ctx.PostBody())
+	_, _, one := singleAbort(ctx.PostBody())
 	return !one
 }
 
-// singleAbort returns what pdlb sends the workers for an /abort_request
-// body that names one request: {"rid": <its rid>}, rebuilt, so that
-// nothing else of the client's body reaches them: an abort_all that pdlb's
-// reading misses and Python's finds (a key repeated, whose last value
-// Python keeps, or "yes", which pydantic takes for true). one is false for
-// any other body: not JSON, no rid that is a non-empty string (SGLang
-// aborts every request whose rid starts with the one given, so "" is all
-// of them), or an abort_all other than false.
-func singleAbort(body []byte) (forward []byte, one bool) {
-	if !gjson.ValidBytes(body) {
-		return nil, false
+// singleAbort returns the rid an /abort_request body names, and what pdlb
+// sends the workers for it: {"rid": <its rid>}, rebuilt, so that nothing
+// else of the client's body reaches them: an abort_all that a reader
+// other than Python's could miss ("yes", which pydantic takes for true).
+// The body is read as the workers read it (bootstrap.Member: decoded keys,
+// the last of duplicates). ok is false for any other body: no rid that is
+// a non-empty string, or an abort_all other than false or null. Whether
+// the rid names one request only is abortsOne's to tell.
+func singleAbort(body []byte) (rid string, forward []byte, ok bool) {
+	if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
+		return "", nil, false
 	}
-	root := gjson.ParseBytes(body)
-	rid := root.Get("rid")
-	if !root.IsObject() || rid.Type != gjson.String || rid.Str == "" {
-		return nil, false
+	r := gjson.ParseBytes(bootstrap.Member(body, "rid"))
+	if r.Type != gjson.String || r.Str == "" {
+		return "", nil, false
 	}
-	if all := root.Get("abort_all"); all.Exists() && all.Type != gjson.False && all.Type != gjson.Null {
-		return nil, false
+	if all := gjson.ParseBytes(bootstrap.Member(body, "abort_all")); all.Exists() && all.Type != gjson.False && all.Type != gjson.Null {
+		return "", nil, false
 	}
-	forward = append([]byte(`{"rid":`), rid.Raw...)
-	return append(forward, '}'), true
+	forward = append([]byte(`{"rid":`), r.Raw...)
+	return r.Str, append(forward, '}'), true
+}
+
+// abortNamesOthers explains the refusal of an abort of rid, which would
+// abort other requests than the client's (abortsOne).
+func abortNamesOthers(rid string) string {
+	return "cannot abort rid " + strconv.Quote(rid) + ": SGLang aborts every request whose rid starts with the one named, " +
+		"so an abort by rid needs one of " + strconv.Itoa(minAbortRID) + " characters at least, that no other request's rid starts with"
 }
 
 // permit reports whether the request may be served, having answered it

@@ -132,9 +132,9 @@ func TestAdminKeyGuardsOperatorRoutes(t *testing.T) {
 	calls = append(calls, operatorCalls("admin-key", fasthttp.StatusUnauthorized)...)
 	calls = append(calls, operatorCalls(admin, fasthttp.StatusOK)...)
 	calls = append(calls,
-		operatorCall{"POST", "/abort_request", `{"rid": "r-1"}`, "", fasthttp.StatusUnauthorized},
-		operatorCall{"POST", "/abort_request", `{"rid": "r-1"}`, client, fasthttp.StatusOK},
-		operatorCall{"POST", "/abort_request", `{"rid": "r-1"}`, admin, fasthttp.StatusOK},
+		operatorCall{"POST", "/abort_request", `{"rid": "request-1"}`, "", fasthttp.StatusUnauthorized},
+		operatorCall{"POST", "/abort_request", `{"rid": "request-1"}`, client, fasthttp.StatusOK},
+		operatorCall{"POST", "/abort_request", `{"rid": "request-1"}`, admin, fasthttp.StatusOK},
 		operatorCall{"POST", "/generate", `{"text": "a"}`, admin, fasthttp.StatusOK},
 		operatorCall{"POST", "/generate", `{"text": "a"}`, client, fasthttp.StatusOK},
 		operatorCall{"GET", "/health", "", "", fasthttp.StatusOK},
@@ -179,7 +179,7 @@ func TestOperatorRoutesAnswerOperatorsOnly(t *testing.T) {
 			p, d := h.pair(fake.Config{}, fake.Config{})
 			h.start(defaultConfig())
 			checkCalls(t, remote.name, h.do, append(operatorCalls("", remote.want),
-				operatorCall{"POST", "/abort_request", `{"rid": "r-1"}`, "", fasthttp.StatusOK}))
+				operatorCall{"POST", "/abort_request", `{"rid": "request-1"}`, "", fasthttp.StatusOK}))
 			if remote.want == fasthttp.StatusOK {
 				// A proxy on the same host makes every client loopback.
 				checkCalls(t, remote.name+" forwarded", func(method, path, body string, headers ...string) reply {
@@ -241,9 +241,10 @@ func TestOpenOperatorRoutes(t *testing.T) {
 
 // An abort by rid is a client's: the workers get pdlb's own body naming
 // that rid and nothing else, so no spelling of abort_all that pdlb reads
-// one way and SGLang another reaches them. Any other body is an
-// operator's: a repeated key (Python keeps the last), an abort_all pydantic
-// takes for true, an empty rid (SGLang aborts by prefix: every request).
+// one way and SGLang another reaches them. The body is read as Python
+// reads it: decoded keys, the last of duplicates. Any other body is an
+// operator's: an abort_all, one pydantic takes for true ("yes", 1), an
+// empty rid (SGLang aborts by prefix: every request).
 func TestAbortByRIDIsRebuilt(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
@@ -258,9 +259,10 @@ func TestAbortByRIDIsRebuilt(t *testing.T) {
 	h.pair(fake.Config{OnRequest: record}, fake.Config{OnRequest: record})
 	h.start(defaultConfig())
 	for _, body := range []string{
-		`{"rid": "r-1"}`,
-		`{"rid": "r-1", "abort_all": false, "abort_all": true}`,
-		`{"abort_all": null, "rid": "r-1", "extra": {"abort_all": true}}`,
+		`{"rid": "request-1"}`,
+		`{"rid": "request-1", "abort_all": true, "abort_all": false}`,
+		`{"abort_all": null, "rid": "request-1", "extra": {"abort_all": true}}`,
+		`{"rid": "other-request", "r\u0069d": "request-1"}`,
 	} {
 		mu.Lock()
 		got = nil
@@ -269,8 +271,8 @@ func TestAbortByRIDIsRebuilt(t *testing.T) {
 			t.Errorf("%s: got %d %s; want 200, an abort by rid", body, r.status, r.body)
 		}
 		mu.Lock()
-		if len(got) != 2 || got[0] != `{"rid":"r-1"}` || got[1] != got[0] {
-			t.Errorf("%s: the workers got %q; want {\"rid\":\"r-1\"} each", body, got)
+		if len(got) != 2 || got[0] != `{"rid":"request-1"}` || got[1] != got[0] {
+			t.Errorf("%s: the workers got %q; want {\"rid\":\"request-1\"} each", body, got)
 		}
 		mu.Unlock()
 	}
@@ -278,8 +280,9 @@ func TestAbortByRIDIsRebuilt(t *testing.T) {
 	got = nil
 	mu.Unlock()
 	for _, body := range []string{
-		`{"abort_all": true}`, `{"rid": "r-1", "abort_all": "yes"}`, `{"rid": "r-1", "abort_all": 1}`,
-		`{"rid": ""}`, `{"rid": ["r-1", "r-2"]}`, `{"rid": 7}`, `{}`, `[{"rid": "r-1"}]`, `not json`, `{"rid": "r-1"`, ``,
+		`{"abort_all": true}`, `{"rid": "request-1", "abort_all": "yes"}`, `{"rid": "request-1", "abort_all": 1}`,
+		`{"rid": "request-1", "abort_all": false, "abort_all": true}`, `{"rid": "request-1", "rid": ""}`,
+		`{"rid": ""}`, `{"rid": ["request-1", "request-2"]}`, `{"rid": 7}`, `{}`, `[{"rid": "request-1"}]`, `not json`, `{"rid": "request-1"`, ``,
 	} {
 		if r := h.post("/abort_request", body); r.status != fasthttp.StatusForbidden {
 			t.Errorf("%s: got %d %s; want 403, an operator's abort", body, r.status, r.body)

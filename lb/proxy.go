@@ -28,6 +28,9 @@ type exchange struct {
 	start     time.Time
 	refs      atomic.Int32
 	requestID []byte
+	// rid is the raw value of the request's "rid", as the workers read it
+	// (bootstrap.Request.RID): empty without one.
+	rid []byte
 	// slot is x's place in Server.flight, -1 when it is not there; guarded
 	// by Server.flightMu. finished is set once the client has its answer
 	// (finish), by the request side.
@@ -241,6 +244,7 @@ func (s *Server) newExchange(q *clientRequest, refs int32) *exchange {
 	x.single = refs == 2
 	x.rt, x.start, x.permit = q.rt, q.start, q.permit
 	x.requestID = append(x.requestID[:0], q.id...)
+	x.rid = append(x.rid[:0], q.info.RID.Of(q.body)...)
 	return x
 }
 
@@ -444,16 +448,16 @@ func (c *call) abort(reason error) {
 	if !c.cancel.cancel(reason) {
 		return
 	}
-	if rid, ok := abortRID(c.body); ok {
+	if rid, ok := abortRID(c.x.rid); ok && c.x.s.abortsOne(rid) {
 		c.x.s.abortRequest(c.backend, rid)
 	}
 }
 
-// eachRID calls f with the rid a request body names, or each of a batch's,
-// until f returns false. The rid is read as the workers read it
-// (bootstrap.Member), so that an abort names the request they run.
-func eachRID(body []byte, f func(rid string) bool) {
-	switch rid := gjson.ParseBytes(bootstrap.Member(body, "rid")); {
+// eachRID calls f with the rid of raw, a request's rid value as the
+// workers read it (exchange.rid), or each of a batch's list, until f
+// returns false.
+func eachRID(raw []byte, f func(rid string) bool) {
+	switch rid := gjson.ParseBytes(raw); {
 	case rid.Type == gjson.String:
 		f(rid.Str)
 	case rid.IsArray():

@@ -79,6 +79,7 @@ func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []
 		// pdlb reads the body to route it, and SGLang's workers would not
 		// decode it either: a compressed body is refused by name, not as
 		// JSON that does not parse.
+		closeUnread(ctx)
 		s.answerError(&q, &answerError{fasthttp.StatusUnsupportedMediaType, reasonInvalidRequest,
 			"Content-Encoding " + strconv.Quote(string(enc)) + " is not supported: send the body uncompressed"})
 		return

@@ -358,8 +358,8 @@ func TestClientLeavingTheQueueIsNotServed(t *testing.T) {
 // TestDroppedRequestAbortsOncePerWorker), so the worker frees it at once.
 func TestCancelledLegIsAbortedByRID(t *testing.T) {
 	for body, aborts := range map[string]uint64{
-		`{"text": "a", "rid": "req-7"}`:                   1,
-		`{"text": ["a", "b"], "rid": ["req-7", "req-8"]}`: 1,
+		`{"text": "a", "rid": "request-7"}`:                       1,
+		`{"text": ["a", "b"], "rid": ["request-7", "request-8"]}`: 1,
 	} {
 		h := newHarness(t)
 		var served atomic.Int32

@@ -197,6 +197,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	return s, nil
 }
 
+// adminMaxConnections bounds the connections of each admin listener.
+const adminMaxConnections = 32
+
 // clientWriteBufferSize is a client connection's write buffer: an event or a
 // small answer fits, a larger body is written past it.
 const clientWriteBufferSize = 2 << 10
@@ -276,10 +279,12 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) ServeAdmin(ln net.Listener, pprof bool) error {
 	rt := s.routes["/metrics"]
 	srv := &fasthttp.Server{Name: "pdlb", Logger: redactingLogger{&s.log}, ErrorHandler: s.handleParseError,
-		// An admin listener's clients get the main one's time limits, and
-		// its routes take small bodies only.
+		// An admin listener's clients get the main one's time limits, its
+		// routes take small bodies only, and its few clients (scrapers,
+		// operators) hold few of the descriptors pdlb keeps for itself
+		// (reservedDescriptors).
 		ReadTimeout: s.cfg.ClientReadTimeout, WriteTimeout: s.cfg.ClientWriteTimeout, IdleTimeout: s.cfg.ClientIdleTimeout,
-		ReadBufferSize: s.cfg.MaxHeaderSize, MaxRequestBodySize: maxControlBody,
+		ReadBufferSize: s.cfg.MaxHeaderSize, MaxRequestBodySize: maxControlBody, Concurrency: adminMaxConnections,
 		Handler: func(ctx *fasthttp.RequestCtx) {
 			path := ctx.Path()
 			if op := s.routes[string(path)]; op != nil && op.forOperators != nil {
@@ -411,6 +416,9 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, rt *route, adminListener bool) 
 		s.serveGenerate(ctx, rt, requestID, start)
 	} else {
 		s.serveControl(ctx, rt)
+		if !rt.readsBody {
+			closeUnread(ctx)
+		}
 		status, took := ctx.Response.StatusCode(), s.cfg.Now().Sub(start)
 		rt.observe(status, took)
 		line := s.accessLine(requestID, rt.path, status, took)
@@ -455,6 +463,7 @@ func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, rt *route, requestID
 // under rt and logged under path (the client's, for route "other") with
 // the time since start.
 func (s *Server) refuse(ctx *fasthttp.RequestCtx, rt *route, path string, requestID []byte, start time.Time, status int, r reason, msg string) {
+	closeUnread(ctx)
 	s.writeError(ctx, status, r, msg)
 	took := s.cfg.Now().Sub(start)
 	rt.observe(status, took)

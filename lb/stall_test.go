@@ -40,7 +40,7 @@ func TestStalledStreamIsLetGo(t *testing.T) {
 			}
 			// The fake streams each token's whole text so far, as SGLang
 			// does: megabytes within a thousand tokens. Nothing is read.
-			sendRequest(t, conn, "/generate", `{"text": "a", "rid": "stalled", "stream": true, "sampling_params": {"max_new_tokens": 100000}}`)
+			sendRequest(t, conn, "/generate", `{"text": "a", "rid": "stalled-stream", "stream": true, "sampling_params": {"max_new_tokens": 100000}}`)
 			waitFor(t, "the decode to be told to abort the stalled stream", func() bool {
 				st := decode.Stats()
 				return st.AbortRequest == 1 && st.InFlight == 0

@@ -11,11 +11,12 @@ import (
 
 const (
 	// bodyMemory is pdlb's --max-body-memory: the budget of request bodies
-	// in flight. It is the least pdlb takes with its default
-	// --max-payload-size (three bodies of 256 MiB: the client's and a copy
-	// for each worker), below the default 1 GiB so that an attack that
-	// commits memory for what a client declared shows quickly.
-	bodyMemory = 768 << 20
+	// in flight. It is about the least pdlb takes with its default
+	// --max-payload-size (three bodies of 256 MiB, the client's and a copy
+	// for each worker, and pdlb's fields), below the default 1 GiB so that
+	// an attack that commits memory for what a client declared shows
+	// quickly.
+	bodyMemory = 800 << 20
 	// adminKey is the --admin-api-key of the control attack.
 	adminKey = "hostile-admin-key"
 	// stallTimeoutSecs is --client-stall-timeout-secs: how long a stream's
