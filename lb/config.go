@@ -175,10 +175,10 @@ type Config struct {
 	ClientIdleTimeout time.Duration
 	// MaxConnections bounds the client connections open at once, so that
 	// clients cannot take the descriptors pdlb needs for its workers
-	// (connlimit.go). At the bound, the connection waiting longest for its
-	// client (for a first request, its next, or the rest of one) is closed
-	// to make room; with none waiting, a new connection gets a 503 and is
-	// closed. Zero means derived from the process's descriptor limit
+	// (connlimit.go). At the bound, a connection that has sent nothing is
+	// closed to make room, else the one waiting longest for its client
+	// (its next request, or the rest of one); with none waiting, a new
+	// connection gets a 503 and is closed. Zero means derived from the process's descriptor limit
 	// (defaultMaxConnections): what is left after 64 descriptors, 8 a
 	// worker, and MaxConnsPerBackend a worker, but at least a third of
 	// what the 64 and 8s leave, and at most 65,536. Below zero, no bound

@@ -20,16 +20,18 @@ import (
 // seconds after the attacker let go. So client connections are a budget
 // (Config.MaxConnections), kept below the limit by what pdlb needs itself.
 //
-// At the budget, a new connection takes the place of the one that has
-// waited longest: for its first request (it has sent nothing since it
-// connected), for its next one (a keep-alive connection between requests),
-// or for the rest of the request it is sending (a header or a body sent
-// slowly). A real client keeps a connection waiting for milliseconds, a
-// flood's connections wait for seconds: they make room for each other
-// before any real client's is touched, whether the flood sends nothing,
-// one request and then nothing, or its requests a byte at a time
-// (slowloris); and a keep-alive client whose connection closes while it
-// waits opens another, as after the idle timeout. A connection whose
+// At the budget, a new connection takes the place of one that waits for
+// its client: first one that has sent nothing since it connected, then one
+// waiting for its next request (keep-alive) or for the rest of the one it
+// is sending (a header or a body sent slowly), each the one waiting
+// longest. A real client sends its request as soon as it connects, and
+// keeps a connection waiting for milliseconds; a flood's connections send
+// nothing, or wait for seconds: they make room for each other before any
+// real client's is touched, whether the flood opens thousands of empty
+// connections a second, sends one request and then nothing, or sends its
+// requests a byte at a time (slowloris). A keep-alive client whose
+// connection closes while it waits opens another, as after the idle
+// timeout. A connection whose
 // request is being served is never closed to make room. With none
 // waiting, the new connection is refused: it gets a short JSON 503 and is
 // closed, which tells a client why and when to retry (Retry-After) where a
@@ -113,10 +115,11 @@ type connBudget struct {
 
 	mu   sync.Mutex
 	open int
-	// waiting lists the connections that wait for the client: for a
-	// request, or for the rest of one. The one waiting longest comes
-	// first, the order they are closed in to make room.
-	waiting connList
+	// silent lists the connections that have sent nothing yet, waiting
+	// those that wait for their client otherwise: for the next request, or
+	// the rest of one. In each, the one waiting longest comes first: the
+	// order they are closed in to make room, silent ones first.
+	silent, waiting connList
 
 	evicted, refused *metrics.Counter
 	// refusals counts refusals among the client-facing errors
@@ -160,14 +163,17 @@ func (b *connBudget) concurrency() int {
 	return 0
 }
 
-// admit counts c in, closing the connection waiting longest to make room
-// at the limit. It reports false, counting nothing, when every
+// admit counts c in, closing a connection that waits for its client to
+// make room at the limit (see above). It reports false, counting nothing, when every
 // connection has a request under way: c is then to be refused.
 func (b *connBudget) admit(c *clientConn) bool {
 	b.mu.Lock()
 	var victim *clientConn
 	if b.open >= b.max {
-		if victim = b.waiting.head; victim == nil {
+		if victim = b.silent.head; victim == nil {
+			victim = b.waiting.head
+		}
+		if victim == nil {
 			b.mu.Unlock()
 			return false
 		}
@@ -177,7 +183,7 @@ func (b *connBudget) admit(c *clientConn) bool {
 	b.open++
 	c.budget, c.counted = b, true
 	c.waitsFor = waitsForFirst
-	b.waiting.push(c)
+	b.silent.push(c)
 	b.mu.Unlock()
 	if victim != nil {
 		b.evicted.Inc()
@@ -256,8 +262,8 @@ func markWaiting(conn net.Conn, w waitsFor) {
 	}
 }
 
-// move takes c off the waiting list and, if it waits for w and is
-// counted, puts it back last: it has waited least.
+// move takes c off its list and, if it waits for w and is counted, puts it
+// last on the waiting list: it has waited least.
 func (b *connBudget) move(c *clientConn, w waitsFor) {
 	b.mu.Lock()
 	if c.list != nil {
