@@ -87,11 +87,18 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, b *requestBody, limit int) *
 		reading(ctx.Conn())
 		defer serving(ctx.Conn())
 	}
+	cc, _ := ctx.Conn().(*clientConn)
+	if declared < 0 && cc != nil {
+		defer cc.unlimitWire()
+	}
 	for declared < 0 || len(b.buf) < declared {
 		if len(b.buf) == cap(b.buf) {
 			if aerr := s.growBody(ctx, b, declared, limit); aerr != nil {
 				return aerr
 			}
+		}
+		if declared < 0 && cc != nil {
+			cc.limitWire(cap(b.buf) - len(b.buf))
 		}
 		n, err := stream.Read(b.buf[len(b.buf):cap(b.buf)])
 		b.buf = b.buf[:len(b.buf)+n]
@@ -237,6 +244,8 @@ func (s *Server) bodyReadFailed(ctx *fasthttp.RequestCtx, err error) *answerErro
 	switch {
 	case evicted(ctx.Conn()):
 		return &answerError{statusClientGone, reasonTooManyConnections, evictedMessage}
+	case errors.Is(err, errFramingTooLarge):
+		return &answerError{fasthttp.StatusBadRequest, reasonInvalidRequest, errFramingTooLarge.Error()}
 	case errors.As(err, &timeout) && timeout.Timeout():
 		return &answerError{fasthttp.StatusRequestTimeout, reasonClientTimeout,
 			"request not received within " + s.cfg.ClientReadTimeout.String() + " (--client-read-timeout-secs)"}
