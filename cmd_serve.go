@@ -72,7 +72,7 @@ type serveCmd struct {
 	QueueSize               int     `help:"Most requests waiting for a slot under --max-concurrent-requests; 0, as in sglang_router: none wait, a 429 at once." default:"256"`
 	QueueTimeoutSecs        int     `help:"Longest a request waits for a slot under --max-concurrent-requests." default:"60"`
 	MaxPayloadSize          int     `help:"Largest request body accepted, in bytes (more than 0); larger ones get a 413." default:"268435456"`
-	MaxBodyMemory           int64   `help:"Most memory, in bytes, that request bodies may hold at once: clients' bodies as they arrive and the copies sent to the workers. A request that would cross it gets a 503. At least what one request of --max-payload-size needs: three times it, and a little." default:"1073741824"`
+	MaxBodyMemory           int64   `help:"Most memory, in bytes, that bodies may hold at once: clients' bodies as they arrive, the copies sent to the workers, and the workers' answers read whole. A request that would cross it gets a 503. At least what one request of --max-payload-size needs: three times it, and a little." default:"1073741824"`
 	MaxBatchSize            int     `help:"Most items a /generate batch may hold (a list of text or input_ids); larger ones get a 400." default:"4096"`
 	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"4"`
 	ConnectTimeoutSecs      float64 `help:"Longest a new connection to a worker may take; a worker that does not accept in time counts as unreachable, and the request goes to another." default:"5"`
@@ -81,7 +81,7 @@ type serveCmd struct {
 	ShutdownGracePeriodSecs int     `help:"On SIGTERM, how long in-flight requests and streams may finish before pdlb exits." default:"180"`
 	AccessLog               bool    `help:"Log one line per request (refusals and control routes included), at info level whatever --log-level."`
 	PrometheusHost          string  `help:"Address of the extra /metrics listener enabled by --prometheus-port." default:"0.0.0.0"`
-	PrometheusPort          int     `help:"Also serve /metrics on this port (0: only on the main port)." default:"0"`
+	PrometheusPort          int     `help:"Also serve /metrics, and the operator routes (/flush_cache, /bootstrap, abort_all) without --admin-api-key, on this port (0: only on the main port)." default:"0"`
 	PprofAddr               string  `help:"Serve Go's profiles (/debug/pprof/) and /metrics on this address, e.g. 127.0.0.1:6060; off when empty. Keep it private." placeholder:"HOST:PORT"`
 
 	logFlags

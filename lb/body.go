@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -22,54 +21,10 @@ import (
 // would cross it gets a 503 at once, and pdlb never runs out of memory for
 // what clients send.
 
-// Small body buffers are pooled by size, a power of two from minPooledBody
-// to maxPooledBody: most bodies fit the smallest, and a stream's client
-// body is held until its first event (the handler's return), so at a
-// thousand streams starting at once a buffer larger than the body would
-// show in pdlb's memory.
-const (
-	minPooledBody = 1 << 10
-	maxPooledBody = 16 << 10
-)
-
-var bodyPools [5]sync.Pool // minPooledBody << i
-
-// pooledBody takes a buffer of at least size bytes (at most maxPooledBody)
-// from its pool, and returns it with its capacity.
-func pooledBody(size int) (*[]byte, int) {
-	i := 0
-	for minPooledBody<<i < size {
-		i++
-	}
-	if v := bodyPools[i].Get(); v != nil {
-		return v.(*[]byte), minPooledBody << i
-	}
-	b := make([]byte, 0, minPooledBody<<i)
-	return &b, minPooledBody << i
-}
-
-func putPooledBody(b *[]byte) {
-	i := 0
-	for minPooledBody<<i < cap(*b) {
-		i++
-	}
-	bodyPools[i].Put(b)
-}
-
-// requestBody is a client's body, read into a buffer that grows with what
-// arrived. It lives on the handler's stack; release gives everything back.
-type requestBody struct {
-	buf []byte
-	// pooled is buf's pool entry while buf is a pooled one.
-	pooled *[]byte
-	// held is the budget held for buf: its capacity.
-	held int
-}
-
 // readBody reads ctx's body, at most limit bytes, into b. The error, if any,
 // is what the client is told; the connection is closed after it, as the
 // rest of the body is still on the wire.
-func (s *Server) readBody(ctx *fasthttp.RequestCtx, b *requestBody, limit int) *answerError {
+func (s *Server) readBody(ctx *fasthttp.RequestCtx, b *bodyBuffer, limit int) *answerError {
 	declared := declaredLength(ctx) // -1: chunked
 	if declared > limit {
 		return s.bodyTooLarge(ctx, limit)
@@ -87,86 +42,24 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, b *requestBody, limit int) *
 		reading(ctx.Conn())
 		defer serving(ctx.Conn())
 	}
-	cc, _ := ctx.Conn().(*clientConn)
-	if declared < 0 && cc != nil {
-		defer cc.unlimitWire()
+	var framed *clientConn
+	if cc, ok := ctx.Conn().(*clientConn); ok && declared < 0 {
+		framed = cc
 	}
-	for declared < 0 || len(b.buf) < declared {
-		if len(b.buf) == cap(b.buf) {
-			if aerr := s.growBody(ctx, b, declared, limit); aerr != nil {
-				return aerr
-			}
-		}
-		if declared < 0 && cc != nil {
-			cc.limitWire(cap(b.buf) - len(b.buf))
-		}
-		n, err := stream.Read(b.buf[len(b.buf):cap(b.buf)])
-		b.buf = b.buf[:len(b.buf)+n]
-		if len(b.buf) > limit {
-			return s.bodyTooLarge(ctx, limit)
-		}
-		if err == io.EOF && declared >= 0 && len(b.buf) < declared {
-			err = io.ErrUnexpectedEOF // fasthttp's stream ends a cut body so
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			ctx.SetConnectionClose()
-			return s.bodyReadFailed(ctx, err)
-		}
+	switch err := b.fill(stream, declared, limit, s.memory, framed); {
+	case err == nil:
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return s.bodyTooLarge(ctx, limit)
+	case errors.Is(err, errNoBodyMemory):
+		return s.noBodyMemory(ctx)
+	default:
+		ctx.SetConnectionClose()
+		return s.bodyReadFailed(ctx, err)
 	}
 	if declared < 0 {
 		dropTrailers(&ctx.Request.Header)
 	}
 	return nil
-}
-
-// growBody makes room for more of b: twice the buffer, never beyond the
-// declared length nor past limit+1 (the byte that tells a chunked body is
-// too large), from a pool while it is small.
-func (s *Server) growBody(ctx *fasthttp.RequestCtx, b *requestBody, declared, limit int) *answerError {
-	size := max(2*cap(b.buf), minPooledBody)
-	if declared >= 0 {
-		size = min(size, declared)
-	} else {
-		size = min(size, limit+1)
-	}
-	var pooled *[]byte
-	if size <= maxPooledBody {
-		pooled, size = pooledBody(size)
-	}
-	if !s.memory.take(size) {
-		if pooled != nil {
-			putPooledBody(pooled)
-		}
-		return s.noBodyMemory(ctx)
-	}
-	var grown []byte
-	if pooled != nil {
-		grown = (*pooled)[:0]
-	} else {
-		grown = make([]byte, 0, size)
-	}
-	grown = append(grown, b.buf...)
-	b.releaseBuffer(s.memory)
-	b.buf, b.pooled, b.held = grown, pooled, size
-	return nil
-}
-
-// release gives b's memory back to the budget, and its chunk to the pool.
-func (b *requestBody) release(m *bodyMemory) {
-	b.releaseBuffer(m)
-	b.buf = nil
-}
-
-func (b *requestBody) releaseBuffer(m *bodyMemory) {
-	if b.pooled != nil {
-		putPooledBody(b.pooled)
-		b.pooled = nil
-	}
-	m.give(b.held)
-	b.held = 0
 }
 
 // prefetched is how much of a body fasthttp reads before the handler runs
@@ -206,7 +99,7 @@ const maxControlBody = 64 << 10
 // maxControlBody bytes, and makes it the request's body, which its rules
 // and handler read; b must outlive the handler. It reports whether it
 // could, having answered the request when not.
-func (s *Server) readControlBody(ctx *fasthttp.RequestCtx, rt *route, b *requestBody, requestID []byte, start time.Time) bool {
+func (s *Server) readControlBody(ctx *fasthttp.RequestCtx, rt *route, b *bodyBuffer, requestID []byte, start time.Time) bool {
 	aerr := s.readBody(ctx, b, maxControlBody)
 	switch {
 	case aerr == nil:

@@ -342,3 +342,78 @@ func TestChunkFramingIsBounded(t *testing.T) {
 	}
 	h.waitMemory(0)
 }
+
+// Issue 19's review: the workers' answers are as large as a client asks
+// (max_new_tokens, n, return_logprob), and sixteen answers of 190 MB took
+// pdlb out of memory. An answer is read within --max-body-memory too: one
+// that does not fit gets the client a 503 of pdlb's, with the worker not
+// blamed, and its memory is given back.
+func TestAnswersAreBudgeted(t *testing.T) {
+	h := newHarness(t)
+	large := `{"text": "` + strings.Repeat("x", 1<<20) + `", "meta_info": {}}`
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"text": "", "meta_info": {}}`)
+	})
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		if strings.Contains(string(ctx.PostBody()), "large") {
+			ctx.SetBodyString(large)
+			return
+		}
+		ctx.SetBodyString(`{"text": "small", "meta_info": {}}`)
+	})
+	cfg := defaultConfig()
+	cfg.MaxRequestBodySize = 64 << 10
+	cfg.MaxBodyMemory = cfg.minBodyMemory() // about 500 KiB
+	cfg.Breaker = BreakerConfig{Threshold: 1}
+	srv := h.start(cfg)
+	r := h.post("/generate", `{"text": "large"}`)
+	if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != fasthttp.StatusServiceUnavailable ||
+		!strings.Contains(msg, "--max-body-memory") || !strings.Contains(msg, "decode backend") {
+		t.Fatalf("an answer larger than the body memory: got %d %.300s; want a 503 naming --max-body-memory", r.status, r.body)
+	}
+	if got := h.metric(`pdlb_request_errors_total{reason="body_memory"}`); got != "1" {
+		t.Fatalf("got %q body_memory errors; want 1", got)
+	}
+	h.waitMemory(0)
+	// Not the worker's failure: with a breaker of one failure, it still serves.
+	if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK || !strings.Contains(string(r.body), "small") {
+		t.Fatalf("the next request got %d %s", r.status, r.body)
+	}
+	waitIdle(t, srv)
+}
+
+// A client that asked for logprobs, which only the prefill's answer
+// holds, is told when pdlb could not hold that answer, not handed the
+// decode's answer without them (issue 19's review: a 200 with one entry of
+// 300,001, and nothing logged).
+func TestUnmergeableAnswerIsAnError(t *testing.T) {
+	h := newHarness(t)
+	large := `{"text": "", "meta_info": {"input_token_logprobs": [` + strings.TrimSuffix(strings.Repeat(`[-0.5, 1, null],`, 80000), ",") + `]}}`
+	decoded := make(chan struct{})
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+		<-decoded // the decode's answer is in: its call cannot be cancelled
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(large)
+	})
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"text": "b", "meta_info": {"input_token_logprobs": [[-0.1, 2, null]]}}`)
+	})
+	cfg := defaultConfig()
+	cfg.MaxRequestBodySize = 64 << 10
+	cfg.MaxBodyMemory = cfg.minBodyMemory() // less than the prefill's answer
+	srv := h.start(cfg)
+	got := make(chan reply, 1)
+	go func() { got <- h.post("/generate", `{"text": "a", "return_logprob": true}`) }()
+	d := srv.decodes.backends[0]
+	waitFor(t, "the decode's call to end", func() bool { return d.requests.Get() == 1 && d.inflight.Load() == 0 })
+	close(decoded)
+	r := <-got
+	if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != fasthttp.StatusServiceUnavailable ||
+		!strings.Contains(msg, "prefill backend") || !strings.Contains(msg, "--max-body-memory") {
+		t.Fatalf("got %d %.300s; want a 503 saying the prefill's answer did not fit", r.status, r.body)
+	}
+	waitIdle(t, srv)
+}

@@ -153,10 +153,10 @@ type Config struct {
 	// MaxRequestBodySize is the largest client body accepted; larger ones
 	// get a 413. Zero means 64 MiB.
 	MaxRequestBodySize int
-	// MaxBodyMemory bounds the request bodies held in memory at once: the
-	// clients' bodies as they arrive and the copies rewritten for the
-	// workers, batch expansion included. A request that would cross it gets
-	// a 503. It must hold what one request of MaxRequestBodySize may need:
+	// MaxBodyMemory bounds the bodies held in memory at once: the clients'
+	// bodies as they arrive, the copies rewritten for the workers (batch
+	// expansion included), and the workers' answers read whole (merged
+	// ones included). A request that would cross it gets a 503. It must hold what one request of MaxRequestBodySize may need:
 	// three such bodies (the client's, the decode's and the prefill's) with
 	// pdlb's fields for the largest batch. Zero means 1 GiB, or that if it
 	// is more.

@@ -178,6 +178,13 @@ var errMarkedDown = errors.New("is down by its health checks: not asked")
 // exit to cut the connection without a word.
 var errShutdown = errors.New("pdlb is shutting down and its grace period is over; retry on another instance")
 
+// pdlbShortage reports whether a call failed for want of pdlb's own
+// resources (descriptors, body memory): no failure of its worker's, and
+// one another worker would meet too.
+func pdlbShortage(err error) bool {
+	return health.OutOfResources(err) || errors.Is(err, errNoBodyMemory)
+}
+
 // classify maps a call error to the status, reason and message the client
 // sees. role and addr name the backend.
 func classify(err error, role, addr string) (int, reason, string) {
@@ -188,6 +195,10 @@ func classify(err error, role, addr string) (int, reason, string) {
 		return fasthttp.StatusServiceUnavailable, reasonShutdown, errShutdown.Error()
 	case errors.Is(err, errMarkedDown):
 		return fasthttp.StatusServiceUnavailable, reasonNoBackend, role + " backend " + addr + " " + err.Error()
+	case errors.Is(err, errNoBodyMemory):
+		return fasthttp.StatusServiceUnavailable, reasonBodyMemory,
+			"pdlb's memory for bodies (--max-body-memory) is in use by other requests, and the answer of " + role +
+				" backend " + addr + " did not fit; retry later"
 	case health.OutOfResources(err):
 		// pdlb's own shortage (a flood of client connections, say): a
 		// 502 would blame the worker, which was never asked.

@@ -13,7 +13,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bootstrap"
-	"pdlb/health"
 )
 
 // exchange is one attempt at answering a request: the bodies sent and the
@@ -90,8 +89,10 @@ type exchange struct {
 	relay      relay
 	// watcher watches the client of a non-stream request that waits long.
 	watcher watcher
-	// scratch holds a merged or buffered answer.
-	scratch []byte
+	// scratch holds a merged answer, scratchHeld the body memory taken
+	// for it.
+	scratch     []byte
+	scratchHeld int
 	// answer writes a large non-stream answer, so that the request is
 	// accounted once it is out (answerBody).
 	answer answerBody
@@ -107,9 +108,12 @@ type call struct {
 	// soon as the call's Do returns, so a stream holds only its responses
 	// (an exchange with both requests inside took 4 KiB, without 2 KiB).
 	// body is what req sends, kept for abort.
-	req    *fasthttp.Request
-	body   []byte
-	resp   fasthttp.Response
+	req  *fasthttp.Request
+	body []byte
+	resp fasthttp.Response
+	// answer holds the body of resp, read whole (readAnswer), or of a
+	// streamed answer that is not an event stream (respondBufferedStream).
+	answer bodyBuffer
 	cancel canceller
 	// deadline bounds the whole call, body included; firstByteBy, when
 	// set, bounds the wait for a stream's first byte.
@@ -179,6 +183,7 @@ func (x *exchange) unref() {
 		c.body, c.respBody = nil, nil
 		c.chunked = chunkedBody{}
 		c.resp.Reset()
+		c.answer.release(x.s.memory)
 		c.cancel.reset()
 		c.err = nil
 		c.stream, c.broke, c.again, c.endedEarly, c.early = false, nil, false, false, earlyEnd{}
@@ -195,8 +200,8 @@ func (x *exchange) unref() {
 	x.coldRetry, x.rankRetry, x.mayRetry = false, false, false // a decode-only exchange sets only mayRetry
 	x.abortedByClient.Store(false)
 	x.requestID = x.requestID[:0]
-	x.s.memory.give(x.held)
-	x.held = 0
+	x.s.memory.give(x.held + x.scratchHeld)
+	x.held, x.scratchHeld = 0, 0
 	// A rare huge request must not pin its buffers in the pool.
 	if cap(x.body) > maxPooledBuffer {
 		x.body = nil
@@ -405,11 +410,11 @@ func (c *call) end() {
 		c.peer.cancel.capRead(orphanPrefillGrace)
 	}
 	// A refused key is pdlb's fault, not the worker's, and so is a call
-	// pdlb lacked the descriptors to make (issue 19); an abort a client
+	// pdlb lacked the descriptors or memory for (issue 19); an abort a client
 	// asked for (/abort_request), which SGLang answers as a failed KV
 	// transfer, is the client's.
 	own := c.cancel.err() == nil && !errors.Is(c.err, errGaveUp) && !errors.Is(c.err, errKeyRefused) &&
-		!c.x.abortedByClient.Load() && !health.OutOfResources(c.err)
+		!c.x.abortedByClient.Load() && !pdlbShortage(c.err)
 	switch status := c.resp.StatusCode(); {
 	case c.err == nil && status < fasthttp.StatusInternalServerError && c.broke == nil:
 		b.succeeded() // a 4xx too: the worker works, the request was wrong
@@ -539,7 +544,7 @@ func (x *exchange) respond(ctx *fasthttp.RequestCtx) {
 // writeAnswer is respond's writing. It reports whether the answer's body
 // accounts the request and lets go of x once it is written.
 func (x *exchange) writeAnswer(ctx *fasthttp.RequestCtx) (deferred bool) {
-	d, p := &x.decode, &x.prefill
+	d := &x.decode
 	if d.err == nil && d.resp.StatusCode() == fasthttp.StatusBadRequest && bytes.Contains(d.resp.Body(), noRoomMarker) {
 		if x.local {
 			x.s.localPrefillUnsupported(d.backend)
@@ -548,10 +553,9 @@ func (x *exchange) writeAnswer(ctx *fasthttp.RequestCtx) (deferred bool) {
 		return false
 	}
 	if d.err == nil {
-		body := d.resp.Body()
-		if x.merge && x.prefillWaited && p.err == nil && p.resp.StatusCode() == fasthttp.StatusOK && d.resp.StatusCode() == fasthttp.StatusOK {
-			x.scratch = mergeAnswers(x.scratch[:0], p.resp.Body(), body)
-			body = x.scratch
+		body, ok := x.mergedBody(ctx)
+		if !ok {
+			return false
 		}
 		if d.resp.StatusCode() >= fasthttp.StatusInternalServerError {
 			x.passOn(d)
@@ -569,6 +573,35 @@ func (x *exchange) writeAnswer(ctx *fasthttp.RequestCtx) (deferred bool) {
 	}
 	x.respondFailed(ctx, x.culprit())
 	return false
+}
+
+// mergedBody returns the decode's answer, with the prefill's logprobs
+// merged in when the client asked for them (x.merge), as mini_lb merges
+// them: not when the prefill failed. It returns false when pdlb could not
+// merge them for want of its own memory, having answered with why: the
+// client asked for logprobs, and an answer without them would say nothing
+// of it.
+func (x *exchange) mergedBody(ctx *fasthttp.RequestCtx) ([]byte, bool) {
+	d, p := &x.decode, &x.prefill
+	body := d.resp.Body()
+	switch {
+	case !x.merge || !x.prefillWaited || d.resp.StatusCode() != fasthttp.StatusOK:
+		return body, true
+	case p.err != nil && (pdlbShortage(p.err) || errors.Is(p.err, fasthttp.ErrBodyTooLarge)):
+		x.respondFailed(ctx, p) // pdlb could not hold the prefill's answer
+		return nil, false
+	case p.err != nil || p.resp.StatusCode() != fasthttp.StatusOK:
+		return body, true
+	}
+	// The merged answer is at most both answers long.
+	if x.scratchHeld = len(p.resp.Body()) + len(body); !x.s.memory.take(x.scratchHeld) {
+		x.scratchHeld = 0
+		aerr := x.s.memory.exhausted()
+		x.s.writeError(ctx, aerr.status, aerr.reason, aerr.msg)
+		return nil, false
+	}
+	x.scratch = mergeAnswers(x.scratch[:0], p.resp.Body(), body)
+	return x.scratch, true
 }
 
 // largeAnswer is the size above which a non-stream answer may not fit in

@@ -12,7 +12,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bootstrap"
-	"pdlb/health"
 )
 
 // clientRequest is a client's generate request across the attempts pdlb
@@ -84,7 +83,7 @@ func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []
 			"Content-Encoding " + strconv.Quote(string(enc)) + " is not supported: send the body uncompressed"})
 		return
 	}
-	var body requestBody
+	var body bodyBuffer
 	defer body.release(s.memory)
 	if aerr := s.readBody(ctx, &body, s.cfg.MaxRequestBodySize); aerr != nil {
 		s.answerError(&q, aerr)
@@ -325,7 +324,7 @@ func (x *exchange) retryOnFailure(decodeBody []byte) outcome {
 	}
 	var kind retryKind
 	switch {
-	case health.OutOfResources(c.err):
+	case pdlbShortage(c.err):
 		// pdlb's own shortage, which another worker would meet too: the
 		// client is told at once (classify), its worker not blamed.
 		return outcome{}

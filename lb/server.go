@@ -398,7 +398,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, rt *route, adminListener bool) 
 		return
 	}
 	if rt.readsBody {
-		var body requestBody
+		var body bodyBuffer
 		defer body.release(s.memory)
 		if !s.readControlBody(ctx, rt, &body, requestID, start) {
 			return

@@ -291,12 +291,11 @@ func (x *exchange) retryFirstEvent(first []byte) outcome {
 // is read whole and passed on with the decode's status.
 func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 	d := &x.decode
-	var err error
-	x.scratch, err = appendAll(x.scratch[:0], d.respBody, x.s.cfg.MaxResponseBodySize)
+	err := d.answer.fill(d.respBody, -1, x.s.cfg.MaxResponseBodySize, x.s.memory, nil)
 	d.endStream(err == nil)
 	<-d.done
 	if err == nil {
-		if out := x.retryAfter(x.scratch); out.retry != answered {
+		if out := x.retryAfter(d.answer.buf); out.retry != answered {
 			x.unref()
 			return out
 		}
@@ -322,7 +321,7 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 		}
 		ctx.SetStatusCode(d.resp.StatusCode())
 		ctx.Response.Header.SetContentTypeBytes(d.resp.Header.ContentType())
-		ctx.SetBody(x.scratch)
+		ctx.SetBody(d.answer.buf)
 	}
 	x.finish(ctx.Response.StatusCode())
 	x.unref()
@@ -338,26 +337,6 @@ func earliest(a, b time.Time) time.Time {
 
 func isEventStream(contentType []byte) bool {
 	return bytes.HasPrefix(contentType, []byte("text/event-stream"))
-}
-
-// appendAll appends everything r yields to dst, up to limit bytes.
-func appendAll(dst []byte, r io.Reader, limit int) ([]byte, error) {
-	for {
-		if len(dst) == cap(dst) {
-			dst = append(dst, 0)[:len(dst)]
-		}
-		n, err := r.Read(dst[len(dst):cap(dst)])
-		dst = dst[:len(dst)+n]
-		if len(dst) > limit {
-			return dst, fasthttp.ErrBodyTooLarge
-		}
-		if err == io.EOF {
-			return dst, nil
-		}
-		if err != nil {
-			return dst, err
-		}
-	}
 }
 
 // relay streams the decode's server-sent events to the client. fasthttp

@@ -131,7 +131,9 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		return c.failed(hc, err, reused)
 	}
 
-	resp.StreamBody = c.stream
+	// A whole answer is read by readAnswer, within the body memory, not
+	// by fasthttp, which would allocate the length it declares at once.
+	resp.StreamBody = true
 	if hc.DisableHeaderNamesNormalizing {
 		resp.Header.DisableNormalizing()
 	}
@@ -171,6 +173,12 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 			}
 		}
 		return false, nil
+	}
+	if err := c.readAnswer(hc.MaxResponseBodySize); err != nil {
+		c.cancel.detach()
+		hc.ReleaseReader(br)
+		hc.CloseConn(cc)
+		return c.failed(hc, err, false)
 	}
 	// A cancel may have closed the connection just as the answer was read:
 	// the answer stands, but the connection must not go back to the pool.
@@ -336,4 +344,27 @@ func (cl *canceller) reset() {
 	cl.mu.Lock()
 	cl.conn, cl.reason, cl.over, cl.limit = nil, nil, false, time.Time{}
 	cl.mu.Unlock()
+}
+
+// readAnswer reads the body of the call's answer, if it has one, into
+// c.answer, at most limit bytes, taking its memory from the body memory:
+// a worker's answer is as large as a client asks it to be (max_new_tokens,
+// n, return_logprob), and sixteen answers of 190 MB ran pdlb out of
+// memory. It becomes the response's body, which the exchange reads.
+func (c *call) readAnswer(limit int) error {
+	stream := c.resp.BodyStream()
+	if stream == nil {
+		return nil // none: a HEAD, a 204
+	}
+	declared := c.resp.Header.ContentLength()
+	if declared < 0 {
+		declared = -1 // chunked, or until the connection closes
+	}
+	err := c.answer.fill(stream, declared, limit, c.x.s.memory, nil)
+	_ = c.resp.CloseBodyStream()
+	if err != nil {
+		return err
+	}
+	c.resp.SetBodyRaw(c.answer.buf)
+	return nil
 }
