@@ -357,7 +357,7 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 	for _, w := range warnings {
 		log.Warn().Msg(w)
 	}
-	applyProcessSettings()
+	applyProcessSettings(cfg.MaxBodyMemory)
 	srv, err := lb.New(cfg, log)
 	if err != nil {
 		return usageError{err} // the configuration is all New can refuse
@@ -400,12 +400,30 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 const defaultGCPercent = 50
 
 // applyProcessSettings applies what pdlb sets for the whole process: the
-// garbage collection target, and # HELP and # TYPE lines on /metrics, which
+// garbage collection target and memory limit (for bodies of at most
+// bodyMemory bytes at once), and # HELP and # TYPE lines on /metrics, which
 // the metrics library keeps in a global: without them Prometheus takes
 // every series for untyped.
-func applyProcessSettings() {
+func applyProcessSettings(bodyMemory int64) {
 	applyGCPercent()
+	applyMemoryLimit(bodyMemory)
 	metrics.ExposeMetadata(true)
+}
+
+// memoryOverhead is what pdlb's memory limit allows beyond its body memory:
+// the runtime, connections, streams (4,096 streams take about 250 MiB).
+const memoryOverhead = 512 << 20
+
+// applyMemoryLimit sets the runtime's soft memory limit to the body memory
+// and memoryOverhead, unless the GOMEMLIMIT environment variable chose one.
+// The body memory bounds the bodies held, not the garbage of those let go:
+// a burst of large answers, each grown by doubling, left pdlb at 1.75 GB
+// with 1 GiB of body memory before its next collection. Near the limit, the
+// collector runs sooner.
+func applyMemoryLimit(bodyMemory int64) {
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+		debug.SetMemoryLimit(bodyMemory + memoryOverhead)
+	}
 }
 
 // applyGCPercent sets defaultGCPercent unless the GOGC environment variable

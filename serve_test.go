@@ -189,7 +189,8 @@ func TestServeCutsAtTheEndOfTheGracePeriod(t *testing.T) {
 // all for untyped.
 func TestMetricsHaveTypes(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	applyProcessSettings()
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	applyProcessSettings(1 << 30)
 	defer metrics.ExposeMetadata(false)
 	srv, err := lb.New(lb.Config{
 		Prefill: []lb.PrefillSpec{{URL: "http://p:1"}},
@@ -209,5 +210,24 @@ func TestMetricsHaveTypes(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// pdlb's soft memory limit is its body memory and a fixed overhead, so the
+// garbage of large bodies let go is collected before RSS runs far past the
+// budget; GOMEMLIMIT, when set, is the operator's and stays.
+func TestMemoryLimitFollowsTheBodyMemory(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	t.Setenv("GOMEMLIMIT", "")
+	os.Unsetenv("GOMEMLIMIT")
+	applyMemoryLimit(1 << 30)
+	if got := debug.SetMemoryLimit(-1); got != 1<<30+memoryOverhead {
+		t.Fatalf("got a memory limit of %d; want %d", got, 1<<30+memoryOverhead)
+	}
+	t.Setenv("GOMEMLIMIT", "3GiB")
+	debug.SetMemoryLimit(3 << 30) // as the runtime read it at start
+	applyMemoryLimit(1 << 30)
+	if got := debug.SetMemoryLimit(-1); got != 3<<30 {
+		t.Fatalf("got a memory limit of %d; want GOMEMLIMIT's %d", got, 3<<30)
 	}
 }
