@@ -105,6 +105,12 @@ func (b *bodyBuffer) grow(declared, limit int, m *bodyMemory) bool {
 	} else {
 		size = min(size, limit+1)
 	}
+	return b.growTo(size, m)
+}
+
+// growTo makes b's buffer size bytes large, taking them from m first, from
+// a pool while it is small. It reports false when m has no room.
+func (b *bodyBuffer) growTo(size int, m *bodyMemory) bool {
 	var pooled *[]byte
 	if size <= maxPooledBody {
 		pooled, size = pooledBody(size)

@@ -360,6 +360,14 @@ func (c *call) readAnswer(limit int) error {
 	if declared < 0 {
 		declared = -1 // chunked, or until the connection closes
 	}
+	// A worker's length is its answer's, not a hostile client's claim: the
+	// buffer takes it at once, and leaves no garbage of buffers outgrown,
+	// which a burst of large answers would pile up faster than the
+	// collector frees it.
+	if declared > maxPooledBody && declared <= limit && !c.answer.growTo(declared, c.x.s.memory) {
+		_ = c.resp.CloseBodyStream()
+		return errNoBodyMemory
+	}
 	err := c.answer.fill(stream, declared, limit, c.x.s.memory, nil)
 	_ = c.resp.CloseBodyStream()
 	if err != nil {

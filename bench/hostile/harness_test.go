@@ -154,6 +154,8 @@ type envConfig struct {
 	host string
 	// skip, if not empty, is why the attack cannot run here.
 	skip string
+	// instantTokens has the fakes generate without tokenDelay.
+	instantTokens bool
 }
 
 // env is one pdlb in front of its fake workers, all processes of the suite.
@@ -183,10 +185,14 @@ func startEnv(t *testing.T, bins binaries, help string, cfg envConfig) *env {
 	e.decode = net.JoinHostPort(lo, strconv.Itoa(freePort(t, lo)))
 	e.fallback = net.JoinHostPort(lo, strconv.Itoa(freePort(t, lo)))
 	bootPort := freePort(t, lo)
+	delay := tokenDelay
+	if cfg.instantTokens {
+		delay = 0
+	}
 	e.fakes = startProc(t, "the fakes", filepath.Join(e.dir, "fakes.log"), bins.fake, "fake",
 		"--prefill", e.prefill, "--decode", e.decode, "--aggregated", e.fallback,
 		"--bootstrap-port", strconv.Itoa(bootPort), "--decode-conditional-agg",
-		"--token-delay", tokenDelay.String(), "--stats-route", "--canary", canary, "--log-level", "warn")
+		"--token-delay", delay.String(), "--stats-route", "--canary", canary, "--log-level", "warn")
 	for _, w := range e.workers() {
 		e.waitOK("http://"+w+"/health", e.fakes)
 	}
