@@ -134,6 +134,9 @@ func (c *serveCmd) Validate() error {
 	if !strings.HasPrefix(c.HealthCheckEndpoint, "/") {
 		return fmt.Errorf("--health-check-endpoint must be a path starting with /, got %q", c.HealthCheckEndpoint)
 	}
+	if c.MaxBodyMemory <= 0 {
+		return errors.New("--max-body-memory must be positive")
+	}
 	if c.RetryMaxRetries < 0 || c.QueueSize < 0 {
 		return errors.New("--retry-max-retries and --queue-size cannot be negative")
 	}
@@ -421,7 +424,7 @@ const memoryOverhead = 512 << 20
 // with 1 GiB of body memory before its next collection. Near the limit, the
 // collector runs sooner.
 func applyMemoryLimit(bodyMemory int64) {
-	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+	if os.Getenv("GOMEMLIMIT") == "" { // as the runtime reads it
 		debug.SetMemoryLimit(bodyMemory + memoryOverhead)
 	}
 }

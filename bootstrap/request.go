@@ -51,8 +51,8 @@ type Request struct {
 
 	// RID is where the raw value of the member "rid" is in the body: its
 	// offset and length, both 0 when there is none. It is the rid the
-	// workers run the request under (the last of duplicates), or a list of
-	// one an item for a batch.
+	// workers run the request under (the last of duplicates): a string, or
+	// for a batch a list of one rid per item.
 	RID Span
 
 	// PromptTokens estimates the prompt's length in tokens without a

@@ -46,8 +46,8 @@ const abortTimeout = 2 * time.Second
 //     is a no-op, and the closed connection does the work.)
 //   - a batch given a list of rids is named by its first item's: the rest
 //     abort when the worker sees the connection closed.
-func abortRID(raw []byte) (string, bool) {
-	rid := gjson.ParseBytes(raw)
+func abortRID(raw string) (string, bool) {
+	rid := gjson.Parse(raw)
 	if rid.IsArray() {
 		rid = rid.Get("0")
 	}

@@ -22,7 +22,7 @@ import (
 func TestAbortRID(t *testing.T) {
 	f := func(raw, want string) {
 		t.Helper()
-		got, ok := abortRID([]byte(raw))
+		got, ok := abortRID(raw)
 		if got != want || ok != (want != "") {
 			t.Fatalf("abortRID(%s) = %q, %v; want %q", raw, got, ok, want)
 		}
@@ -47,7 +47,7 @@ func TestAbortsOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.flight = []*exchange{{rid: []byte(`"request-1"`)}, {rid: []byte(`["batch-one-0", "batch-one-1"]`)}, {rid: []byte(`"request-10"`)}}
+	srv.flight = []*exchange{{rid: `"request-1"`}, {rid: `["batch-one-0", "batch-one-1"]`}, {rid: `"request-10"`}}
 	f := func(rid string, want bool) {
 		t.Helper()
 		if got := srv.abortsOne(rid); got != want {

@@ -62,7 +62,7 @@ func TestDeclaredBodyIsNotAllocated(t *testing.T) {
 	for range conns {
 		h.openBody(256<<20-1, 9<<10) // past the 8 KiB fasthttp reads before pdlb
 	}
-	h.waitMemory(conns * maxPooledBody)
+	h.waitMemory(conns * 16 << 10) // the buffer size that holds the 9 KiB come
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 64<<20 {
@@ -133,9 +133,9 @@ func TestRewrittenBodiesAreBudgeted(t *testing.T) {
 	go func() { done <- h.post("/generate", body) }()
 	<-arrived
 	<-arrived
-	// The client's body (grown to its declared length) and one copy for
-	// both workers.
-	h.waitMemory(int64(2*len(body) + bootstrap.MaxAdded("prefill-0", -1)))
+	// The client's body (in the 32 KiB buffer that holds it) and one copy
+	// for both workers.
+	h.waitMemory(int64(32<<10 + len(body) + bootstrap.MaxAdded("prefill-0", -1)))
 	unblock()
 	if r := <-done; r.status != fasthttp.StatusOK {
 		t.Fatalf("got %d %s", r.status, r.body)
@@ -336,9 +336,16 @@ func TestChunkFramingIsBounded(t *testing.T) {
 		t.Fatalf("small chunks with extensions: got %d %s", status, body)
 	}
 	huge := "d;ext=" + strings.Repeat("x", 1<<20) + "\r\n" + `{"text": "a"}` + "\r\n"
-	status, body := send(huge)
-	if status != fasthttp.StatusBadRequest || !strings.Contains(string(body), "framing") {
+	if status, body := send(huge); status != fasthttp.StatusBadRequest || !strings.Contains(string(body), "framing") {
 		t.Fatalf("a chunk with 1 MiB of extension: got %d %s; want a 400 about the framing", status, body)
+	}
+	// Extensions of 60 KB a chunk, each within a read's allowance, add up.
+	var many strings.Builder
+	for _, c := range `{"text": "a"}` {
+		fmt.Fprintf(&many, "1;ext=%s\r\n%c\r\n", strings.Repeat("x", 60000), c)
+	}
+	if status, body := send(many.String()); status != fasthttp.StatusBadRequest || !strings.Contains(string(body), "framing") {
+		t.Fatalf("13 chunks with 60 KB of extension each: got %d %s; want a 400 about the framing", status, body)
 	}
 	h.waitMemory(0)
 }
@@ -414,6 +421,29 @@ func TestUnmergeableAnswerIsAnError(t *testing.T) {
 	if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != fasthttp.StatusServiceUnavailable ||
 		!strings.Contains(msg, "prefill backend") || !strings.Contains(msg, "--max-body-memory") {
 		t.Fatalf("got %d %.300s; want a 503 saying the prefill's answer did not fit", r.status, r.body)
+	}
+	waitIdle(t, srv)
+}
+
+// A worker's answer larger than Config.MaxResponseBodySize is its failure
+// (a 502), whether pdlb reads it or, declared so, refuses it at its header,
+// and holds no body memory after.
+func TestAnswerOverTheLimitIsAFailure(t *testing.T) {
+	h := newHarness(t)
+	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"text": "", "meta_info": {}}`)
+	})
+	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"text": "` + strings.Repeat("x", 100<<10) + `", "meta_info": {}}`)
+	})
+	cfg := defaultConfig()
+	cfg.MaxResponseBodySize = 64 << 10
+	srv := h.start(cfg)
+	r := h.post("/generate", `{"text": "a"}`)
+	if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != fasthttp.StatusBadGateway || !strings.Contains(msg, "larger than the limit") {
+		t.Fatalf("got %d %.200s; want a 502 saying the answer is larger than the limit", r.status, r.body)
 	}
 	waitIdle(t, srv)
 }

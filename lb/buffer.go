@@ -14,17 +14,18 @@ import (
 // its size whether it comes in chunks or not. Each growth is taken from
 // the server's body memory (Config.MaxBodyMemory) first.
 
-// Small body buffers are pooled by size, a power of two from minPooledBody
-// to maxPooledBody: most bodies fit the smallest, and a stream's client
-// body is held until its first event (the handler's return), so at a
-// thousand streams starting at once a buffer larger than the body would
-// show in pdlb's memory.
+// Body buffers up to maxPooledBody are pooled by size, a power of two from
+// minPooledBody: most bodies fit the smallest, and a stream's client body
+// is held until its first event (the handler's return), so at a thousand
+// streams starting at once a buffer larger than the body would show in
+// pdlb's memory. Answers of tens or hundreds of KiB (long generations,
+// logprobs) reuse theirs, as they did in fasthttp's pools.
 const (
 	minPooledBody = 1 << 10
-	maxPooledBody = 16 << 10
+	maxPooledBody = 1 << 20
 )
 
-var bodyPools [5]sync.Pool // minPooledBody << i
+var bodyPools [11]sync.Pool // minPooledBody << i
 
 // pooledBody takes a buffer of at least size bytes (at most maxPooledBody)
 // from its pool, and returns it with its capacity.
@@ -69,6 +70,7 @@ var errNoBodyMemory = errors.New("pdlb's memory for bodies is in use by other re
 // body that ends before its declared length, or r's.
 func (b *bodyBuffer) fill(r io.Reader, declared, limit int, m *bodyMemory, framed *clientConn) error {
 	if framed != nil {
+		framed.startWire()
 		defer framed.unlimitWire()
 	}
 	for declared < 0 || len(b.buf) < declared {
@@ -76,7 +78,7 @@ func (b *bodyBuffer) fill(r io.Reader, declared, limit int, m *bodyMemory, frame
 			return errNoBodyMemory
 		}
 		if framed != nil {
-			framed.limitWire(cap(b.buf) - len(b.buf))
+			framed.limitWire(len(b.buf), cap(b.buf)-len(b.buf))
 		}
 		n, err := r.Read(b.buf[len(b.buf):cap(b.buf)])
 		b.buf = b.buf[:len(b.buf)+n]
@@ -95,15 +97,12 @@ func (b *bodyBuffer) fill(r io.Reader, declared, limit int, m *bodyMemory, frame
 }
 
 // grow makes room for more of b: twice the buffer, never beyond the
-// declared length nor past limit+1 (the byte that tells a body without a
-// length is too large), from a pool while it is small. It reports false
-// when m has no room.
+// declared length nor past limit+1 (the byte that tells a body is too
+// large). It reports false when m has no room.
 func (b *bodyBuffer) grow(declared, limit int, m *bodyMemory) bool {
-	size := max(2*cap(b.buf), minPooledBody)
+	size := min(max(2*cap(b.buf), minPooledBody), limit+1)
 	if declared >= 0 {
 		size = min(size, declared)
-	} else {
-		size = min(size, limit+1)
 	}
 	return b.growTo(size, m)
 }

@@ -108,11 +108,11 @@ type clientConn struct {
 	// writes, the handler runs and the relay writes, touches them.
 	readBy, armed, writeBy time.Time
 
-	// framed is set while a chunked body is read, and wireLeft is then how
-	// many more bytes its read may take from the socket (limitWire). Only
-	// the connection's own goroutine touches them.
-	framed   bool
-	wireLeft int64
+	// framed is set while a chunked body is read: wireRead is then what
+	// its reads took from the socket, wireLimit what they may take
+	// (limitWire). Only the connection's own goroutine touches them.
+	framed              bool
+	wireRead, wireLimit int64
 
 	// holdNext says the answer about to be written takes two writes, and
 	// held is the first, held back for the second (see holdLargeAnswer);
@@ -199,7 +199,7 @@ var aheadPool = sync.Pool{New: func() any {
 func (c *clientConn) Read(p []byte) (int, error) {
 	n, err := c.read(p)
 	if c.framed {
-		if c.wireLeft -= int64(n); c.wireLeft < 0 && err == nil {
+		if c.wireRead += int64(n); c.wireRead > c.wireLimit && err == nil {
 			err = errFramingTooLarge
 		}
 	}
@@ -212,20 +212,26 @@ func (c *clientConn) Read(p []byte) (int, error) {
 // body of a kilobyte.
 var errFramingTooLarge = errors.New("the chunked body's framing (chunk size lines and extensions) is far larger than its data")
 
-// limitWire allows the next reads, those of one read of a chunked body's
-// data of up to n bytes, n bytes and maxChunkFraming more of framing.
-// unlimitWire lifts the bound. Only the connection's goroutine, which
-// reads the body, calls them.
-func (c *clientConn) limitWire(n int) {
-	c.framed, c.wireLeft = true, int64(n+maxChunkFraming)
+// startWire starts counting what the reads of a chunked body take from the
+// socket; limitWire bounds it, before a read of the body's data that
+// holds data bytes already and room for as many more: the body's bytes on
+// the wire may be chunkFramingRatio times its data, and maxChunkFraming
+// more (size lines, extensions, bytes read ahead into fasthttp's buffer),
+// as Go's net/http bounds a chunked body's "non-data". unlimitWire stops
+// counting. Only the connection's goroutine, which reads the body, calls
+// them.
+func (c *clientConn) startWire() { c.framed, c.wireRead = true, 0 }
+
+func (c *clientConn) limitWire(data, room int) {
+	c.wireLimit = int64(chunkFramingRatio*(data+room) + maxChunkFraming)
 }
 
 func (c *clientConn) unlimitWire() { c.framed = false }
 
-// maxChunkFraming is the framing a chunked body's read of its data may
-// meet: size lines with extensions, and the bytes read ahead into
-// fasthttp's buffer. Go's net/http takes chunk lines of 4 KiB at most.
-const maxChunkFraming = 64 << 10
+const (
+	chunkFramingRatio = 16
+	maxChunkFraming   = 64 << 10
+)
 
 func (c *clientConn) read(p []byte) (int, error) {
 	if len(p) == 0 {

@@ -264,7 +264,7 @@ func TestMarkAbortedReadsAsWorkersRead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		x := &exchange{rid: r.RID.Of([]byte(sent))}
+		x := &exchange{rid: string(r.RID.Of([]byte(sent)))}
 		srv.flight = []*exchange{x}
 		srv.markAborted([]byte(abort))
 		if got := x.abortedByClient.Load(); got != want {

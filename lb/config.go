@@ -156,10 +156,11 @@ type Config struct {
 	// MaxBodyMemory bounds the bodies held in memory at once: the clients'
 	// bodies as they arrive, the copies rewritten for the workers (batch
 	// expansion included), and the workers' answers read whole (merged
-	// ones included). A request that would cross it gets a 503. It must hold what one request of MaxRequestBodySize may need:
-	// three such bodies (the client's, the decode's and the prefill's) with
-	// pdlb's fields for the largest batch. Zero means 1 GiB, or that if it
-	// is more.
+	// ones included). A request that would cross it gets a 503. It must
+	// hold what one request of MaxRequestBodySize may need: three such
+	// bodies (the client's, the decode's and the prefill's) with pdlb's
+	// fields for the largest batch. Zero means 1 GiB, or that if it is
+	// more.
 	MaxBodyMemory int64
 	// MaxBatchSize is the most items a /generate batch may hold; larger
 	// ones get a 400. pdlb writes three fields for each item, so a batch of

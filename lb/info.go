@@ -36,12 +36,12 @@ func (s *Server) serveControl(ctx *fasthttp.RequestCtx, rt *route) {
 		// lives on one prefill and one decode; abort_all on all of them),
 		// but pdlb's own of an abort by rid (singleAbort).
 		body := ctx.PostBody()
-		if rid, one, ok := singleAbort(body); ok {
+		if rid, forward, ok := singleAbort(body); ok {
 			if !s.abortsOne(rid) {
 				s.writeError(ctx, fasthttp.StatusBadRequest, reasonInvalidRequest, abortNamesOthers(rid))
 				return
 			}
-			body = one
+			body = forward
 		}
 		s.markAborted(body)
 		s.serveFanOut(ctx, controlCall{method: fasthttp.MethodPost, uri: "/abort_request",

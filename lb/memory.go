@@ -62,7 +62,7 @@ func (m *bodyMemory) give(n int) {
 // as the request itself is fine and may succeed a moment later.
 func (m *bodyMemory) exhausted() *answerError {
 	return &answerError{fasthttp.StatusServiceUnavailable, reasonBodyMemory,
-		"pdlb's memory for request bodies is in use by other requests (" + strconv.FormatInt(m.limit, 10) +
+		"pdlb's memory for bodies is in use by other requests (" + strconv.FormatInt(m.limit, 10) +
 			" bytes, --max-body-memory); retry later"}
 }
 

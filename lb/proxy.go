@@ -28,8 +28,9 @@ type exchange struct {
 	refs      atomic.Int32
 	requestID []byte
 	// rid is the raw value of the request's "rid", as the workers read it
-	// (bootstrap.Request.RID): empty without one.
-	rid []byte
+	// (bootstrap.Request.RID): empty without one, or when longer than
+	// maxKeptRID.
+	rid string
 	// slot is x's place in Server.flight, -1 when it is not there; guarded
 	// by Server.flightMu. finished is set once the client has its answer
 	// (finish), by the request side.
@@ -249,7 +250,10 @@ func (s *Server) newExchange(q *clientRequest, refs int32) *exchange {
 	x.single = refs == 2
 	x.rt, x.start, x.permit = q.rt, q.start, q.permit
 	x.requestID = append(x.requestID[:0], q.id...)
-	x.rid = append(x.rid[:0], q.info.RID.Of(q.body)...)
+	x.rid = ""
+	if raw := q.info.RID.Of(q.body); len(raw) > 0 && len(raw) <= maxKeptRID {
+		x.rid = string(raw)
+	}
 	return x
 }
 
@@ -453,16 +457,28 @@ func (c *call) abort(reason error) {
 	if !c.cancel.cancel(reason) {
 		return
 	}
+	if errors.Is(reason, errShutdown) {
+		// The workers see the connection closed, and abort the request
+		// themselves; and cutInflight, which cuts it, holds the flight
+		// lock that abortsOne takes.
+		return
+	}
 	if rid, ok := abortRID(c.x.rid); ok && c.x.s.abortsOne(rid) {
 		c.x.s.abortRequest(c.backend, rid)
 	}
 }
 
+// maxKeptRID bounds the rid value an exchange keeps: a batch's list of
+// --max-batch-size rids fits. A longer one, which no client needs, is not
+// kept: pdlb then sends no abort for the request, and an /abort_request
+// naming it, which still reaches the workers, does not stop pdlb's retries.
+const maxKeptRID = 64 << 10
+
 // eachRID calls f with the rid of raw, a request's rid value as the
 // workers read it (exchange.rid), or each of a batch's list, until f
 // returns false.
-func eachRID(raw []byte, f func(rid string) bool) {
-	switch rid := gjson.ParseBytes(raw); {
+func eachRID(raw string, f func(rid string) bool) {
+	switch rid := gjson.Parse(raw); {
 	case rid.Type == gjson.String:
 		f(rid.Str)
 	case rid.IsArray():

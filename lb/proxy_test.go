@@ -680,9 +680,9 @@ func TestBodyWithPythonNumbers(t *testing.T) {
 // Requests pdlb cannot read whole are counted in pdlb_requests_total, as
 // every request is: under their route (a declared body over the limit), or
 // under "unread" when fasthttp could not read the start of the body (its
-// first 8 KiB), which takes the header with it. A client that leaves in the middle of its body is gone
-// (499), not a bad request, and one that only shut its writing side reads
-// no answer.
+// first 8 KiB), which takes the header with it. A client that leaves in
+// the middle of its body is gone (499), not a bad request, and one that
+// only shut its writing side reads no answer.
 func TestUnreadRequestsAreCounted(t *testing.T) {
 	h := newHarness(t)
 	h.pair(fake.Config{}, fake.Config{})

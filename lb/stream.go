@@ -292,6 +292,9 @@ func (x *exchange) retryFirstEvent(first []byte) outcome {
 func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 	d := &x.decode
 	err := d.answer.fill(d.respBody, -1, x.s.cfg.MaxResponseBodySize, x.s.memory, nil)
+	if err == nil {
+		d.resp.SetBodyRaw(d.answer.buf) // what the retry decisions read
+	}
 	d.endStream(err == nil)
 	<-d.done
 	if err == nil {

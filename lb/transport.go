@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -93,78 +94,31 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		}
 		return false, &unreachableError{err}
 	}
-	conn := cc.Conn()
-	deadline := wireDeadline(c.deadline)
-	if err := conn.SetWriteDeadline(deadline); err != nil {
-		hc.CloseConn(cc)
-		return false, err
-	}
-	readBy := deadline
-	if !c.firstByteBy.IsZero() {
-		// The relay extends it for each event once the stream flows.
-		readBy = c.firstByteBy
-	}
-	if err := c.cancel.attach(conn, readBy); err != nil {
-		// Cancelled before it began, or a connection whose deadline cannot
-		// be set: rare either way, and closing is right for both.
+	if err := c.arm(cc.Conn()); err != nil {
 		hc.CloseConn(cc)
 		return false, err
 	}
 	reused := !cc.LastUseTime().IsZero()
-
-	wc, _ := conn.(*workerConn)
-	if wc != nil {
-		wc.stageRequest(true)
-	}
-	bw := hc.AcquireWriter(conn)
-	err = req.Write(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
-	hc.ReleaseWriter(bw)
-	if wc != nil {
-		wc.stageRequest(false)
-	}
-	if err != nil {
+	if err := send(hc, cc.Conn(), req); err != nil {
 		c.cancel.detach()
 		hc.CloseConn(cc)
 		return c.failed(hc, err, reused)
 	}
-
 	// A whole answer is read by readAnswer, within the body memory, not
 	// by fasthttp, which would allocate the length it declares at once.
 	resp.StreamBody = true
 	if hc.DisableHeaderNamesNormalizing {
 		resp.Header.DisableNormalizing()
 	}
-	br := hc.AcquireReader(conn)
-	if err := resp.ReadLimitBody(br, hc.MaxResponseBodySize); err != nil {
-		c.cancel.detach()
-		hc.ReleaseReader(br)
-		hc.CloseConn(cc)
-		return c.failed(hc, err, reused)
-	}
-	reusable := !resp.ConnectionClose()
-	if c.stream && resp.BodyStream() != nil {
-		// The consumer reads the body through c.respBody, then gives the
-		// connection back, clean when it read to the end. A chunked body
-		// (an event stream's) is decoded by c.chunked, straight from the
-		// connection once br is drained; any other by fasthttp, from br.
-		if resp.Header.ContentLength() == -1 {
-			_ = resp.CloseBodyStream()
-			c.chunked.start(conn, br, hc)
-			c.respBody = &c.chunked
-		} else {
-			c.respBody = resp.BodyStream()
-		}
+	br := hc.AcquireReader(cc.Conn())
+	err = resp.ReadLimitBody(br, hc.MaxResponseBodySize)
+	reusable := err == nil && !resp.ConnectionClose()
+	if err == nil && c.stream && resp.BodyStream() != nil {
+		// The consumer reads the body, then gives the connection back,
+		// clean when it read to the end.
+		c.startBody(hc, cc.Conn(), br)
 		c.releaseBody = func(clean bool) {
-			if c.respBody == &c.chunked {
-				clean = clean && c.chunked.done()
-				c.chunked.releaseReader()
-			} else {
-				_ = resp.CloseBodyStream()
-				hc.ReleaseReader(br)
-			}
+			clean = c.stopBody(hc, br, clean)
 			// A cancel may have closed the connection as the body ended.
 			if closed := c.cancel.detach(); clean && reusable && !closed {
 				hc.ReleaseConn(cc)
@@ -174,22 +128,83 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		}
 		return false, nil
 	}
-	if err := c.readAnswer(hc.MaxResponseBodySize); err != nil {
-		c.cancel.detach()
-		hc.ReleaseReader(br)
-		hc.CloseConn(cc)
-		return c.failed(hc, err, false)
+	if err == nil {
+		// Once the answer began, the worker has the request: a failure
+		// now is no stale connection, and the request is not sent again.
+		err, reused = c.readAnswer(hc.MaxResponseBodySize), false
 	}
 	// A cancel may have closed the connection just as the answer was read:
 	// the answer stands, but the connection must not go back to the pool.
 	closed := c.cancel.detach()
 	hc.ReleaseReader(br)
-	if reusable && !closed {
+	if err == nil && reusable && !closed {
 		hc.ReleaseConn(cc)
-	} else {
-		hc.CloseConn(cc)
+		return false, nil
+	}
+	hc.CloseConn(cc)
+	if err != nil {
+		return c.failed(hc, err, reused)
 	}
 	return false, nil
+}
+
+// arm gives the call's connection its deadlines and its cancellation.
+func (c *call) arm(conn net.Conn) error {
+	deadline := wireDeadline(c.deadline)
+	if err := conn.SetWriteDeadline(deadline); err != nil {
+		return err
+	}
+	readBy := deadline
+	if !c.firstByteBy.IsZero() {
+		// The relay extends it for each event once the stream flows.
+		readBy = c.firstByteBy
+	}
+	// Cancelled before it began, or a connection whose deadline cannot be
+	// set: rare either way, and closing is right for both.
+	return c.cancel.attach(conn, readBy)
+}
+
+// send writes req to conn.
+func send(hc *fasthttp.HostClient, conn net.Conn, req *fasthttp.Request) error {
+	wc, _ := conn.(*workerConn)
+	if wc != nil {
+		wc.stageRequest(true)
+	}
+	bw := hc.AcquireWriter(conn)
+	err := req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	if wc != nil {
+		wc.stageRequest(false)
+	}
+	return err
+}
+
+// startBody makes the streamed body of the call's answer c.respBody: a
+// chunked one (an event stream's) decoded by c.chunked, straight from conn
+// once br is drained; any other by fasthttp, from br. stopBody ends it,
+// and reports whether the connection is clean for reuse (and clean was).
+func (c *call) startBody(hc *fasthttp.HostClient, conn net.Conn, br *bufio.Reader) {
+	if c.resp.Header.ContentLength() == -1 {
+		_ = c.resp.CloseBodyStream()
+		c.chunked.start(conn, br, hc)
+		c.respBody = &c.chunked
+		return
+	}
+	c.respBody = c.resp.BodyStream()
+}
+
+func (c *call) stopBody(hc *fasthttp.HostClient, br *bufio.Reader, clean bool) bool {
+	if c.respBody == &c.chunked {
+		clean = clean && c.chunked.done()
+		c.chunked.releaseReader()
+		return clean
+	}
+	_ = c.resp.CloseBodyStream()
+	hc.ReleaseReader(br)
+	return clean
 }
 
 // failed turns a round-trip error on hc into the one the caller should see.
@@ -360,11 +375,15 @@ func (c *call) readAnswer(limit int) error {
 	if declared < 0 {
 		declared = -1 // chunked, or until the connection closes
 	}
+	if declared > limit {
+		_ = c.resp.CloseBodyStream()
+		return fasthttp.ErrBodyTooLarge
+	}
 	// A worker's length is its answer's, not a hostile client's claim: the
 	// buffer takes it at once, and leaves no garbage of buffers outgrown,
 	// which a burst of large answers would pile up faster than the
 	// collector frees it.
-	if declared > maxPooledBody && declared <= limit && !c.answer.growTo(declared, c.x.s.memory) {
+	if declared > minPooledBody && !c.answer.growTo(declared, c.x.s.memory) {
 		_ = c.resp.CloseBodyStream()
 		return errNoBodyMemory
 	}
