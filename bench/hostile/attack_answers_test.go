@@ -66,5 +66,7 @@ func largeAnswersSlack(form) time.Duration { return 2 * time.Second }
 // largeAnswersOverhead is what pdlb's RSS may reach beyond its body memory
 // under largeAnswers: its runtime memory limit's overhead (512 MiB, cmd
 // serve's memoryOverhead), near which the collector frees the answers let
-// go. The body memory bounds the answers held, not their garbage.
-const largeAnswersOverhead = 512 << 20
+// go (the body memory bounds the answers held, not their garbage), and
+// rssOverhead more, as the limit is a soft one, on the runtime's memory
+// alone.
+const largeAnswersOverhead = 512<<20 + rssOverhead
