@@ -19,13 +19,14 @@ import (
 //
 // A prefill's restart matters to its pairs only once the decodes have
 // forgotten it, which takes them two failed heartbeats 5 s apart
-// (PROTOCOL.md §4, bench/fake/heartbeat.go): the registry, which reads the
-// prefill's bootstrap server every BootstrapRefresh, sees it not ready
-// during such an outage and gives it a new generation, which makes its
-// pairs cold too. A prefill's failed probe has the registry read it at
-// once, so that a BootstrapRefresh longer than the heartbeats' does not
-// miss the outage (a probe, not every failed request, so that the reads
-// stay one per probe interval).
+// (PROTOCOL.md §4, bench/fake/heartbeat.go). The registry, which reads the
+// prefill's bootstrap server every BootstrapRefresh, gives it a new
+// generation when a read falls in the outage, and another when it is ready
+// again, which makes its pairs cold and then warms them. A read can miss
+// an outage shorter than BootstrapRefresh, so a prefill's failed probe has
+// the registry read it at once, and so does each probe it answers after,
+// until the read brings it back into selection. Probes, not failed
+// requests, so that the reads stay one per probe interval.
 //
 // What is no sign: a timeout, as a slow worker is alive and keeps its
 // caches (a busy SGLang answers late; a full accept queue lets a dial time
@@ -63,19 +64,31 @@ func suspectRestart(b *Backend) {
 
 // probed is the health checks' report of each probe of b, err nil when b
 // answered. The first probe b answers after a sign of a restart, once it is
-// in selection, warms its cold pairs.
+// in selection, warms its cold pairs. A prefill's bootstrap server is read
+// again on each sign, and on each probe answered after one until the
+// prefill is back in selection: the read brings it back (its bootstrap
+// server ready), and warms its pairs if its generation moved.
 func (s *Server) probed(b *Backend, err error) {
 	if err != nil {
 		if probeSaysRestart(err) {
 			suspectRestart(b)
-			if b.role == rolePrefill {
-				s.registry.Poke(b.index)
-			}
+			s.reread(b)
 		}
 		return
 	}
+	if !b.restarted.Load() {
+		return
+	}
+	s.reread(b)
 	if b.available() && b.restarted.Swap(false) && s.warm != nil {
 		s.warm.rewarm(b)
+	}
+}
+
+// reread has the registry read prefill b's bootstrap server at once.
+func (s *Server) reread(b *Backend) {
+	if b.role == rolePrefill {
+		s.registry.Poke(b.index)
 	}
 }
 

@@ -69,10 +69,17 @@ func restartConfig() Config {
 func (h *harness) warmPair(t *testing.T, cfg Config) (*Server, *pair) {
 	t.Helper()
 	h.dpPair()
+	return h.startWarm(t, cfg)
+}
+
+// startWarm starts pdlb with cfg in front of the pair the test started,
+// and returns that pair once it is warm, with its workers taken as up.
+func (h *harness) startWarm(t *testing.T, cfg Config) (*Server, *pair) {
+	t.Helper()
 	srv := h.start(cfg)
 	h.waitBootstrap()
 	if srv.checker != nil {
-		srv.checkOnce(5 * time.Second) // after the first round, the decode is up
+		srv.checkOnce(5 * time.Second) // after the first round, the workers are up
 	}
 	pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
 	waitFor(t, "the pair to be warm", func() bool { return srv.warm.isWarm(pr) })
@@ -214,7 +221,7 @@ func TestDecodeRestartUnderTheFallThreshold(t *testing.T) {
 				}
 			}
 			if n := h.decode.Stats().FirstRequestFailures; n != 0 {
-				t.Fatalf("%d requests reached the restarted decode with a DP-rank hint before it was warm", n)
+				t.Errorf("%d requests reached the restarted decode with a DP-rank hint before it was warm", n)
 			}
 			for _, m := range []string{"pdlb_cold_pair_retries_total", "pdlb_retries_total"} {
 				if got := h.metric(m); got != "0" {
@@ -222,5 +229,51 @@ func TestDecodeRestartUnderTheFallThreshold(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A prefill that restarts is forgotten by the decodes once their
+// heartbeats to its bootstrap server fail twice, and their pairs are cold
+// again. The registry sees such an outage when one of its reads falls in
+// it, and gives the prefill a new generation; a failed probe of the
+// prefill now has it read at once, so that a BootstrapRefresh longer than
+// the outage does not miss it.
+func TestPrefillRestartSeenByItsProbe(t *testing.T) {
+	h := newHarness(t)
+	p, _ := h.pair(fake.Config{DPSize: 4, Tokens: 4},
+		fake.Config{DPSize: 4, Tokens: 4, FirstRequestBug: true, HeartbeatInterval: 10 * time.Millisecond})
+	srv, pr := h.startWarm(t, restartConfig()) // the registry reads once an hour
+	if err := p.SetBootstrapDown(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetFault(fake.Fault{Kind: fake.FaultRefuse}); err != nil {
+		t.Fatal(err)
+	}
+	// Each of the decode's four DP ranks cached the prefill's info when
+	// the pair was warmed, and forgets it now.
+	waitFor(t, "the decode to forget the prefill", func() bool { return h.decode.Stats().PrefillInfoDrops == 4 })
+	srv.checkOnce(5 * time.Second)
+	waitFor(t, "the registry to see the bootstrap server down", func() bool { return !srv.registry.State(0).Ready })
+	if srv.warm.isWarm(pr) {
+		t.Fatal("the pair is warm while its prefill's bootstrap server is down")
+	}
+	if err := p.SetFault(fake.Fault{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetBootstrapDown(false); err != nil {
+		t.Fatal(err)
+	}
+	srv.checkOnce(5 * time.Second)
+	waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+	for i := range 4 {
+		if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
+			t.Fatalf("request %d after the restart: got %d %s", i, r.status, r.body)
+		}
+	}
+	if n := h.decode.Stats().FirstRequestFailures; n != 0 {
+		t.Errorf("%d requests reached the decode with a DP-rank hint before it knew the prefill again", n)
+	}
+	if got := h.metric("pdlb_cold_pair_retries_total"); got != "0" {
+		t.Errorf("pdlb_cold_pair_retries_total is %s; want 0", got)
 	}
 }
