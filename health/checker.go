@@ -76,6 +76,13 @@ type Target struct {
 	// arrive in order; calls for different targets may run concurrently.
 	// It must not block, as it delays that target's next probe.
 	OnChange func(s State)
+	// OnProbe, if not nil, is called with the result of every probe that
+	// counts: nil for a success, else why it failed. A failure under the
+	// Fall threshold changes no State, yet may be the only sign that the
+	// target restarted (issue 20). It runs as OnChange does, after it for
+	// the same probe. Probes that do not count (the round's context ended,
+	// OutOfResources) are not reported.
+	OnProbe func(err error)
 }
 
 // Config tunes a Checker. The zero value probes every 5 s with a 2 s timeout,
@@ -364,17 +371,19 @@ func (c *Checker) apply(t *target, err error) {
 	prev := State(t.state.Load())
 	next, streak := step(prev, t.streak, err == nil, c.cfg.Rise, c.cfg.Fall)
 	t.streak = streak
-	if next == prev {
-		return
+	if next != prev {
+		t.state.Store(int32(next))
+		if next == Up {
+			t.log.Info().Stringer("from", prev).Msg("backend is up")
+		} else {
+			t.log.Warn().Stringer("from", prev).Err(err).Msg("backend is down")
+		}
+		if t.OnChange != nil {
+			t.OnChange(next)
+		}
 	}
-	t.state.Store(int32(next))
-	if next == Up {
-		t.log.Info().Stringer("from", prev).Msg("backend is up")
-	} else {
-		t.log.Warn().Stringer("from", prev).Err(err).Msg("backend is down")
-	}
-	if t.OnChange != nil {
-		t.OnChange(next)
+	if t.OnProbe != nil {
+		t.OnProbe(err)
 	}
 }
 

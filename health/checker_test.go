@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -539,4 +540,74 @@ func TestNewChecker(t *testing.T) {
 	}
 	f(0, "http://a:1/health")
 	f(1, "https://b:2/ready")
+}
+
+// OnProbe hears of every counted probe, also of failures under the Fall
+// threshold, which change no state: a worker that restarts between the
+// rounds that would take it down shows only those (issue 20). A probe
+// pdlb lacked the descriptors for says nothing of the worker and is not
+// reported.
+func TestOnProbeReportsFailuresUnderTheThreshold(t *testing.T) {
+	nw := network{}
+	b := nw.backend(t, "worker:1")
+	var starved atomic.Bool
+	probes := make(chan error, 64)
+	onChange, changes := record()
+	c := newChecker(t, nil, Config{Rise: 2, Fall: 3, Dial: func(addr string) (net.Conn, error) {
+		if starved.Load() {
+			return nil, dialError(syscall.EMFILE)
+		}
+		return nw.dial(addr)
+	}}, Target{Addr: "worker:1", OnChange: onChange, OnProbe: func(err error) { probes <- err }})
+	steps := []struct {
+		status  int
+		starved bool
+		want    string // the reported error; "-" for no report
+	}{
+		{status: 200, want: ""},
+		{status: 503, want: "GET /health returned status 503; want 200"},
+		{status: 503, starved: true, want: "-"},
+		{status: 503, want: "GET /health returned status 503; want 200"},
+		{status: 200, want: ""},
+	}
+	for i, s := range steps {
+		b.status.Store(int32(s.status))
+		starved.Store(s.starved)
+		c.targets[0].hc.CloseIdleConnections() // so that each probe dials
+		checkOnce(t, context.Background(), c)
+		var got []string
+		for _, err := range drainErrors(probes) {
+			msg := ""
+			if err != nil {
+				msg = err.Error()
+			}
+			got = append(got, msg)
+		}
+		want := []string{s.want}
+		if s.want == "-" {
+			want = nil
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("step %d: OnProbe got %q; want %q", i, got, want)
+		}
+		if got := c.State(0); got != Up {
+			t.Fatalf("step %d: got %q; want %q: two failures are under Fall", i, got, Up)
+		}
+	}
+	if got, want := fmt.Sprint(drain(changes)), "[up]"; got != want {
+		t.Errorf("OnChange calls got %s; want %s", got, want)
+	}
+}
+
+// drainErrors returns the errors received so far.
+func drainErrors(ch chan error) []error {
+	var got []error
+	for {
+		select {
+		case err := <-ch:
+			got = append(got, err)
+		default:
+			return got
+		}
+	}
 }

@@ -44,10 +44,15 @@ type Backend struct {
 	// worker when pdlb has an API key (Config.APIKey), else nil.
 	authorization []byte
 
-	// epoch grows each time the worker drops pdlb's connections, as a
-	// restarted worker does, or its health checks find it up again after
-	// down; a decode's pairs are warmed again after.
+	// epoch grows on every sign that the worker may have restarted: it
+	// refused or dropped pdlb's connections, failed a health probe, or its
+	// health checks found it up again after down (restart.go); a decode's
+	// pairs are warmed again after.
 	epoch atomic.Uint64
+	// restarted is set on every sign that the worker may have restarted
+	// (restart.go), and cleared by the first probe it answers after, which
+	// warms its cold pairs at once.
+	restarted atomic.Bool
 	// dpSize is the worker's dp_size, 0 while unknown: a prefill's is the
 	// bootstrap registry's, a decode's is learned when its pairs are warmed.
 	// Requests that name a DP rank go only to workers that have it.

@@ -39,6 +39,7 @@ func (s *Server) buildChecker(log zerolog.Logger) {
 					b.epoch.Add(1)
 				}
 			},
+			OnProbe: func(err error) { s.probed(b, err) },
 		}
 	}
 	s.checker = health.NewChecker(health.Config{

@@ -434,10 +434,10 @@ func (c *call) end() {
 		}
 	}
 	if c.err != nil || c.resp.StatusCode() >= fasthttp.StatusBadRequest || c.broke != nil || c.endedEarly {
-		if own && c.err != nil && !errors.Is(c.err, fasthttp.ErrTimeout) {
+		if own && callSaysRestart(c.err) {
 			// Unreachable or dropping connections: the worker may be
 			// restarting, and come back with empty caches.
-			b.epoch.Add(1)
+			suspectRestart(b)
 		}
 		if c != &c.x.prefill || !c.x.decodeStreams.Load() {
 			c.peer.abort(&errPeerFailed{role: b.role, addr: b.addr})

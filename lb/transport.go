@@ -220,8 +220,7 @@ func (c *call) failed(hc *fasthttp.HostClient, err error, reused bool) (bool, er
 		// The worker closed a pooled connection: it has closed the other
 		// idle ones too (its keep-alive expired, or it restarted), so the
 		// resend must not take another of them.
-		c.backend.epoch.Add(1)
-		hc.CloseIdleConnections()
+		suspectRestart(c.backend)
 		return true, fmt.Errorf("%w: %w", errStaleConn, err)
 	}
 	if isTimeout(err) {

@@ -21,9 +21,10 @@ import (
 // a cache of its own). The warmer sends that request itself: one tiny
 // generation per decode DP rank through each prefill × decode pair, at
 // startup and whenever the pair may have gone cold: the prefill came back or
-// changed (a new registry generation), or the decode dropped connections
-// (a new epoch, as after a restart). A request that tells a decode a prefill
-// DP rank waits for its pair to be warm.
+// changed (a new registry generation), or the decode may have restarted (a
+// new epoch: it failed a probe, refused or dropped a connection; see
+// restart.go). A request that tells a decode a prefill DP rank waits for its
+// pair to be warm.
 
 // coldPairMarker is how an affected decode says it has not cached the
 // prefill's info.

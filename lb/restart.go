@@ -1,0 +1,116 @@
+package lb
+
+import (
+	"errors"
+	"io"
+
+	"github.com/valyala/fasthttp"
+)
+
+// A worker that restarts comes back with empty caches: a decode without the
+// prefill info that SGLang's first-request bug needs (warm.go). One that
+// restarts faster than its health checks' Fall threshold is never seen as
+// down (issue 20: a decode stopped for 12 s fails two probes of three), so
+// pdlb takes every sign of a restart for one: a failed probe, a refused
+// connection, a connection dropped. The worker's epoch grows, which makes a
+// decode's pairs cold, so that a request carrying disagg_prefill_dp_rank
+// waits for a warm-up (warmer.ensure); and the first probe it answers after
+// warms them at once, so that such a request seldom has to wait.
+//
+// A prefill's restart matters to its pairs only once the decodes have
+// forgotten it, which takes them two failed heartbeats 5 s apart
+// (PROTOCOL.md §4, bench/fake/heartbeat.go). The registry, which reads the
+// prefill's bootstrap server every BootstrapRefresh, gives it a new
+// generation when a read falls in the outage, and another when it is ready
+// again, which makes its pairs cold and then warms them. A read can miss
+// an outage shorter than BootstrapRefresh, so a prefill's failed probe has
+// the registry read it at once, and so does each probe it answers after,
+// until the read brings it back into selection. Probes, not failed
+// requests, so that the reads stay one per probe interval.
+//
+// What is no sign: a timeout, as a slow worker is alive and keeps its
+// caches (a busy SGLang answers late; a full accept queue lets a dial time
+// out); pdlb's own shortages (descriptors, memory, its connection limit to
+// the worker), as the worker was never asked; an answer pdlb refused (too
+// large, malformed), as the worker did answer.
+
+// callSaysRestart reports whether err, why a call to a worker failed, is a
+// sign that the worker may have restarted: it could not be reached, or it
+// dropped the connection before the answer ended.
+func callSaysRestart(err error) bool {
+	if err == nil || pdlbShortage(err) || isTimeout(err) || errors.Is(err, fasthttp.ErrDialTimeout) {
+		return false
+	}
+	return isUnreachable(err) || isConnDrop(err) || errors.Is(err, errStaleConn) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// probeSaysRestart reports whether err, why a health probe failed, is a
+// sign that the worker may have restarted: any failure but a timeout. A
+// refused connection says the worker is gone; a 503 that SGLang is starting
+// (it answers so until its warm-up is done). Probes pdlb lacked the
+// resources to send are not reported (health.OutOfResources).
+func probeSaysRestart(err error) bool {
+	return err != nil && !isTimeout(err) && !errors.Is(err, fasthttp.ErrDialTimeout) && !pdlbShortage(err)
+}
+
+// suspectRestart acts on a sign that b may have restarted: a decode's
+// pairs are cold from now on, and b's idle connections, which a restart
+// has closed, are dropped rather than found dead by the next requests.
+func suspectRestart(b *Backend) {
+	b.epoch.Add(1)
+	b.restarted.Store(true)
+	b.hc.CloseIdleConnections()
+}
+
+// probed is the health checks' report of each probe of b, err nil when b
+// answered. The first probe b answers after a sign of a restart, once it is
+// in selection, warms its cold pairs. A prefill's bootstrap server is read
+// again on each sign, and on each probe answered after one until the
+// prefill is back in selection: the read brings it back (its bootstrap
+// server ready), and warms its pairs if its generation moved.
+func (s *Server) probed(b *Backend, err error) {
+	if err != nil {
+		if probeSaysRestart(err) {
+			suspectRestart(b)
+			s.reread(b)
+		}
+		return
+	}
+	if !b.restarted.Load() {
+		return
+	}
+	s.reread(b)
+	if b.available() && b.restarted.Swap(false) && s.warm != nil {
+		s.warm.rewarm(b)
+	}
+}
+
+// reread has the registry read prefill b's bootstrap server at once.
+func (s *Server) reread(b *Backend) {
+	if b.role == rolePrefill {
+		s.registry.Poke(b.index)
+	}
+}
+
+// rewarm starts warming every cold pair of b whose other worker is in
+// selection and whose prefill's bootstrap server is ready: at once, not at
+// keepWarm's next round, and even if a warm-up failed within
+// failedRetryAfter, as one would have while b was away.
+func (w *warmer) rewarm(b *Backend) {
+	switch b.role {
+	case rolePrefill:
+		for _, pr := range w.pairs[b.index] {
+			w.rewarmPair(pr)
+		}
+	case roleDecode:
+		for _, row := range w.pairs {
+			w.rewarmPair(row[b.index])
+		}
+	}
+}
+
+func (w *warmer) rewarmPair(pr *pair) {
+	if !w.isWarm(pr) && w.s.registry.State(pr.p.index).Ready && pr.p.available() && pr.d.available() {
+		w.start(pr)
+	}
+}
