@@ -105,6 +105,8 @@ func newParser(c *cli, stdout, stderr io.Writer, options ...kong.Option) (*kong.
 		kong.Vars{"version": version},
 		kong.Writers(stdout, stderr),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true, WrapUpperBound: 100}),
+		kong.ExplicitGroups(serveGroups()),
+		kong.ValueFormatter(helpValue),
 	}, options...)...)
 }
 
