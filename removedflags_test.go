@@ -38,4 +38,17 @@ func TestRemovedFlagsNameTheirReplacement(t *testing.T) {
 	if _, _, err := parse(t, "bench", "--verbose", "http://x"); err == nil || strings.Contains(err.Error(), "was removed") {
 		t.Errorf("bench --verbose: got %v; want bench's own unknown flag", err)
 	}
+	// A removed flag is neither one pdlb implements nor one sglang_router
+	// still has: those run.
+	var c cli
+	parser, err := newParser(&c, &bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve, router := serveFlagNames(parser), routerFlags()
+	for name := range removedFlags() {
+		if _, ok := router[name]; ok || serve[name] != nil {
+			t.Errorf("--%s is in removedFlags, and a flag of serve or of current sglang_router", name)
+		}
+	}
 }
