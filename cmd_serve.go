@@ -30,7 +30,7 @@ type serveCmd struct {
 	Fallback []string     `help:"An aggregated (non-PD) SGLang worker for decode-only traffic, which gets the client's body unchanged; repeat for more (or list them with commas)." placeholder:"URL" sep:"," group:"workers"`
 
 	Host        string `help:"Address to listen on." default:"0.0.0.0" group:"listen"`
-	Port        int    `help:"Port to listen on." default:"30000" group:"listen"`
+	Port        int    `help:"Port to listen on." default:"30000" type:"port" group:"listen"`
 	APIKey      string `help:"sglang_router's --api-key: sent to the workers as 'Authorization: Bearer KEY' on every call, and required of clients on the generate routes, /flush_cache and /abort_request." placeholder:"KEY" group:"listen"`
 	AdminAPIKey string `help:"Key required, as 'Authorization: Bearer KEY', on the operator routes (/flush_cache, /bootstrap, /abort_request but by one rid), on every listener; it opens the --api-key routes too. Without it they answer only on the --prometheus-port and --pprof-addr listeners and to loopback clients (a 403 elsewhere), unless --mini-lb." placeholder:"KEY" group:"listen"`
 
@@ -84,7 +84,7 @@ type serveCmd struct {
 	AccessLog        bool     `help:"Log one line per request (refusals and control routes included), at info level whatever --log-level." group:"observability"`
 	RequestIDHeaders []string `help:"Headers to take a client's request ID from, the first present wins (sglang_router's --request-id-headers); pdlb answers it, and passes it to the workers, as X-Request-Id." default:"X-Request-Id" placeholder:"NAME" sep:"," group:"observability"`
 	PrometheusHost   string   `help:"Address of the extra /metrics listener enabled by --prometheus-port." default:"0.0.0.0" group:"observability"`
-	PrometheusPort   int      `help:"Also serve /metrics, and the operator routes (/flush_cache, /bootstrap, abort_all) without --admin-api-key, on this port (0: only on the main port)." default:"0" group:"observability"`
+	PrometheusPort   int      `help:"Also serve /metrics, and the operator routes (/flush_cache, /bootstrap, abort_all) without --admin-api-key, on this port (0: only on the main port)." default:"0" type:"port-or-zero" group:"observability"`
 	PprofAddr        string   `help:"Serve Go's profiles (/debug/pprof/) and /metrics on this address, e.g. 127.0.0.1:6060; off when empty. Keep it private." placeholder:"HOST:PORT" group:"observability"`
 
 	MiniLB           bool `name:"mini-lb" help:"Accepted for mini_lb compatibility; pdlb always pairs prefill and decode. Only with it are sglang_router's TLS and authentication flags (--tls-*, --client-*, --ca-cert-paths, --control-plane-*, --jwt-*), which pdlb does not do, accepted: ignored with a warning, as mini_lb ignores them. Without --admin-api-key, it also opens the operator routes (/flush_cache, /bootstrap, /abort_request with abort_all) to every client, as mini_lb does, with a warning." group:"compat"`
@@ -102,9 +102,6 @@ const minHeaderSize = 1024
 
 // Validate checks what kong's tags cannot.
 func (c *serveCmd) Validate() error {
-	if c.Port <= 0 || c.Port > 65535 {
-		return fmt.Errorf("--port %d is not a valid port", c.Port)
-	}
 	if c.RequestTimeoutSecs <= 0 {
 		return errors.New("--request-timeout-secs must be positive")
 	}
@@ -141,9 +138,6 @@ func (c *serveCmd) Validate() error {
 	}
 	if c.RetryMaxRetries < 0 || c.QueueSize < 0 {
 		return errors.New("--retry-max-retries and --queue-size cannot be negative")
-	}
-	if c.PrometheusPort < 0 || c.PrometheusPort > 65535 {
-		return fmt.Errorf("--prometheus-port %d is not a valid port", c.PrometheusPort)
 	}
 	if err := c.checkListenAddrs(); err != nil {
 		return err
@@ -592,7 +586,7 @@ func parseBootstrapPort(url, s string) (int, error) {
 	if n, ok := parsePort(s); ok {
 		return n, nil
 	}
-	return 0, fmt.Errorf("invalid bootstrap port %q for prefill %s: want a port from 1 to 65535, or none", s, url)
+	return 0, fmt.Errorf("invalid bootstrap port %q for prefill %s: expected %s, or none", s, url, wantPort)
 }
 
 // parsePort reads a TCP port from 1 to 65535.
