@@ -20,7 +20,7 @@ type fakeCmd struct {
 	Decode     []string `help:"Serve a fake decode on this address; repeat for more (or list them with commas)." placeholder:"HOST:PORT" sep:","`
 	Aggregated []string `help:"Serve a fake aggregated (non-disaggregated) server on this address; repeat for more (or list them with commas)." placeholder:"HOST:PORT" sep:","`
 
-	BootstrapPort        int           `help:"Bootstrap port of the first prefill; a decode substitutes it when a request's bootstrap_port is null." default:"8998"`
+	BootstrapPort        int           `help:"Bootstrap port of the first prefill; a decode substitutes it when a request's bootstrap_port is null." default:"8998" type:"port"`
 	Model                string        `help:"Model name the servers report." default:"fake-model"`
 	APIKey               string        `help:"Require 'Authorization: Bearer KEY' on every route but /health* and /metrics, as SGLang's --api-key." placeholder:"KEY"`
 	Tokens               int           `help:"Tokens generated when a request does not say how many." default:"16"`

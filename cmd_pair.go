@@ -13,7 +13,7 @@ type pairCmd struct {
 	Listen        string `help:"Address to serve on." required:"" placeholder:"HOST:PORT"`
 	Prefill       string `help:"The prefill worker." required:"" placeholder:"HOST:PORT"`
 	Decode        string `help:"The decode worker." required:"" placeholder:"HOST:PORT"`
-	BootstrapPort int    `help:"The prefill's bootstrap port." default:"8998"`
+	BootstrapPort int    `help:"The prefill's bootstrap port." default:"8998" type:"port"`
 }
 
 func (c *pairCmd) Run() error {

@@ -25,69 +25,71 @@ import (
 // serveCmd runs the load balancer. Flag names follow sglang_router's, so a
 // mini_lb command line works unchanged.
 type serveCmd struct {
-	Prefill          prefillFlags `help:"A prefill worker URL, optionally followed by its bootstrap port or 'none'; repeat for more. Without a port pdlb asks the worker's /server_info, and sends null until it knows." placeholder:"URL [PORT]"`
-	Decode           []string     `help:"A decode worker URL; repeat for more (or list them with commas)." placeholder:"URL" sep:","`
-	Fallback         []string     `help:"An aggregated (non-PD) SGLang worker for decode-only traffic, which gets the client's body unchanged; repeat for more (or list them with commas)." placeholder:"URL" sep:","`
-	Host             string       `help:"Address to listen on." default:"0.0.0.0"`
-	Port             int          `help:"Port to listen on." default:"30000"`
-	RequestIDHeaders []string     `help:"Headers to take a client's request ID from, the first present wins (sglang_router's --request-id-headers); pdlb answers it, and passes it to the workers, as X-Request-Id." default:"X-Request-Id" placeholder:"NAME" sep:","`
-	APIKey           string       `help:"sglang_router's --api-key: sent to the workers as 'Authorization: Bearer KEY' on every call, and required of clients on the generate routes, /flush_cache and /abort_request." placeholder:"KEY"`
-	AdminAPIKey      string       `help:"Key required, as 'Authorization: Bearer KEY', on the operator routes (/flush_cache, /bootstrap, /abort_request but by one rid), on every listener; it opens the --api-key routes too. Without it they answer only on the --prometheus-port and --pprof-addr listeners and to loopback clients (a 403 elsewhere), unless --mini-lb." placeholder:"KEY"`
+	Prefill  prefillFlags `help:"A prefill worker URL, optionally followed by its bootstrap port or 'none'; repeat for more. Without a port pdlb asks the worker's /server_info, and sends null until it knows." placeholder:"URL [PORT]" group:"workers"`
+	Decode   []string     `help:"A decode worker URL; repeat for more (or list them with commas)." placeholder:"URL" sep:"," group:"workers"`
+	Fallback []string     `help:"An aggregated (non-PD) SGLang worker for decode-only traffic, which gets the client's body unchanged; repeat for more (or list them with commas)." placeholder:"URL" sep:"," group:"workers"`
 
-	Policy         string `help:"How to pick a worker in each pool: random (mini_lb's), round_robin or power_of_two (fewer requests in flight of two random picks). sglang_router's other policies fall back to random with a warning." default:"random"`
-	PrefillPolicy  string `help:"Policy for the prefill pool (default: --policy)."`
-	DecodePolicy   string `help:"Policy for the decode pool (default: --policy)."`
-	FallbackPolicy string `help:"Policy for the fallback pool (default: --policy)."`
+	Host        string `help:"Address to listen on." default:"0.0.0.0" group:"listen"`
+	Port        int    `help:"Port to listen on." default:"30000" type:"port" group:"listen"`
+	APIKey      string `help:"sglang_router's --api-key: sent to the workers as 'Authorization: Bearer KEY' on every call, and required of clients on the generate routes, /flush_cache and /abort_request." placeholder:"KEY" group:"listen"`
+	AdminAPIKey string `help:"Key required, as 'Authorization: Bearer KEY', on the operator routes (/flush_cache, /bootstrap, /abort_request but by one rid), on every listener; it opens the --api-key routes too. Without it they answer only on the --prometheus-port and --pprof-addr listeners and to loopback clients (a 403 elsewhere), unless --mini-lb." placeholder:"KEY" group:"listen"`
 
-	PDMinPromptTokens  int  `help:"Send prompts shorter than this many tokens (estimated: input_ids, or 4 bytes of text a token) decode-only, where a remote prefill costs more than it saves; 0 sends every prompt PD." default:"0"`
-	DecodeLocalPrefill bool `help:"Send decode-only /generate traffic to a decode with do_local_prefill (SGLang PR #34773, decode flag --disaggregation-decode-enable-conditional-agg) instead of the fallback pool."`
+	Policy             string `help:"How to pick a worker in each pool: random (mini_lb's), round_robin or power_of_two (fewer requests in flight of two random picks). sglang_router's other policies fall back to random with a warning." default:"random" group:"routing"`
+	PrefillPolicy      string `help:"Policy for the prefill pool (default: --policy)." group:"routing"`
+	DecodePolicy       string `help:"Policy for the decode pool (default: --policy)." group:"routing"`
+	FallbackPolicy     string `help:"Policy for the fallback pool (default: --policy)." group:"routing"`
+	PDMinPromptTokens  int    `help:"Send prompts shorter than this many tokens (estimated: input_ids, or 4 bytes of text a token) decode-only, where a remote prefill costs more than it saves; 0 sends every prompt PD." default:"0" group:"routing"`
+	DecodeLocalPrefill bool   `help:"Send decode-only /generate traffic to a decode with do_local_prefill (SGLang PR #34773, decode flag --disaggregation-decode-enable-conditional-agg) instead of the fallback pool." group:"routing"`
+	RetryMaxRetries    int    `help:"Attempts a request may get in all, as sglang_router counts them (0 and 1: no retry); each retry goes to a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"3" group:"routing"`
+	DisableRetries     bool   `help:"Give every request a single attempt." group:"routing"`
 
-	PrefillDPPolicy   string `help:"Pick the prefill DP rank of requests that name none: off (mini_lb's behaviour), round_robin or least_inflight. pdlb then sends the rank to both workers and draws the room to match." default:"off" enum:"off,round_robin,least_inflight"`
-	NoPrewarm         bool   `help:"Do not warm decode × prefill pairs; for decodes without SGLang's first-request bug (PR #22990)."`
-	WarmupTimeoutSecs int    `help:"Longest one pair warm-up, and a request's wait for it, may take." default:"30"`
+	PrefillDPPolicy   string `help:"Pick the prefill DP rank of requests that name none: off (mini_lb's behaviour), round_robin or least_inflight. pdlb then sends the rank to both workers and draws the room to match." default:"off" enum:"off,round_robin,least_inflight" group:"dp"`
+	NoPrewarm         bool   `help:"Do not warm decode × prefill pairs; for decodes without SGLang's first-request bug (PR #22990)." group:"dp"`
+	WarmupTimeoutSecs int    `help:"Longest one pair warm-up, and a request's wait for it, may take." default:"30" group:"dp"`
 
-	RequestTimeoutSecs     int  `help:"Longest a generation may take, streams included." default:"1800"`
-	FirstByteTimeoutSecs   int  `help:"Longest wait for a stream's first byte from the decode." default:"300"`
-	StreamIdleTimeoutSecs  int  `help:"Longest silence between two stream events from the decode." default:"300"`
-	ClientWriteTimeoutSecs int  `help:"Longest a write to a client may take, so a client that stops reading is let go." default:"60"`
-	ClientStallTimeoutSecs int  `help:"Longest a stream's write to its client may wait for the client to read (its socket buffers full); then the stream ends, both workers are told to abort it, and the connection is closed, so a client that stops reading holds no decode connection. At most --client-write-timeout-secs." default:"10"`
-	ClientReadTimeoutSecs  int  `help:"Longest reading a client's request may take, so a client that sends slowly is let go." default:"60"`
-	ClientIdleTimeoutSecs  int  `help:"Close a client's keep-alive connection after this long without a request." default:"90"`
-	MaxConnections         int  `help:"Most client connections open at once. Beyond, one that has sent nothing, else the one waiting longest for its client (its next request, or the rest of one sent slowly), is closed to make room, and while every one has its request served a new one gets a 503. 0: derived from the descriptor limit (ulimit -n), less 64, 8 a worker and --max-conns-per-backend a worker, but at least a third of what the 64 and 8s leave, and at most 65536; below 0: no limit." default:"0"`
-	MaxHeaderSize          int  `help:"Largest request header accepted, in bytes; larger ones get a 431. A client connection holds a buffer this large while it reads a request." default:"4096"`
-	RetryMaxRetries        int  `help:"Attempts a request may get in all, as sglang_router counts them (0 and 1: no retry); each retry goes to a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"3"`
-	DisableRetries         bool `help:"Give every request a single attempt."`
-	MaxConcurrentRequests  int  `help:"Most generate requests in flight; beyond, they wait in a queue, then get a 429 (0 or less, as sglang_router's -1: no limit)." default:"0"`
+	RequestTimeoutSecs      int     `help:"Longest a generation may take, streams included." default:"1800" group:"timeouts"`
+	FirstByteTimeoutSecs    int     `help:"Longest wait for a stream's first byte from the decode." default:"300" group:"timeouts"`
+	StreamIdleTimeoutSecs   int     `help:"Longest silence between two stream events from the decode." default:"300" group:"timeouts"`
+	ClientWriteTimeoutSecs  int     `help:"Longest a write to a client may take, so a client that stops reading is let go." default:"60" group:"timeouts"`
+	ClientStallTimeoutSecs  int     `help:"Longest a stream's write to its client may wait for the client to read (its socket buffers full); then the stream ends, both workers are told to abort it, and the connection is closed, so a client that stops reading holds no decode connection. At most --client-write-timeout-secs." default:"10" group:"timeouts"`
+	ClientReadTimeoutSecs   int     `help:"Longest reading a client's request may take, so a client that sends slowly is let go." default:"60" group:"timeouts"`
+	ClientIdleTimeoutSecs   int     `help:"Close a client's keep-alive connection after this long without a request." default:"90" group:"timeouts"`
+	ConnectTimeoutSecs      float64 `help:"Longest a new connection to a worker may take; a worker that does not accept in time counts as unreachable, and the request goes to another." default:"5" group:"timeouts"`
+	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"4" group:"timeouts"`
+	ShutdownGracePeriodSecs int     `help:"On SIGTERM, how long in-flight requests and streams may finish before pdlb exits." default:"180" group:"timeouts"`
 
-	DisableHealthCheck      bool    `help:"No active health checks: every worker counts as up, and a prefill whose bootstrap server cannot be reached stays selectable."`
-	HealthCheckEndpoint     string  `help:"Path probed with GET on every worker." default:"/health"`
-	HealthCheckIntervalSecs int     `help:"Time between two probes of a worker." default:"5"`
-	HealthCheckTimeoutSecs  int     `help:"Longest a probe may take." default:"2"`
-	HealthSuccessThreshold  int     `help:"Consecutive good probes that bring a worker back." default:"2"`
-	HealthFailureThreshold  int     `help:"Consecutive failed probes that take a worker out." default:"3"`
-	DisableCircuitBreaker   bool    `help:"Do not eject workers whose requests keep failing."`
-	CbFailureThreshold      int     `help:"Consecutive failed requests (transport errors, timeouts, 5xx; never a 4xx) that eject a worker." default:"5"`
-	CbTimeoutDurationSecs   int     `help:"First ejection; it doubles while the worker keeps failing its trial requests." default:"1"`
-	CbMaxBackoffSecs        int     `help:"Longest ejection." default:"30"`
-	QueueSize               int     `help:"Most requests waiting for a slot under --max-concurrent-requests; 0, as in sglang_router: none wait, a 429 at once." default:"256"`
-	QueueTimeoutSecs        int     `help:"Longest a request waits for a slot under --max-concurrent-requests." default:"60"`
-	MaxPayloadSize          int     `help:"Largest request body accepted, in bytes (more than 0); larger ones get a 413." default:"268435456"`
-	MaxBodyMemory           int64   `help:"Most memory, in bytes, that bodies may hold at once: clients' bodies as they arrive, the copies sent to the workers, and the workers' answers read whole. A request that would cross it gets a 503. At least what one request of --max-payload-size needs: three times it, and a little." default:"1073741824"`
-	MaxBatchSize            int     `help:"Most items a /generate batch may hold (a list of text or input_ids); larger ones get a 400." default:"4096"`
-	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"4"`
-	ConnectTimeoutSecs      float64 `help:"Longest a new connection to a worker may take; a worker that does not accept in time counts as unreachable, and the request goes to another." default:"5"`
-	MaxConnsPerBackend      int     `help:"Most pooled connections to one worker; requests beyond wait for one." default:"4096"`
-	MaxAbortsPerSecond      int     `help:"Most /abort_request calls a second pdlb sends one worker for requests it gave up on (one a request, a batch included); beyond, they are dropped and counted in pdlb_abort_requests_dropped_total, and the worker aborts those requests itself when it sees their connections closed." default:"100"`
-	ShutdownGracePeriodSecs int     `help:"On SIGTERM, how long in-flight requests and streams may finish before pdlb exits." default:"180"`
-	AccessLog               bool    `help:"Log one line per request (refusals and control routes included), at info level whatever --log-level."`
-	PrometheusHost          string  `help:"Address of the extra /metrics listener enabled by --prometheus-port." default:"0.0.0.0"`
-	PrometheusPort          int     `help:"Also serve /metrics, and the operator routes (/flush_cache, /bootstrap, abort_all) without --admin-api-key, on this port (0: only on the main port)." default:"0"`
-	PprofAddr               string  `help:"Serve Go's profiles (/debug/pprof/) and /metrics on this address, e.g. 127.0.0.1:6060; off when empty. Keep it private." placeholder:"HOST:PORT"`
+	DisableHealthCheck      bool   `help:"No active health checks: every worker counts as up, and a prefill whose bootstrap server cannot be reached stays selectable." group:"health"`
+	HealthCheckEndpoint     string `help:"Path probed with GET on every worker." default:"/health" group:"health"`
+	HealthCheckIntervalSecs int    `help:"Time between two probes of a worker." default:"5" group:"health"`
+	HealthCheckTimeoutSecs  int    `help:"Longest a probe may take." default:"2" group:"health"`
+	HealthSuccessThreshold  int    `help:"Consecutive good probes that bring a worker back." default:"2" group:"health"`
+	HealthFailureThreshold  int    `help:"Consecutive failed probes that take a worker out." default:"3" group:"health"`
+	DisableCircuitBreaker   bool   `help:"Do not eject workers whose requests keep failing." group:"health"`
+	CbFailureThreshold      int    `help:"Consecutive failed requests (transport errors, timeouts, 5xx; never a 4xx) that eject a worker." default:"5" group:"health"`
+	CbTimeoutDurationSecs   int    `help:"First ejection; it doubles while the worker keeps failing its trial requests." default:"1" group:"health"`
+	CbMaxBackoffSecs        int    `help:"Longest ejection." default:"30" group:"health"`
 
-	logFlags
-	JSONLog          bool `help:"Accepted for sglang_router compatibility (JSON is the default log format)." group:"mini_lb compatibility"`
-	MiniLB           bool `name:"mini-lb" help:"Accepted for mini_lb compatibility; pdlb always pairs prefill and decode. Only with it are sglang_router's TLS and authentication flags (--tls-*, --client-*, --ca-cert-paths, --control-plane-*, --jwt-*), which pdlb does not do, accepted: ignored with a warning, as mini_lb ignores them. Without --admin-api-key, it also opens the operator routes (/flush_cache, /bootstrap, /abort_request with abort_all) to every client, as mini_lb does, with a warning." group:"mini_lb compatibility"`
-	PDDisaggregation bool `name:"pd-disaggregation" help:"Accepted for mini_lb compatibility; always on." group:"mini_lb compatibility"`
+	MaxConcurrentRequests int   `help:"Most generate requests in flight; beyond, they wait in a queue, then get a 429 (0 or less, as sglang_router's -1: no limit)." default:"0" group:"limits"`
+	QueueSize             int   `help:"Most requests waiting for a slot under --max-concurrent-requests; 0, as in sglang_router: none wait, a 429 at once." default:"256" group:"limits"`
+	QueueTimeoutSecs      int   `help:"Longest a request waits for a slot under --max-concurrent-requests." default:"60" group:"limits"`
+	MaxConnections        int   `help:"Most client connections open at once. Beyond, one that has sent nothing, else the one waiting longest for its client (its next request, or the rest of one sent slowly), is closed to make room, and while every one has its request served a new one gets a 503. 0: derived from the descriptor limit (ulimit -n), less 64, 8 a worker and --max-conns-per-backend a worker, but at least a third of what the 64 and 8s leave, and at most 65536; below 0: no limit." default:"0" group:"limits"`
+	MaxConnsPerBackend    int   `help:"Most pooled connections to one worker; requests beyond wait for one." default:"4096" group:"limits"`
+	MaxHeaderSize         int   `help:"Largest request header accepted, in bytes; larger ones get a 431. A client connection holds a buffer this large while it reads a request." default:"4096" group:"limits"`
+	MaxPayloadSize        int   `help:"Largest request body accepted, in bytes (more than 0); larger ones get a 413." default:"268435456" group:"limits"`
+	MaxBodyMemory         int64 `help:"Most memory, in bytes, that bodies may hold at once: clients' bodies as they arrive, the copies sent to the workers, and the workers' answers read whole. A request that would cross it gets a 503. At least what one request of --max-payload-size needs: three times it, and a little." default:"1073741824" group:"limits"`
+	MaxBatchSize          int   `help:"Most items a /generate batch may hold (a list of text or input_ids); larger ones get a 400." default:"4096" group:"limits"`
+	MaxAbortsPerSecond    int   `help:"Most /abort_request calls a second pdlb sends one worker for requests it gave up on (one a request, a batch included); beyond, they are dropped and counted in pdlb_abort_requests_dropped_total, and the worker aborts those requests itself when it sees their connections closed." default:"100" group:"limits"`
+
+	logFlags         `group:"observability"`
+	AccessLog        bool     `help:"Log one line per request (refusals and control routes included), at info level whatever --log-level." group:"observability"`
+	RequestIDHeaders []string `help:"Headers to take a client's request ID from, the first present wins (sglang_router's --request-id-headers); pdlb answers it, and passes it to the workers, as X-Request-Id." default:"X-Request-Id" placeholder:"NAME" sep:"," group:"observability"`
+	PrometheusHost   string   `help:"Address of the extra /metrics listener enabled by --prometheus-port." default:"0.0.0.0" group:"observability"`
+	PrometheusPort   int      `help:"Also serve /metrics, and the operator routes (/flush_cache, /bootstrap, abort_all) without --admin-api-key, on this port (0: only on the main port)." default:"0" type:"port-or-zero" group:"observability"`
+	PprofAddr        string   `help:"Serve Go's profiles (/debug/pprof/) and /metrics on this address, e.g. 127.0.0.1:6060; off when empty. Keep it private." placeholder:"HOST:PORT" group:"observability"`
+
+	MiniLB           bool `name:"mini-lb" help:"Accepted for mini_lb compatibility; pdlb always pairs prefill and decode. Only with it are sglang_router's TLS and authentication flags (--tls-*, --client-*, --ca-cert-paths, --control-plane-*, --jwt-*), which pdlb does not do, accepted: ignored with a warning, as mini_lb ignores them. Without --admin-api-key, it also opens the operator routes (/flush_cache, /bootstrap, /abort_request with abort_all) to every client, as mini_lb does, with a warning." group:"compat"`
+	PDDisaggregation bool `name:"pd-disaggregation" help:"Accepted for mini_lb compatibility; always on." group:"compat"`
+	JSONLog          bool `help:"Accepted for sglang_router compatibility (JSON is the default log format)." group:"compat"`
 }
 
 // routerOnlyPolicies are sglang_router policies pdlb does not implement; like
@@ -100,9 +102,6 @@ const minHeaderSize = 1024
 
 // Validate checks what kong's tags cannot.
 func (c *serveCmd) Validate() error {
-	if c.Port <= 0 || c.Port > 65535 {
-		return fmt.Errorf("--port %d is not a valid port", c.Port)
-	}
 	if c.RequestTimeoutSecs <= 0 {
 		return errors.New("--request-timeout-secs must be positive")
 	}
@@ -139,9 +138,6 @@ func (c *serveCmd) Validate() error {
 	}
 	if c.RetryMaxRetries < 0 || c.QueueSize < 0 {
 		return errors.New("--retry-max-retries and --queue-size cannot be negative")
-	}
-	if c.PrometheusPort < 0 || c.PrometheusPort > 65535 {
-		return fmt.Errorf("--prometheus-port %d is not a valid port", c.PrometheusPort)
 	}
 	if err := c.checkListenAddrs(); err != nil {
 		return err
@@ -590,7 +586,7 @@ func parseBootstrapPort(url, s string) (int, error) {
 	if n, ok := parsePort(s); ok {
 		return n, nil
 	}
-	return 0, fmt.Errorf("invalid bootstrap port %q for prefill %s: want a port from 1 to 65535, or none", s, url)
+	return 0, fmt.Errorf("invalid bootstrap port %q for prefill %s: expected %s, or none", s, url, wantPort)
 }
 
 // parsePort reads a TCP port from 1 to 65535.

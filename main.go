@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/alecthomas/kong"
@@ -96,7 +97,7 @@ func commandHint(cmd *kong.Node) string {
 }
 
 func newParser(c *cli, stdout, stderr io.Writer, options ...kong.Option) (*kong.Kong, error) {
-	return kong.New(c, append([]kong.Option{
+	return kong.New(c, slices.Concat([]kong.Option{
 		kong.Name("pdlb"),
 		kong.Description("A fast load balancer for SGLang prefill/decode disaggregation, and a drop-in for mini_lb:\n" +
 			"  pdlb --prefill http://P:30000 [BOOTSTRAP_PORT] --decode http://D:30010 --host 0.0.0.0 --port 8000\n" +
@@ -105,7 +106,9 @@ func newParser(c *cli, stdout, stderr io.Writer, options ...kong.Option) (*kong.
 		kong.Vars{"version": version},
 		kong.Writers(stdout, stderr),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true, WrapUpperBound: 100}),
-	}, options...)...)
+		kong.ExplicitGroups(serveGroups()),
+		kong.ValueFormatter(helpValue),
+	}, numberMappers(), options)...)
 }
 
 // envars names each flag's environment variable: PDLB_<FLAG> for the load

@@ -426,13 +426,14 @@ func TestParseErrors(t *testing.T) {
 	}
 	f("unknown flag --no-such-flag", "--prefill", "http://p:1", "--decode", "http://d:1", "--no-such-flag")
 	f("unknown policy", "--prefill", "http://p:1", "--decode", "http://d:1", "--policy", "fastest")
-	f("not a valid port", "--prefill", "http://p:1", "--decode", "http://d:1", "--port", "0")
+	f(`--port: expected a port number 1-65535, got "0"`, "--prefill", "http://p:1", "--decode", "http://d:1", "--port", "0")
 	f("--max-header-size 10 is too small", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-header-size", "10")
 	// --max-payload-size 0 was lb's default, 64 MiB, not the "no limit" it
 	// looks like.
 	f("--max-payload-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-payload-size", "0")
 	f("--max-payload-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-payload-size=-1")
-	f("outside 1-65535", "fake", "--decode", "127.0.0.1:1", "--bootstrap-port", "99999")
+	f(`--bootstrap-port: expected a port number 1-65535, got "99999"`, "fake", "--decode", "127.0.0.1:1", "--bootstrap-port", "99999")
+	f("outside 1-65535", "fake", "--prefill", "127.0.0.1:1,127.0.0.1:2", "--bootstrap-port", "65535")
 	f("--max-batch-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-batch-size", "0")
 }
 

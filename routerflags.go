@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -67,8 +68,12 @@ func routerFlags() map[string]arity {
 
 // parseArgs parses args into c, the cli parser was built on. The
 // sglang_router flags serve does not define are removed first and returned
-// as ignored; those it must not ignore (checkIgnored) are a usage error.
+// as ignored; those it must not ignore (checkIgnored), and those removed
+// from sglang_router (checkRemoved), are usage errors.
 func parseArgs(parser *kong.Kong, c *cli, args []string) (*kong.Context, ignoredFlags, error) {
+	if err := checkRemoved(parser, args); err != nil {
+		return nil, nil, err
+	}
 	kept, ignored := stripRouterFlags(parser, args)
 	kctx, err := parser.Parse(kept)
 	if err != nil {
@@ -78,6 +83,45 @@ func parseArgs(parser *kong.Kong, c *cli, args []string) (*kong.Context, ignored
 		return nil, nil, err
 	}
 	return kctx, ignored, nil
+}
+
+// removedFlags are the flags of older sglang_router and mini_lb command
+// lines that current sglang_router refuses, by name (without "--"), with
+// what to write instead. A script written for them fails under either
+// router; pdlb says what the line needs, where kong would only call the
+// flag unknown (issue 20).
+func removedFlags() map[string]string {
+	return map[string]string{
+		// sglang_router's own, renamed or dropped.
+		"pd-disaggregated":  "use --pd-disaggregation",
+		"verbose":           "use --log-level debug",
+		"eviction-interval": "use --eviction-interval-secs",
+		// python -m sglang.srt.disaggregation.mini_lb (and launch_lb),
+		// the first mini_lb's launchers.
+		"prefill-bootstrap-ports": "give each prefill its bootstrap port after its URL (--prefill URL PORT)",
+		"timeout":                 "use --request-timeout-secs",
+		"rust-lb":                 "drop it (pdlb is the load balancer)",
+		"log-interval":            "drop it (pdlb serves its counters on /metrics, and logs each request with --access-log)",
+	}
+}
+
+// checkRemoved refuses a serve command line that holds a removed flag
+// (removedFlags), naming what to write instead.
+func checkRemoved(parser *kong.Kong, args []string) error {
+	if len(args) > 0 && isOtherCommand(parser, args[0]) {
+		return nil
+	}
+	removed := removedFlags()
+	for _, arg := range args {
+		if arg == "--" {
+			return nil
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
+		if instead, ok := removed[name]; ok && strings.HasPrefix(arg, "--") {
+			return usageError{fmt.Errorf("--%s was removed: %s", name, instead)}
+		}
+	}
+	return nil
 }
 
 // stripRouterFlags returns args without the sglang_router flags (and their

@@ -67,8 +67,10 @@ type Request struct {
 // allocating for a valid body. It does not keep body.
 //
 // The body must be a valid JSON object, optionally surrounded by whitespace,
-// nested at most 1024 levels deep; otherwise the error wraps ErrNotJSON or
-// ErrNotObject. Top-level members are read as Python's json reads them: the
+// nested at most 1024 levels deep. The error for a body that is not an
+// object wraps ErrNotObject, and ErrNotJSON as well when the body is not
+// JSON either (empty, or a form's "text=hi"); the error for an object that
+// is not valid JSON wraps ErrNotJSON. Top-level members are read as Python's json reads them: the
 // last of duplicate keys wins, keys are compared after decoding escapes, and
 // booleans follow Python's truthiness (false, null, 0, 0.0, "", [] and {} are
 // false).
@@ -81,7 +83,7 @@ type Request struct {
 func Parse(body []byte) (Request, error) {
 	i := skipSpace(body, 0)
 	if i == len(body) {
-		return Request{}, fmt.Errorf("%w: the body is empty", ErrNotJSON)
+		return Request{}, &notObjectError{got: "an empty body", cause: errUnexpectedEnd}
 	}
 	if body[i] != '{' {
 		return Request{}, notObject(body, i)
@@ -157,10 +159,32 @@ func promptTokens(text, inputIDs, prompt, messages []byte) (int, error) {
 // notObject returns the error for a body whose first non-space byte, at
 // body[i], does not open an object.
 func notObject(body []byte, i int) error {
-	if err := validate(body); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotJSON, err)
+	switch err := validate(body); {
+	case err == nil:
+		return &notObjectError{got: "a JSON " + kindOf(body[i])}
+	case errors.Is(err, errTooDeep):
+		return &notObjectError{got: "a JSON " + kindOf(body[i]), cause: err}
+	default:
+		return &notObjectError{got: "a body that is not JSON", cause: err}
 	}
-	return fmt.Errorf("%w, got %s", ErrNotObject, kindOf(body[i]))
+}
+
+// notObjectError is Parse's error for a body that is not a JSON object. It
+// wraps ErrNotObject, and ErrNotJSON too when the body is not valid JSON,
+// but says what the body is rather than where a JSON reader stopped in it:
+// a form's "text=hi" was "expected true at offset 0" (issue 20).
+type notObjectError struct {
+	got   string // what the body is instead, as "a JSON array"
+	cause error  // why the body is not valid JSON; nil if it is
+}
+
+func (e *notObjectError) Error() string { return ErrNotObject.Error() + ", got " + e.got }
+
+func (e *notObjectError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{ErrNotObject}
+	}
+	return []error{ErrNotObject, ErrNotJSON, e.cause}
 }
 
 func scanRequest(body []byte) (Request, rawRanks, error) {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"pdlb/bootstrap"
 )
 
 // A request body is read by pdlb itself, as its bytes arrive
@@ -161,4 +163,27 @@ func dropTrailers(h *fasthttp.RequestHeader) {
 		h.DelBytes(name)
 	}
 	h.Del(fasthttp.HeaderTrailer)
+}
+
+// maxEchoedContentType is the most of a client's Content-Type that an
+// error quotes back.
+const maxEchoedContentType = 100
+
+// badBodyMessage is what a client whose body was refused with err is told.
+// A body that is not a JSON object is most often a form (curl -d 'text=hi')
+// or plain text: its error names the Content-Type it came with, so the
+// client sees what it sent, not where a JSON reader stopped (issue 20).
+func badBodyMessage(ctx *fasthttp.RequestCtx, err error) string {
+	if !errors.Is(err, bootstrap.ErrNotObject) {
+		return err.Error()
+	}
+	ct := ctx.Request.Header.ContentType()
+	if len(ct) == 0 {
+		return err.Error() + " (sent without a Content-Type)"
+	}
+	more := ""
+	if len(ct) > maxEchoedContentType {
+		ct, more = ct[:maxEchoedContentType], "..."
+	}
+	return err.Error() + " (sent as Content-Type " + strconv.Quote(string(ct)) + more + ")"
 }

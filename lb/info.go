@@ -175,9 +175,9 @@ func (s *Server) allBackends() []*Backend {
 	return append(all, s.fallbacks.backends...)
 }
 
-// serveFanOut sends the call to every worker. When all answer 200, so does
-// pdlb, with an empty body as mini_lb; otherwise pdlb answers failStatus
-// with every backend's status, where mini_lb would hide the failure. With
+// serveFanOut sends the call to every worker, and answers with every
+// backend's status: a 200 when all answer 200, as mini_lb (whose body is
+// empty); otherwise failStatus, where mini_lb would hide the failure. With
 // passRefusal, workers that all failed with the same 4xx answer (SGLang's
 // /flush_cache answers 400 while requests run) have pdlb answer it too: the
 // workers refused, and no gateway failed.
@@ -186,9 +186,9 @@ func (s *Server) serveFanOut(ctx *fasthttp.RequestCtx, cc controlCall, failStatu
 	s.writeFanOut(ctx, s.fanOutReport(cc, failStatus, passRefusal))
 }
 
-// fanOutAnswer is what a fanned-out call answers the client: an empty 200
-// when every worker answered 200, else status with body, the report of
-// each worker; failed when it is counted as a failure of the workers.
+// fanOutAnswer is what a fanned-out call answers the client: status, a 200
+// when every worker answered 200, with body, the report of each worker;
+// failed when it is counted as a failure of the workers.
 type fanOutAnswer struct {
 	status int
 	body   []byte
@@ -233,7 +233,7 @@ func (s *Server) fanOutReport(cc controlCall, failStatus int, passRefusal bool) 
 		}
 	}
 	if failed == 0 {
-		return fanOutAnswer{status: fasthttp.StatusOK}
+		return fanOutAnswer{status: fasthttp.StatusOK, body: fanOutBody(nil, report)}
 	}
 	// Workers that refused alike are passed on, not taken for failures.
 	verb := "refused"
@@ -245,21 +245,27 @@ func (s *Server) fanOutReport(cc controlCall, failStatus int, passRefusal bool) 
 		s.log.Warn().Str("route", route).Int("failed", failed).Int("backends", len(answers)).
 			Msg("backends failed a fanned-out call")
 	}
+	body := fanOutBody(&errorDetail{
+		Message: strconv.Itoa(failed) + " of " + strconv.Itoa(len(answers)) + " backends " + verb + " " + cc.uri,
+		Type:    errorType(failStatus),
+		Code:    failStatus,
+	}, report)
+	return fanOutAnswer{status: failStatus, body: body, failed: verb == "failed"}
+}
+
+// fanOutBody is the body of a fanned-out call's answer: each worker's
+// status, and the error when one failed. It lists them when all succeed
+// too: an operator who flushed every cache sees which workers did it, where
+// mini_lb's empty 200 told nothing (issue 20).
+func fanOutBody(e *errorDetail, report []backendStatus) []byte {
 	body, err := json.Marshal(struct {
-		Error    errorDetail     `json:"error"`
+		Error    *errorDetail    `json:"error,omitempty"`
 		Backends []backendStatus `json:"backends"`
-	}{
-		Error: errorDetail{
-			Message: strconv.Itoa(failed) + " of " + strconv.Itoa(len(answers)) + " backends " + verb + " " + cc.uri,
-			Type:    errorType(failStatus),
-			Code:    failStatus,
-		},
-		Backends: report,
-	})
+	}{Error: e, Backends: report})
 	if err != nil {
 		panic("BUG: cannot marshal a backend report: " + err.Error())
 	}
-	return fanOutAnswer{status: failStatus, body: body, failed: verb == "failed"}
+	return body
 }
 
 // maxFlushTimeout is the longest ?timeout= that /flush_cache takes.

@@ -102,7 +102,7 @@ func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []
 		err = fmt.Errorf("a batch of %d items is more than the %d allowed (--max-batch-size)", q.info.Batch, s.cfg.MaxBatchSize)
 	}
 	if err != nil {
-		s.answerError(&q, &answerError{fasthttp.StatusBadRequest, reasonInvalidRequest, err.Error()})
+		s.answerError(&q, &answerError{fasthttp.StatusBadRequest, reasonInvalidRequest, badBodyMessage(ctx, err)})
 		return
 	}
 	q.prefillRank, q.decodeRank = s.rankNeeds(&q)

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/alecthomas/kong"
+)
+
+// pdlb reads numbers on its command line itself: kong's errors tell the
+// Go type, "--port: expected a valid 64 bit int but got "abc"", where a
+// user wants to know what the flag takes (issue 20). kong puts the flag's
+// name in front of each error.
+
+// wantPort is what a port flag takes, as its errors say.
+const wantPort = "a port number 1-65535"
+
+// numberMappers are the options that read numbers: integers and floats by
+// kind, ports (a flag tagged type:"port", or type:"port-or-zero" where 0
+// turns a listener off) by name. Integers are decimal, as argparse's
+// int() reads them: kong's "08000" was an octal number gone wrong.
+func numberMappers() []kong.Option {
+	return []kong.Option{
+		kong.KindMapper(reflect.Int, intMapper(strconv.IntSize)),
+		kong.KindMapper(reflect.Int64, intMapper(64)),
+		kong.KindMapper(reflect.Uint64, uintMapper(64)),
+		kong.KindMapper(reflect.Float64, floatMapper(64)),
+		kong.NamedMapper("port", portMapper(false)),
+		kong.NamedMapper("port-or-zero", portMapper(true)),
+	}
+}
+
+// popNumber pops a flag's value as text.
+func popNumber(ctx *kong.DecodeContext) (string, error) {
+	tok, err := ctx.Scan.PopValue("number")
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprint(tok.Value), nil
+}
+
+// unit is what a flag's number counts, as its errors say: the seconds of
+// the -secs flags (sglang_router's names), else nothing.
+func unit(ctx *kong.DecodeContext) string {
+	if strings.HasSuffix(ctx.Value.Name, "-secs") {
+		return " of seconds"
+	}
+	return ""
+}
+
+// badNumber is the error of a value s that is not what want says; err is
+// strconv's, which tells a number out of range.
+func badNumber(want, s string, err error) error {
+	if errors.Is(err, strconv.ErrRange) {
+		return fmt.Errorf("expected %s, got %q, which is out of range", want, s)
+	}
+	return fmt.Errorf("expected %s, got %q", want, s)
+}
+
+func intMapper(bits int) kong.MapperFunc {
+	return func(ctx *kong.DecodeContext, target reflect.Value) error {
+		s, err := popNumber(ctx)
+		if err != nil {
+			return err
+		}
+		n, err := strconv.ParseInt(s, 10, bits)
+		if err != nil {
+			return badNumber("a whole number"+unit(ctx), s, err)
+		}
+		target.SetInt(n)
+		return nil
+	}
+}
+
+func uintMapper(bits int) kong.MapperFunc {
+	return func(ctx *kong.DecodeContext, target reflect.Value) error {
+		s, err := popNumber(ctx)
+		if err != nil {
+			return err
+		}
+		n, err := strconv.ParseUint(s, 10, bits)
+		if err != nil {
+			return badNumber("a whole number"+unit(ctx)+", 0 or more", s, err)
+		}
+		target.SetUint(n)
+		return nil
+	}
+}
+
+func floatMapper(bits int) kong.MapperFunc {
+	return func(ctx *kong.DecodeContext, target reflect.Value) error {
+		s, err := popNumber(ctx)
+		if err != nil {
+			return err
+		}
+		f, err := strconv.ParseFloat(s, bits)
+		if err != nil {
+			return badNumber("a number"+unit(ctx), s, err)
+		}
+		target.SetFloat(f)
+		return nil
+	}
+}
+
+// portMapper reads a TCP port into an int; with zero, 0 too, which turns
+// the flag's listener off.
+func portMapper(zero bool) kong.MapperFunc {
+	return func(ctx *kong.DecodeContext, target reflect.Value) error {
+		s, err := popNumber(ctx)
+		if err != nil {
+			return err
+		}
+		if zero && s == "0" {
+			target.SetInt(0)
+			return nil
+		}
+		n, ok := parsePort(s)
+		if !ok {
+			if zero {
+				return fmt.Errorf("expected %s, or 0 for none, got %q", wantPort, s)
+			}
+			return fmt.Errorf("expected %s, got %q", wantPort, s)
+		}
+		target.SetInt(int64(n))
+		return nil
+	}
+}
