@@ -100,6 +100,8 @@
 //   - --max-connections: the derived bound is logged at start.
 //   - --max-header-size: 431 beyond; 1024 at least.
 //   - --max-payload-size: more than 0, as there is no "no limit".
+//   - --max-batch-size is 4096 by default because SGLang runs at most 4,096
+//     requests at once.
 //   - --prometheus-port is off by default, as mini_lb served no metrics;
 //     sglang_router's own router defaults to 29000.
 //   - --log-level: sglang_router's warning and critical are warn and
