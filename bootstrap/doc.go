@@ -39,8 +39,10 @@
 // every rank. It retries while the prefill says it is not fully
 // registered, and marks a prefill whose bootstrap server cannot be reached
 // as not ready. It re-reads ready ones every 5 s, and one at once when a
-// decode's KV transfer from it failed, so a prefill that comes back or
-// changes (its bootstrap port too) is noticed. Until its first read ends,
+// decode's KV transfer from it failed, when a health probe of the prefill
+// failed, and on each probe it answers after until it is back in
+// selection. So a prefill that comes back or changes (its bootstrap port
+// too) is noticed. Until its first read ends,
 // a prefill counts as up, so that pdlb serves at once; but a request goes
 // to one whose server has answered when there is one (a server that hangs
 // would hold the KV transfer). The request path only reads the cached
@@ -56,10 +58,13 @@
 // own. So pdlb (package lb, warm.go) warms every decode × prefill pair:
 // once a prefill is ready, it sends one one-token generation without any
 // DP hint through the pair, once per decode DP rank. A pair is warmed
-// again when its prefill comes back or changes, and, within 5 s, when its
-// decode drops pdlb's connections (as a restarted decode does) or comes
-// back up, without waiting for a request. A pair whose warm-up failed is
-// tried again 30 s later. A request that tells a decode a prefill DP rank
+// again when its prefill comes back or changes. A worker may also restart
+// faster than its health checks' failure threshold, and come back with
+// empty caches; so any sign of a restart (a failed probe other than a
+// timeout, a refused or dropped connection) makes its pairs cold at once,
+// and the first probe it answers after warms them, without waiting for a
+// request (package lb, restart.go). A pair whose warm-up failed is tried
+// again 30 s later. A request that tells a decode a prefill DP rank
 // waits for its pair to be warm (one warm-up per pair, shared by the
 // requests that wait; a 503 after --warmup-timeout-secs). It goes to a
 // prefill whose bootstrap server is known ready when there is one. Should

@@ -18,7 +18,10 @@
 // Package lb wires it up through callbacks. Each Target's OnChange stores
 // the new State in the backend's atomic, and marks the backend's pairs
 // cold when it comes back from Down (it may have restarted with empty
-// caches). Each backend holds a *Breaker. A backend's selection predicate
+// caches). OnProbe reports every probe that counts, failures under the
+// Fall threshold included: lb takes a failure as a sign that the worker
+// may have restarted (its pairs go cold), and the first probe it answers
+// after warms them again. Each backend holds a *Breaker. A backend's selection predicate
 // (lb's Backend.available) then reads
 //
 //	health.State(b.health.Load()) != health.Down && !b.bootstrapDown.Load() &&
