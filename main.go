@@ -1,8 +1,3 @@
-// Command pdlb is a load balancer for SGLang prefill/decode disaggregated
-// serving, a drop-in replacement for sglang_router's mini_lb. It also ships
-// the fake SGLang servers (pdlb fake), the load generator (pdlb bench), and
-// the baselines it is measured against: a bare TCP relay (pdlb relay) and a
-// featureless pairing proxy (pdlb pair).
 package main
 
 import (

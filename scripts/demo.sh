@@ -3,18 +3,40 @@
 # servers, pdlb in front of the PD pair, a few requests shown in full, then a
 # short load run through pdlb with a readable report.
 #
-# Ports can be moved with DEMO_BASE_PORT (default 18000).
+# DEMO_BASE_PORT (default 18000) moves the ports: base to base+3, and
+# base+998 for the prefill's bootstrap server. DEMO_DURATION (default 5s) is
+# the length of each load run. The logs go to a temporary folder, removed
+# when the demo ends; their last lines are shown first if it failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 base=${DEMO_BASE_PORT:-18000}
+duration=${DEMO_DURATION:-5s}
 prefill=127.0.0.1:$((base + 1))
 decode=127.0.0.1:$((base + 2))
 aggregated=127.0.0.1:$((base + 3))
 bootstrap_port=$((base + 998))
 lb=127.0.0.1:$base
 logs=$(mktemp -d)
+
+# finish replaces lib.sh's trap: stop the processes, then remove the logs,
+# also on Ctrl-C or a failure, after showing the end of each log.
+finish() {
+	local status=$?
+	cleanup
+	if [ "$status" -ne 0 ]; then
+		for log in "$logs"/*.log; do
+			[ -f "$log" ] || continue
+			echo "== the end of $(basename "$log")" >&2
+			tail -n 20 "$log" >&2
+		done
+	fi
+	rm -rf "$logs"
+}
+trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 start "fake workers" "$logs/fake.log" "$PDLB" fake --prefill "$prefill" --decode "$decode" \
 	--aggregated "$aggregated" --bootstrap-port "$bootstrap_port" --token-delay 2ms --log-format console
@@ -40,20 +62,18 @@ curl -s "http://$lb/generate" -H 'Content-Type: application/json' -H 'X-PD-Mode:
 echo
 echo
 echo "== GET /bootstrap (what pdlb learned from the prefill's bootstrap server)"
-curl -s "http://$lb/bootstrap" | head -c 600
+curl -s "http://$lb/bootstrap"
 echo
 echo
 echo "== GET /health_generate (every worker is asked)"
 curl -s -o /dev/null -w "%{http_code}\n" "http://$lb/health_generate"
 
 echo
-echo "== 5 s of load: 32 clients, non-stream /generate through pdlb"
-"$PDLB" bench "http://$lb" --concurrency 32 --duration 5s --warmup 1s --max-new-tokens 16
+echo "== $duration of load: 32 clients, non-stream /generate through pdlb"
+"$PDLB" bench "http://$lb" --concurrency 32 --duration "$duration" --warmup 1s --max-new-tokens 16
 echo
-echo "== 5 s of load: 32 clients, streamed /v1/chat/completions through pdlb"
-"$PDLB" bench "http://$lb" --route /v1/chat/completions --stream --concurrency 32 --duration 5s --warmup 1s
+echo "== $duration of load: 32 clients, streamed /v1/chat/completions through pdlb"
+"$PDLB" bench "http://$lb" --route /v1/chat/completions --stream --concurrency 32 --duration "$duration" --warmup 1s
 echo
 echo "== pdlb's own view (a few of its metrics)"
 curl -s "http://$lb/metrics" | grep -E '^pdlb_(requests_total|backend_requests_total|request_errors_total|decode_only_total|warmups_total)' | grep -v ' 0$' || true
-echo
-echo "logs: $logs"

@@ -83,7 +83,15 @@
 // reads both. Both are off unless asked for.
 //
 // Bodies are read as SGLang's Python reads them: of duplicate keys in a
-// JSON object, the last wins, at any depth (jsonr.go).
+// JSON object, the last wins, at any depth (jsonr.go); Infinity is a
+// number; "stream": "false" is no stream, as pydantic reads a boolean. With
+// Config.APIKey (`pdlb fake --api-key`), every route but /health* and
+// /metrics needs "Authorization: Bearer KEY", as SGLang's --api-key; others
+// get 401 {"error": "Unauthorized"}.
+//
+// `pdlb fake` runs these servers as a command: servers of one command meet
+// in memory, servers of separate commands over HTTP. `pdlb fake --help`
+// lists its flags.
 //
 // The hot path parses with pooled fastjson parsers and writes JSON by
 // appending bytes, so the fakes are not the bottleneck of a benchmark.
