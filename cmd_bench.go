@@ -17,11 +17,11 @@ import (
 // benchCmd sends load to an endpoint, or to several in turn, and reports
 // what it measured.
 type benchCmd struct {
-	URL     string        `arg:"" optional:"" help:"Base URL of the target: pdlb, mini_lb, a router or a worker (or use --compare)." placeholder:"URL"`
+	URL     string        `arg:"" optional:"" help:"The target (pdlb, mini_lb, a router or a worker): its base URL (http://HOST:PORT, or with a path prefix), or the URL of the route to call (http://HOST:PORT/v1/completions). Or use --compare." placeholder:"URL"`
 	Compare []string      `help:"Send the same load to each target in turn, in rounds, and print their figures side by side with each one's ratio to the first; repeat for each target (or list them with commas)." placeholder:"NAME=URL" sep:","`
 	Round   time.Duration `help:"Longest turn of one target with --compare: each target's --duration is cut into rounds no longer than this." default:"2s"`
 
-	Route       string   `help:"API to call." default:"/generate" enum:"/generate,/v1/completions,/v1/chat/completions"`
+	Route       *string  `help:"API to call: /generate, /v1/completions or /v1/chat/completions (default: the one the URL ends in, else /generate)." enum:"/generate,/v1/completions,/v1/chat/completions" placeholder:"PATH"`
 	Stream      bool     `help:"Ask for server-sent events and measure time to first token, inter-token latency, events/s and (against pdlb fake) event lag."`
 	Concurrency *int     `help:"Closed loop: clients, each sending its next request when the previous one ends (default 1)." short:"c" xor:"load"`
 	Rate        *float64 `help:"Open loop: mean requests per second (more than 0), arriving as a Poisson process (seeded by --seed) whatever the answers do." placeholder:"REQ/S" xor:"load"`
@@ -263,7 +263,6 @@ func catchSignals(exit func(code int)) (ctx context.Context, stop func()) {
 func (c *benchCmd) config() (bench.Config, error) {
 	cfg := bench.Config{
 		URL:          c.URL,
-		Route:        c.Route,
 		Stream:       c.Stream,
 		MaxInflight:  c.MaxInflight,
 		Requests:     c.Requests,
@@ -277,6 +276,12 @@ func (c *benchCmd) config() (bench.Config, error) {
 	}
 	if c.Timeout == 0 {
 		cfg.Timeout = bench.NoTimeout // bench.Config's zero is its default, 60 s
+	}
+	if c.Route != nil {
+		if err := c.checkRoute(*c.Route); err != nil {
+			return cfg, err
+		}
+		cfg.Route = *c.Route
 	}
 	// nil: not given, the default. Given, a zero, which bench.Config
 	// would read as its default, is a mistake.
@@ -334,4 +339,21 @@ func (c *benchCmd) config() (bench.Config, error) {
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// checkRoute refuses a --route that a target's URL contradicts by ending in
+// another route (bench.Run would too, without naming the flag).
+func (c *benchCmd) checkRoute(route string) error {
+	urls := []string{c.URL}
+	for _, s := range c.Compare {
+		if t, err := bench.ParseTarget(strings.TrimSpace(s)); err == nil {
+			urls = append(urls, t.URL)
+		}
+	}
+	for _, u := range urls {
+		if own := bench.URLRoute(u); own != "" && own != route {
+			return fmt.Errorf("the URL %s ends in the route %s, but --route is %s: drop the route from the URL, or --route", u, own, route)
+		}
+	}
+	return nil
 }

@@ -305,3 +305,54 @@ func benchDefaults(t *testing.T) bench.Config {
 	}
 	return cfg
 }
+
+// A URL that ends in a route is sent to that route: `pdlb bench
+// http://h:p/generate` was sent to /generate/generate, and ended with
+// thousands of 404s and no warning (issue 20). A --route that contradicts
+// it is refused before any load, naming both.
+func TestBenchRouteInURL(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests atomic.Int32
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		requests.Add(1)
+		ctx.SetContentType("application/json")
+		if string(ctx.Path()) != "/generate" {
+			ctx.SetStatusCode(fasthttp.StatusNotFound)
+			ctx.SetBodyString(`{"detail":"Not Found"}`)
+			return
+		}
+		ctx.SetBodyString(`{"text":" a","meta_info":{"completion_tokens":1}}`)
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	url := "http://" + ln.Addr().String() + "/generate"
+
+	for _, args := range [][]string{{url}, {url, "--route", "/generate"}, {"--compare", "a=" + url}} {
+		bound := []string{"-n", "2"}
+		if args[0] == "--compare" {
+			bound = []string{"-d", "100ms", "--round", "100ms"}
+		}
+		stdout, _, err := runBench(t, t.Context(), append(args, bound...)...)
+		if err != nil || !strings.Contains(stdout, url+" (") || strings.Contains(stdout, "status_404") {
+			t.Fatalf("%q: got error %v, report\n%s\nwant requests to %s, all ok", args, err, stdout, url)
+		}
+	}
+
+	before := requests.Load()
+	for _, args := range [][]string{
+		{url, "--route", "/v1/completions", "-n", "1"},
+		{"--compare", "a=http://127.0.0.1:1", "--compare", "b=" + url, "--route", "/v1/chat/completions", "-d", "1s"},
+	} {
+		_, _, err := runBench(t, t.Context(), args...)
+		want := "the URL " + url + " ends in the route /generate, but --route is /v1"
+		if code := exitCode(err); code != 2 || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, exit status %d; want a usage error, 2, containing %q", args, err, code, want)
+		}
+	}
+	if got := requests.Load(); got != before {
+		t.Fatalf("the refused command lines sent %d requests; want none", got-before)
+	}
+}

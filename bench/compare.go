@@ -70,6 +70,15 @@ func Compare(ctx context.Context, cfg Config, targets []Target) (*Comparison, er
 	if err := checkCompare(&cfg, targets); err != nil {
 		return nil, err
 	}
+	urls := make([]string, len(targets))
+	for i, tg := range targets {
+		urls[i] = tg.URL
+	}
+	route, err := resolveRoute(cfg.Route, urls...)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Route = route
 	cfg = cfg.withDefaults()
 	rs := make([]*runner, 0, len(targets))
 	defer func() {

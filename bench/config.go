@@ -41,12 +41,19 @@ const NoTimeout = 100 * 365 * 24 * time.Hour
 // negative numbers are errors. Run and Compare copy the Config, so changing
 // it afterwards has no effect (Prompts included: they only read it).
 type Config struct {
-	// URL is the target's base URL, e.g. "http://127.0.0.1:8000"
-	// (required by Run; Compare ignores it). A path is a prefix the route
-	// is appended to; https is supported.
+	// URL is the target (required by Run; Compare ignores it): a base URL,
+	// e.g. "http://127.0.0.1:8000", or one ending in the route to call,
+	// e.g. "http://127.0.0.1:8000/v1/completions"; https is supported. A
+	// path that does not end in a route is a prefix the route is appended
+	// to ("http://host/prefix" calls "/prefix/generate"), except a final
+	// "/v1", an OpenAI base URL, which the OpenAI routes start with
+	// ("http://host/v1" calls "/v1/completions", and is an error with
+	// RouteGenerate).
 	URL string
-	// Route is the API to call: RouteGenerate (the default),
-	// RouteCompletions or RouteChatCompletions.
+	// Route is the API to call: RouteGenerate, RouteCompletions or
+	// RouteChatCompletions. Empty means the route the URL ends in (every
+	// target's in Compare, which must then agree), else RouteGenerate; a
+	// URL that ends in another route is an error.
 	Route string
 	// Stream asks for server-sent events ("stream": true) and measures time
 	// to first token, inter-token latency and event lag from them.

@@ -9,7 +9,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -42,6 +41,9 @@ type Report struct {
 	Duration     time.Duration `json:"-"`
 	Warmup       time.Duration `json:"-"`
 	Timeout      time.Duration `json:"-"`
+	// Endpoint is the URL every request went to: URL's scheme, host and
+	// path prefix, then Route.
+	Endpoint string `json:"endpoint"`
 
 	// Requests is the number of measured requests that finished: OK plus
 	// the sum of Errors.
@@ -221,7 +223,7 @@ const lagNote = "server's sent_unix_nano to arrival; only meaningful with bench 
 // milliseconds.
 func (r *Report) WriteText(w io.Writer) error {
 	var b bytes.Buffer
-	target := strings.TrimSuffix(r.URL, "/") + r.Route
+	target := r.Endpoint
 	if r.Name != "" {
 		target = r.Name + " " + target
 	}

@@ -18,6 +18,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	route, err := resolveRoute(cfg.Route, cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Route = route
 	cfg = cfg.withDefaults()
 	r, err := newRunner(ctx, &cfg, Target{URL: cfg.URL})
 	if err != nil {
@@ -379,6 +384,7 @@ func (r *runner) report() *Report {
 	rep := &Report{
 		Name:           r.name,
 		URL:            r.url,
+		Endpoint:       r.t.uri,
 		Route:          r.cfg.Route,
 		Stream:         r.cfg.Stream,
 		Concurrency:    r.cfg.Concurrency,
