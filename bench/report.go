@@ -53,6 +53,10 @@ type Report struct {
 	// Errors counts failed requests by kind: "status_<code>" or one of the
 	// Kind constants. It is never nil in a Report from Run.
 	Errors map[string]int `json:"errors"`
+	// ErrorMessages are the first distinct failures (kind and message)
+	// of measured requests, up to 5, in the order they first came, each
+	// with its count; other failures count in Errors alone.
+	ErrorMessages []ErrorMessage `json:"error_messages"`
 	// WarmupRequests is the number of requests finished during the warm-up
 	// and left out of every other figure.
 	WarmupRequests int `json:"warmup_requests"`
@@ -236,6 +240,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	for _, k := range slices.Sorted(maps.Keys(r.Errors)) {
 		fmt.Fprintf(&b, "%-12s %s %d\n", "errors", k, r.Errors[k])
 	}
+	b.Write(appendMessages(nil, fmt.Sprintf("%-12s ", "messages"), r.ErrorMessages))
+	if n := r.otherFailures(); n > 0 {
+		fmt.Fprintf(&b, "%-12s and %s with other messages\n", "", plural(n, "failure"))
+	}
 	if r.Interrupted {
 		fmt.Fprintf(&b, "%-12s %s\n", "interrupted", "yes: figures cover the requests finished before")
 	}
@@ -305,4 +313,22 @@ func formatMillis(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%.0f", ms)
 	}
+}
+
+// plural returns n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+// otherFailures returns the number of failures ErrorMessages leaves out
+// (dropped arrivals, which have no message, aside).
+func (r *Report) otherFailures() int {
+	n := r.Requests - r.OK - r.Errors[KindDropped]
+	for _, m := range r.ErrorMessages {
+		n -= m.Count
+	}
+	return n
 }

@@ -55,6 +55,7 @@ type runner struct {
 	window       time.Duration // the measured windows' total length
 	cutAt        time.Time     // when ctx cut the run; zero while it has not
 	dropped      int           // measured arrivals the open loop could not send
+	errLog       errorLog      // the first distinct failures of measured requests
 
 	issued      atomic.Int64  // measured requests started
 	seq         atomic.Uint64 // request numbers, for prompts
@@ -313,6 +314,7 @@ func (r *runner) admit(now time.Time) (send, measured bool) {
 // to when a later round is cut short.
 type mark struct {
 	tallies         []tally // of pool.all, in order
+	errors          []ErrorMessage
 	elapsed, window time.Duration
 	dropped         int
 	warm            int64
@@ -320,7 +322,7 @@ type mark struct {
 
 // mark returns the runner's figures; every worker has stopped.
 func (r *runner) mark() mark {
-	m := mark{elapsed: r.elapsed, window: r.window, dropped: r.dropped, warm: r.warm.Load()}
+	m := mark{elapsed: r.elapsed, window: r.window, dropped: r.dropped, warm: r.warm.Load(), errors: r.errLog.snapshot()}
 	for _, w := range r.pool.all {
 		m.tallies = append(m.tallies, w.snapshot())
 	}
@@ -332,6 +334,7 @@ func (r *runner) mark() mark {
 func (r *runner) rollback(m mark) {
 	r.elapsed, r.window, r.dropped = m.elapsed, m.window, m.dropped
 	r.warm.Store(m.warm)
+	r.errLog.restore(m.errors)
 	for i, w := range r.pool.all {
 		if i < len(m.tallies) {
 			w.tally = m.tallies[i]
@@ -399,6 +402,7 @@ func (r *runner) report() *Report {
 		WarmupRequests: int(r.warm.Load()),
 		Interrupted:    r.interrupted.Load(),
 		Elapsed:        r.measuredTime(),
+		ErrorMessages:  r.errLog.snapshot(),
 	}
 	if len(r.cfg.Prompts) == 0 {
 		rep.PromptWords = r.cfg.PromptWords
