@@ -39,9 +39,10 @@ type benchCmd struct {
 	Header       []string   `help:"Send this header with every request; repeat for more." placeholder:"'NAME: VALUE'" short:"H" sep:"none"`
 	APIKey       string     `help:"Send 'Authorization: Bearer KEY' with every request, for a target behind an API key (SGLang's, pdlb's or an OpenAI-style server's --api-key)." placeholder:"KEY"`
 
-	Timeout time.Duration `help:"Longest a request may take (0: no limit)." default:"60s"`
-	JSON    string        `help:"Also write the report (with --compare, every target's) as JSON to this file, created before the load starts; '-' writes it to standard output, and the table to standard error." placeholder:"FILE"`
-	Quiet   bool          `help:"No progress line (there is none when standard error is not a terminal)." short:"q"`
+	Timeout     time.Duration `help:"Longest a request may take (0: no limit)." default:"60s"`
+	GiveUpAfter time.Duration `help:"Stop the run when no request to a target has succeeded for this long (and at least 5 failed), and say what they failed with (0: never, e.g. to load a server through a restart)." default:"3s"`
+	JSON        string        `help:"Also write the report (with --compare, every target's) as JSON to this file, created before the load starts; '-' writes it to standard output, and the table to standard error." placeholder:"FILE"`
+	Quiet       bool          `help:"No progress line (there is none when standard error is not a terminal)." short:"q"`
 }
 
 // Validate requires one way of naming the target.
@@ -192,7 +193,8 @@ func (e signalError) Error() string {
 func (e signalError) exitCode() int { return 128 + int(e.sig) }
 
 // outcome returns the error a finished run exits with, after its report:
-// the interrupting signal's, or one when a target had no request succeed.
+// the interrupting signal's, or one when the run gave a target up or a
+// target had no request succeed.
 func outcome(ctx context.Context, reports []*bench.Report) error {
 	var se signalError
 	if errors.As(context.Cause(ctx), &se) {
@@ -203,11 +205,14 @@ func outcome(ctx context.Context, reports []*bench.Report) error {
 	}
 	var failed []string
 	for _, r := range reports {
+		target := r.URL
+		if r.Name != "" {
+			target = r.Name
+		}
+		if r.GaveUp != "" {
+			return &exitError{msg: fmt.Sprintf("gave up on %s: %s", target, r.GaveUp), code: 1}
+		}
 		if r.OK == 0 {
-			target := r.URL
-			if r.Name != "" {
-				target = r.Name
-			}
 			failed = append(failed, target)
 		}
 	}
@@ -276,6 +281,10 @@ func (c *benchCmd) config() (bench.Config, error) {
 	}
 	if c.Timeout == 0 {
 		cfg.Timeout = bench.NoTimeout // bench.Config's zero is its default, 60 s
+	}
+	cfg.GiveUpAfter = c.GiveUpAfter
+	if c.GiveUpAfter == 0 {
+		cfg.GiveUpAfter = bench.NoGiveUp // as for the timeout
 	}
 	if c.Route != nil {
 		if err := c.checkRoute(*c.Route); err != nil {

@@ -356,3 +356,44 @@ func TestBenchRouteInURL(t *testing.T) {
 		t.Fatalf("the refused command lines sent %d requests; want none", got-before)
 	}
 }
+
+// A target that fails every request is given up after --give-up-after,
+// with a status of 1 and the failures' message; it once took the whole
+// run, thousands of failures a second (issue 20). --give-up-after 0 is
+// never.
+func TestBenchGivesUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetStatusCode(fasthttp.StatusNotFound)
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"detail":"Not Found"}`)
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	url := "http://" + ln.Addr().String()
+
+	// The 10 s are a failure deadline: the run gives up within
+	// milliseconds, after 5 failures.
+	stdout, _, err := runBench(t, t.Context(), url, "-d", "10s", "--give-up-after", "1ms")
+	if code := exitCode(err); code != 1 || !strings.HasPrefix(err.Error(), "gave up on "+url+": no request succeeded in ") ||
+		!strings.HasSuffix(err.Error(), "; the last: status_404: Not Found") {
+		t.Fatalf("got status %d (%v); want 1, giving up on the target with its message", code, err)
+	}
+	if !strings.Contains(stdout, "gave up      no request succeeded") || !strings.Contains(stdout, "messages     status_404 ") {
+		t.Fatalf("got report\n%s\nwant it to say why it gave up, and the message", stdout)
+	}
+
+	c, _, err := parse(t, "bench", url, "--give-up-after", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := c.Bench.config(); err != nil || cfg.GiveUpAfter != bench.NoGiveUp {
+		t.Fatalf("--give-up-after 0 gave %v, error %v; want bench.NoGiveUp", cfg.GiveUpAfter, err)
+	}
+	if cfg := benchDefaults(t); cfg.GiveUpAfter != 3*time.Second {
+		t.Fatalf("no --give-up-after gave %v; want 3s", cfg.GiveUpAfter)
+	}
+}

@@ -80,6 +80,8 @@ func Compare(ctx context.Context, cfg Config, targets []Target) (*Comparison, er
 	}
 	cfg.Route = route
 	cfg = cfg.withDefaults()
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	rs := make([]*runner, 0, len(targets))
 	defer func() {
 		for _, r := range rs {
@@ -87,7 +89,7 @@ func Compare(ctx context.Context, cfg Config, targets []Target) (*Comparison, er
 		}
 	}()
 	for _, tg := range targets {
-		r, err := newRunner(ctx, &cfg, tg)
+		r, err := newRunner(ctx, stop, &cfg, tg)
 		if err != nil {
 			return nil, fmt.Errorf("target %s: %w", tg.Name, err)
 		}
@@ -139,8 +141,8 @@ func planRounds(total, round time.Duration) (n int, d time.Duration) {
 }
 
 // compareRounds runs n rounds of d on each runner, in turns, and returns
-// how many rounds every runner completed and whether ctx ended the
-// comparison early. Cut short after a complete round, it takes every
+// how many rounds every runner completed and whether an interrupt (ctx
+// cancelled, but not by a give-up) ended the comparison early. Cut short after a complete round, it takes every
 // runner back to the end of the last one: a target that had one more turn
 // than another, or part of one, would not compare with it.
 func compareRounds(ctx context.Context, cfg *Config, rs []*runner, n int, d time.Duration) (done int, interrupted bool) {
@@ -175,5 +177,5 @@ func compareRounds(ctx context.Context, cfg *Config, rs []*runner, n int, d time
 			r.rollback(marks[j])
 		}
 	}
-	return done, true
+	return done, !gaveUp(ctx)
 }

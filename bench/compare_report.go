@@ -109,6 +109,11 @@ func (c *Comparison) writeHeader(b *bytes.Buffer) {
 	if lag {
 		fmt.Fprintf(b, "%-12s %s\n", "lag", lagNote)
 	}
+	for _, r := range c.Reports {
+		if r.GaveUp != "" {
+			fmt.Fprintf(b, "%-12s %s: %s\n", "gave up", r.Name, r.GaveUp)
+		}
+	}
 	switch {
 	case first.Interrupted && c.Rounds > 0:
 		fmt.Fprintf(b, "%-12s %s\n", "interrupted", "yes: figures cover the rounds every target completed")

@@ -120,15 +120,24 @@ type Config struct {
 	// Timeout bounds each request, a whole stream included. Zero means
 	// 60 s; NoTimeout, no bound.
 	Timeout time.Duration
+	// GiveUpAfter stops the run (the whole comparison in Compare) once no
+	// request to a target has succeeded for this long since the first
+	// failure, and at least 5 have failed in a row, warm-up included: a
+	// wrong URL or a dead server then ends the run in seconds, its report
+	// saying why (Report.GaveUp), instead of failing thousands of requests
+	// a second to the end. Zero means 3 s; NoGiveUp never gives up, for a
+	// run meant to go on through failures (a restart under load).
+	GiveUpAfter time.Duration
 	// Dial connects to the target address ("host:port"), and must give up
 	// when ctx, the run's, is done: an interrupted run waits for it. Nil
 	// means TCP over IPv4 or IPv6, within Timeout; tests pass an in-memory
 	// dialer.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// staleCheckAfter and connectPause, set by tests, stand in for the
-	// constants of those names.
+	// constants of those names; now, for the clock of GiveUpAfter.
 	staleCheckAfter time.Duration
 	connectPause    time.Duration
+	now             func() time.Time
 
 	// Progress, when not nil, gets a one-line progress display rewritten
 	// with '\r' about four times a second and cleared at the end. It is
@@ -163,6 +172,7 @@ func (c *Config) validateLoad() error {
 		{"warmup", int64(c.Warmup)},
 		{"round", int64(c.Round)},
 		{"timeout", int64(c.Timeout)},
+		{"give up after", int64(c.GiveUpAfter)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%s must not be negative", f.name)
@@ -215,6 +225,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = defaultTimeout
+	}
+	if c.GiveUpAfter == 0 {
+		c.GiveUpAfter = defaultGiveUpAfter
 	}
 	return c
 }

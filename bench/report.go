@@ -62,6 +62,12 @@ type Report struct {
 	WarmupRequests int `json:"warmup_requests"`
 	// Interrupted is set when the context ended the run early.
 	Interrupted bool `json:"interrupted"`
+	// GaveUp, when not empty, says why the run stopped early on this
+	// target, none of whose requests had succeeded for
+	// Config.GiveUpAfter: how long, how many failed, and the last
+	// failure's kind and message. The figures cover the requests finished
+	// before (in Compare, the rounds every target completed).
+	GaveUp string `json:"gave_up,omitempty"`
 
 	// Elapsed is the measured time the rates are taken over, summed over
 	// Compare rounds. In the open loop it runs from the end of the warm-up
@@ -246,6 +252,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	if r.Interrupted {
 		fmt.Fprintf(&b, "%-12s %s\n", "interrupted", "yes: figures cover the requests finished before")
+	}
+	if r.GaveUp != "" {
+		fmt.Fprintf(&b, "%-12s %s\n", "gave up", r.GaveUp)
 	}
 	fmt.Fprintf(&b, "%-12s %.2f s\n", "elapsed", r.Elapsed.Seconds())
 	fmt.Fprintf(&b, "%-12s %.1f req/s, %.1f output tokens/s (%d tokens)\n", "throughput",

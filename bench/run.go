@@ -24,7 +24,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	cfg.Route = route
 	cfg = cfg.withDefaults()
-	r, err := newRunner(ctx, &cfg, Target{URL: cfg.URL})
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	r, err := newRunner(ctx, stop, &cfg, Target{URL: cfg.URL})
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +40,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // round. The goroutine that calls round owns it; workers share only its
 // atomics, and the fields a round sets before starting them.
 type runner struct {
-	ctx  context.Context
+	ctx  context.Context // the run's: cancelled by an interrupt or a give-up
+	stop context.CancelCauseFunc
 	cfg  *Config
 	name string // the target's name in Compare, "" in Run
 	url  string
@@ -63,17 +66,20 @@ type runner struct {
 	failed      atomic.Int64  // ... of which failed
 	warm        atomic.Int64  // warm-up requests finished
 	interrupted atomic.Bool
+	streak      streak                 // failures in a row, for GiveUpAfter
+	gaveUp      atomic.Pointer[string] // why the run gave the target up
 }
 
 // newRunner prepares the load cfg describes on target tg; cfg has its
-// defaults and is shared, read-only, by every runner of a Compare.
-func newRunner(ctx context.Context, cfg *Config, tg Target) (*runner, error) {
+// defaults and is shared, read-only, by every runner of a Compare. stop
+// cancels ctx, to give up.
+func newRunner(ctx context.Context, stop context.CancelCauseFunc, cfg *Config, tg Target) (*runner, error) {
 	t, err := newTarget(ctx, tg.URL, cfg.Route, cfg.Dial, cfg.maxConns(), cfg.Timeout)
 	if err != nil {
 		return nil, err
 	}
 	t.staleAfter = cmp.Or(cfg.staleCheckAfter, staleCheckAfter)
-	r := &runner{ctx: ctx, cfg: cfg, name: tg.Name, url: tg.URL, t: t, wl: newWorkload(cfg)}
+	r := &runner{ctx: ctx, stop: stop, cfg: cfg, name: tg.Name, url: tg.URL, t: t, wl: newWorkload(cfg)}
 	if cfg.openLoop() {
 		r.arr = newArrivals(cfg.Rate, cfg.Seed)
 	}
@@ -287,7 +293,7 @@ func (r *runner) cutOnCancel(stop <-chan struct{}) {
 	select {
 	case <-r.ctx.Done():
 		r.cutAt = time.Now()
-		r.interrupted.Store(true)
+		r.interrupted.Store(!gaveUp(r.ctx))
 		r.t.close()
 	case <-stop:
 	}
@@ -401,6 +407,7 @@ func (r *runner) report() *Report {
 		Errors:         make(map[string]int),
 		WarmupRequests: int(r.warm.Load()),
 		Interrupted:    r.interrupted.Load(),
+		GaveUp:         r.gaveUpReason(),
 		Elapsed:        r.measuredTime(),
 		ErrorMessages:  r.errLog.snapshot(),
 	}

@@ -147,6 +147,9 @@ func (w *worker) one(measured bool) (kind string) {
 		w.msg = fmt.Appendf(w.msg[:0], "did not end within %v", w.r.cfg.Timeout)
 	}
 	cut := w.r.ctx.Err() != nil
+	if !cut {
+		w.r.noteOutcome(o.kind, w.msg, end)
+	}
 	// Events/s counts what arrived within the window, of every stream
 	// but those that failed inside it: one still in flight at the
 	// window's end, or at the interrupt that ends it, had delivered them
