@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mattn/go-isatty"
+
 	"pdlb/bench"
 )
 
@@ -42,7 +44,7 @@ type benchCmd struct {
 	Timeout     time.Duration `help:"Longest a request may take (0: no limit)." default:"60s"`
 	GiveUpAfter time.Duration `help:"Stop the run when no request to a target has succeeded for this long (and at least 5 failed), and say what they failed with (0: never, e.g. to load a server through a restart)." default:"3s"`
 	JSON        string        `help:"Also write the report (with --compare, every target's) as JSON to this file, created before the load starts; '-' writes it to standard output, and the table to standard error." placeholder:"FILE"`
-	Quiet       bool          `help:"No progress line (there is none when standard error is not a terminal)." short:"q"`
+	Quiet       bool          `help:"Show no progress: by default a bar on standard error, redrawn in place on a terminal, else a line every 5 s." short:"q"`
 }
 
 // Validate requires one way of naming the target.
@@ -79,6 +81,7 @@ func (c *benchCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
+	cfg.Progress, cfg.ProgressLines = progressOn(stderr, c.Quiet)
 	table, jsonOut, err := c.outputs(stdout, stderr)
 	if err != nil {
 		return err
@@ -337,17 +340,26 @@ func (c *benchCmd) config() (bench.Config, error) {
 			return cfg, fmt.Errorf("cannot read prompts from %s: %w", c.Prompts, err)
 		}
 	}
-	if !c.Quiet && isTerminal(os.Stderr) {
-		cfg.Progress = os.Stderr
-	}
 	return cfg, nil
 }
 
+// progressOn returns where the progress display goes, and whether as a
+// line every few seconds: nowhere with --quiet; a line redrawn in place on
+// a terminal; plain lines otherwise, for a log or a pipe, where '\r' is
+// noise (and where nothing at all was shown, issue 20).
+func progressOn(stderr io.Writer, quiet bool) (w io.Writer, lines bool) {
+	if quiet {
+		return nil, false
+	}
+	f, ok := stderr.(*os.File)
+	return stderr, !ok || !isTerminal(f)
+}
+
 // isTerminal reports whether f is a terminal, where a redrawn progress line
-// or colour makes sense (in a log file they are noise).
+// or colour makes sense (in a log file they are noise). It asks the
+// terminal driver, as the file's mode would call /dev/null one too.
 func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return isatty.IsTerminal(f.Fd())
 }
 
 // checkRoute refuses a --route that a target's URL contradicts by ending in

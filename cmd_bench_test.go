@@ -397,3 +397,40 @@ func TestBenchGivesUp(t *testing.T) {
 		t.Fatalf("no --give-up-after gave %v; want 3s", cfg.GiveUpAfter)
 	}
 }
+
+// The progress display is a redrawn bar on a terminal, plain lines on
+// anything else (there was none at all), nothing with --quiet.
+func TestBenchProgressOn(t *testing.T) {
+	var buf bytes.Buffer
+	if w, lines := progressOn(&buf, false); w != &buf || !lines {
+		t.Errorf("a buffer: got %v, lines %v; want it, lines", w, lines)
+	}
+	if w, _ := progressOn(&buf, true); w != nil {
+		t.Errorf("--quiet: got %v; want none", w)
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, lines := progressOn(f, false); !lines {
+		t.Error("a file: got a redrawn line; want lines")
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	if _, lines := progressOn(null, false); !lines {
+		t.Error("/dev/null, a character device: got a redrawn line; want lines")
+	}
+	// The master side of a pseudo-terminal answers as a terminal does.
+	pty, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminal to check a terminal with: %v", err)
+	}
+	defer pty.Close()
+	if _, lines := progressOn(pty, false); lines {
+		t.Error("a terminal: got lines; want the redrawn line")
+	}
+}

@@ -96,7 +96,13 @@ func Compare(ctx context.Context, cfg Config, targets []Target) (*Comparison, er
 		rs = append(rs, r)
 	}
 	n, d := planRounds(cfg.Duration, cfg.Round)
+	p := newProgress(&cfg)
+	for _, r := range rs {
+		r.progress = p
+	}
+	p.start()
 	done, interrupted := compareRounds(ctx, &cfg, rs, n, d)
+	p.end()
 	c := &Comparison{Rounds: done, Planned: n, Round: d, MaxRound: cfg.Round}
 	for _, r := range rs {
 		rep := r.report()
@@ -147,6 +153,8 @@ func planRounds(total, round time.Duration) (n int, d time.Duration) {
 // than another, or part of one, would not compare with it.
 func compareRounds(ctx context.Context, cfg *Config, rs []*runner, n int, d time.Duration) (done int, interrupted bool) {
 	marks := make([]mark, len(rs))
+	total := time.Duration(len(rs)) * (cfg.Warmup + time.Duration(n)*d)
+	var sched time.Duration // the turns' so far
 	for i := range n {
 		for _, r := range rs {
 			if ctx.Err() != nil {
@@ -157,7 +165,9 @@ func compareRounds(ctx context.Context, cfg *Config, rs []*runner, n int, d time
 				warmup = cfg.Warmup
 			}
 			r.label = fmt.Sprintf("%s %d/%d  ", r.name, i+1, n)
+			r.schedBefore, r.schedTotal = sched, total
 			r.round(warmup, d)
+			sched += warmup + d
 		}
 		if ctx.Err() != nil {
 			break

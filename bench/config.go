@@ -139,10 +139,17 @@ type Config struct {
 	connectPause    time.Duration
 	now             func() time.Time
 
-	// Progress, when not nil, gets a one-line progress display rewritten
-	// with '\r' about four times a second and cleared at the end. It is
-	// written from one goroutine only, and never after Run returns.
+	// Progress, when not nil, gets a progress display: the share done as
+	// a bar, the time elapsed and in all, the requests done (and asked
+	// for), errors, successful requests a second and the time left. It is
+	// one line rewritten with '\r' four times a second and cleared at the
+	// end, for a terminal, or with ProgressLines one line every 5 s. It is
+	// written from one goroutine only, and never after Run or Compare
+	// returns.
 	Progress io.Writer
+	// ProgressLines makes the progress display a plain line (no bar, no
+	// '\r') every 5 s, for a log or a pipe. False means the redrawn line.
+	ProgressLines bool
 }
 
 // validate rejects what no default can fix, URL included.

@@ -31,6 +31,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer r.t.close()
+	if cfg.Duration > 0 {
+		r.schedTotal = cfg.Warmup + cfg.Duration
+	}
+	r.progress = newProgress(&cfg)
+	r.progress.start()
+	defer r.progress.end()
 	r.round(cfg.Warmup, cfg.Duration)
 	return r.report(), nil
 }
@@ -50,7 +56,10 @@ type runner struct {
 	arr  *arrivals // open loop only
 	pool pool
 
-	label        string        // shown before the progress line
+	progress     *progress     // nil: none
+	label        string        // shown before the progress display
+	schedBefore  time.Duration // scheduled time of the run before this round (Compare)
+	schedTotal   time.Duration // scheduled time of the whole run; zero when only Requests bounds it
 	start        time.Time     // of the current round
 	measureStart time.Time     // end of the round's warm-up
 	measureEnd   time.Time     // zero when only Requests bounds the run
@@ -97,12 +106,13 @@ func (r *runner) round(warmup, d time.Duration) {
 	if d > 0 {
 		r.measureEnd = r.measureStart.Add(d)
 	}
+	r.progress.set(&turn{
+		r: r, label: r.label, start: r.start, measureStart: r.measureStart, measureEnd: r.measureEnd,
+		before: r.schedBefore, total: r.schedTotal, measuredBefore: r.window, requests: int64(r.cfg.Requests),
+	})
 	stop := make(chan struct{})
 	var bg sync.WaitGroup
 	bg.Go(func() { r.cutOnCancel(stop) })
-	if r.cfg.Progress != nil {
-		bg.Go(func() { r.showProgress(stop) })
-	}
 	if r.cfg.openLoop() {
 		r.openLoop()
 	} else {
