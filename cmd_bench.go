@@ -25,11 +25,11 @@ type benchCmd struct {
 
 	Route       *string  `help:"API to call: /generate, /v1/completions or /v1/chat/completions (default: the one the URL ends in, else /generate)." enum:"/generate,/v1/completions,/v1/chat/completions" placeholder:"PATH"`
 	Stream      bool     `help:"Ask for server-sent events and measure time to first token, inter-token latency, events/s and (against pdlb fake) event lag."`
-	Concurrency *int     `help:"Closed loop: clients, each sending its next request when the previous one ends (default 1)." short:"c" xor:"load"`
+	Concurrency *int     `help:"Closed loop: clients, each sending its next request when the previous one ends (default 1)." short:"c" xor:"load" placeholder:"N"`
 	Rate        *float64 `help:"Open loop: mean requests per second (more than 0), arriving as a Poisson process (seeded by --seed) whatever the answers do." placeholder:"REQ/S" xor:"load"`
 	MaxInflight int      `help:"Open loop: most requests in flight; an arrival beyond is not sent and counts as a 'dropped' error." default:"10000"`
 
-	Requests int            `help:"Stop after this many measured requests (0: bounded by --duration; not with --compare)." short:"n"`
+	Requests int            `help:"Stop after this many measured requests (0: bounded by --duration; not with --compare)." short:"n" placeholder:"N"`
 	Duration *time.Duration `help:"Measured time after the warm-up (more than 0), per target with --compare (default 10s when --requests is 0)." short:"d"`
 	Warmup   time.Duration  `help:"Time at the start (of each target's first round with --compare) whose requests are left out of the figures."`
 
@@ -45,6 +45,15 @@ type benchCmd struct {
 	GiveUpAfter time.Duration `help:"Stop the run when no request to a target has succeeded for this long (and at least 5 failed), and say what they failed with (0: never, e.g. to load a server through a restart)." default:"3s"`
 	JSON        string        `help:"Also write the report (with --compare, every target's) as JSON to this file, created before the load starts; '-' writes it to standard output, and the table to standard error." placeholder:"FILE"`
 	Quiet       bool          `help:"Show no progress: by default a bar on standard error, redrawn in place on a terminal, else a line every 5 s." short:"q"`
+}
+
+// Help shows examples under the command's summary.
+func (c *benchCmd) Help() string {
+	return `The load is a closed loop (-c clients) or an open one (--rate), for a time (-d) or a number of requests (-n). The progress shows on standard error, the report on standard output. Examples:
+
+  pdlb bench http://127.0.0.1:8000 -c 16 -d 30s
+  pdlb bench http://127.0.0.1:8000/v1/chat/completions --stream --rate 20 -n 1000
+  pdlb bench --compare direct=http://127.0.0.1:30000 --compare pdlb=http://127.0.0.1:8000 -c 8 -d 20s`
 }
 
 // Validate requires one way of naming the target.
