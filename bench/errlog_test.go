@@ -134,3 +134,17 @@ func TestRunErrorMessages(t *testing.T) {
 		t.Fatalf("got JSON error_messages %+v (%v); want %+v", got.Messages, err, want)
 	}
 }
+
+// A comparison cut short goes back to its last complete round: the error
+// messages too, so that their counts stay those of Errors.
+func TestRollbackErrorMessages(t *testing.T) {
+	r := &runner{}
+	r.errLog.add("status_404", []byte("Not Found"))
+	m := r.mark()
+	r.errLog.add("status_404", []byte("Not Found"))
+	r.errLog.add("status_500", []byte("boom"))
+	r.rollback(m)
+	if got, want := r.errLog.snapshot(), []ErrorMessage{{Kind: "status_404", Message: "Not Found", Count: 1}}; !slices.Equal(got, want) {
+		t.Fatalf("got %+v after the rollback; want %+v", got, want)
+	}
+}

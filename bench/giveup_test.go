@@ -82,9 +82,12 @@ func TestRunGivesUp(t *testing.T) {
 			if rep.GaveUp != want || rep.Interrupted {
 				t.Fatalf("got gave up %q, interrupted %v; want %q, not interrupted", rep.GaveUp, rep.Interrupted, want)
 			}
-			var text strings.Builder
+			var text, js strings.Builder
 			if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "gave up      "+want+"\n") {
 				t.Fatalf("got\n%s\n(%v); want a line saying why it gave up", text.String(), err)
+			}
+			if err := rep.WriteJSON(&js); err != nil || !strings.Contains(js.String(), `"gave_up": "`+want+`"`) {
+				t.Fatalf("got JSON\n%s\n(%v); want gave_up saying why", js.String(), err)
 			}
 		})
 	}
