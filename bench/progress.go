@@ -148,74 +148,88 @@ func (p *progress) clear() {
 	_, _ = p.w.Write(p.out)
 }
 
-// appendProgress appends to dst the state of the run in s at now: a bar
-// when bar is set, the share done, the time elapsed (of the total), the
-// requests (of the total), errors, successful requests a second and the
-// time left. A run bounded by time counts its scheduled time (warm-ups
-// included); one bounded by a count estimates the time left from the rate
-// so far; with both, whichever comes first.
-func appendProgress(dst []byte, s progressSnapshot, now time.Time, bar bool) []byte {
+// progressFigures are the figures of a snapshot at one moment.
+type progressFigures struct {
+	sched    time.Duration // scheduled time elapsed
+	measured time.Duration // measured time elapsed, for the rate
+	warming  bool
+	share    float64       // done, from 0 to 1
+	left     time.Duration // the time left, when known
+	known    bool
+}
+
+// figuresAt computes the figures of s at now. A run bounded by time counts
+// its scheduled time (warm-ups included); one bounded by a count estimates
+// the time left from the time a request took so far; with both, whichever
+// comes first.
+func figuresAt(s progressSnapshot, now time.Time) progressFigures {
 	t := s.turn
+	var f progressFigures
 	sched := now.Sub(t.start)
 	if !t.measureEnd.IsZero() {
 		sched = min(sched, t.measureEnd.Sub(t.start)) // the round drains
 	}
-	sched = t.before + max(sched, 0)
-	warming := now.Before(t.measureStart)
-	measured := t.measuredBefore
-	if !warming {
+	f.sched = t.before + max(sched, 0)
+	f.warming = now.Before(t.measureStart)
+	f.measured = t.measuredBefore
+	if !f.warming {
 		end := now
 		if !t.measureEnd.IsZero() && end.After(t.measureEnd) {
 			end = t.measureEnd
 		}
-		measured += end.Sub(t.measureStart)
+		f.measured += end.Sub(t.measureStart)
 	}
-
-	var share float64
-	left, known := time.Duration(0), false
 	if t.total > 0 {
-		share = float64(sched) / float64(t.total)
-		left, known = t.total-sched, true
+		f.share = float64(f.sched) / float64(t.total)
+		f.left, f.known = t.total-f.sched, true
 	}
 	if t.requests > 0 {
-		share = max(share, float64(s.done)/float64(t.requests))
-		if !warming && s.done > 0 && measured > 0 {
-			perRequest := measured / time.Duration(s.done)
-			byCount := time.Duration(t.requests-s.done) * perRequest
-			if !known || byCount < left {
-				left = byCount
+		f.share = max(f.share, float64(s.done)/float64(t.requests))
+		if !f.warming && s.done > 0 && f.measured > 0 {
+			byCount := time.Duration(t.requests-s.done) * (f.measured / time.Duration(s.done))
+			if !f.known || byCount < f.left {
+				f.left = byCount
 			}
-			known = true
+			f.known = true
 		}
 	}
-	share = min(max(share, 0), 1)
+	f.share = min(max(f.share, 0), 1)
+	f.left = max(f.left, 0)
+	return f
+}
 
-	dst = append(dst, t.label...)
+// appendProgress appends to dst the state of the run in s at now: a bar
+// when bar is set, the share done, the time elapsed (of the total), the
+// requests (of the total), errors, successful requests a second and the
+// time left, as figuresAt computes them.
+func appendProgress(dst []byte, s progressSnapshot, now time.Time, bar bool) []byte {
+	f := figuresAt(s, now)
+	dst = append(dst, s.label...)
 	if bar {
-		dst = appendBar(dst, share)
+		dst = appendBar(dst, f.share)
 	}
-	dst = fmt.Appendf(dst, "%3.0f%%  %s", share*100, formatClock(sched, true))
-	if t.total > 0 {
+	dst = fmt.Appendf(dst, "%3.0f%%  %s", f.share*100, formatClock(f.sched, true))
+	if s.total > 0 {
 		dst = append(dst, '/')
-		dst = append(dst, formatClock(t.total, false)...)
+		dst = append(dst, formatClock(s.total, false)...)
 	}
-	if warming {
+	if f.warming {
 		dst = fmt.Appendf(dst, "  warm-up: %d req", s.warm)
 	} else {
 		dst = fmt.Appendf(dst, "  %d", s.done)
-		if t.requests > 0 {
-			dst = fmt.Appendf(dst, "/%d", t.requests)
+		if s.requests > 0 {
+			dst = fmt.Appendf(dst, "/%d", s.requests)
 		}
 		var rate float64
-		if measured > 0 {
-			rate = float64(s.done-s.failed) / measured.Seconds()
+		if f.measured > 0 {
+			rate = float64(s.done-s.failed) / f.measured.Seconds()
 		}
 		dst = fmt.Appendf(dst, " req  %d err  %.1f req/s", s.failed, rate)
 	}
-	if !known {
+	if !f.known {
 		return append(dst, "  ETA -"...)
 	}
-	return append(append(dst, "  ETA "...), formatClock(max(left, 0), false)...)
+	return append(append(dst, "  ETA "...), formatClock(f.left, false)...)
 }
 
 // appendBar appends a bar share full.
