@@ -11,23 +11,25 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mattn/go-isatty"
+
 	"pdlb/bench"
 )
 
 // benchCmd sends load to an endpoint, or to several in turn, and reports
 // what it measured.
 type benchCmd struct {
-	URL     string        `arg:"" optional:"" help:"Base URL of the target: pdlb, mini_lb, a router or a worker (or use --compare)." placeholder:"URL"`
+	URL     string        `arg:"" optional:"" help:"The target (pdlb, mini_lb, a router or a worker): its base URL (http://HOST:PORT, or with a path prefix), or the URL of the route to call (http://HOST:PORT/v1/completions). Or use --compare." placeholder:"URL"`
 	Compare []string      `help:"Send the same load to each target in turn, in rounds, and print their figures side by side with each one's ratio to the first; repeat for each target (or list them with commas)." placeholder:"NAME=URL" sep:","`
 	Round   time.Duration `help:"Longest turn of one target with --compare: each target's --duration is cut into rounds no longer than this." default:"2s"`
 
-	Route       string   `help:"API to call." default:"/generate" enum:"/generate,/v1/completions,/v1/chat/completions"`
+	Route       *string  `help:"API to call: /generate, /v1/completions or /v1/chat/completions (default: the one the URL ends in, else /generate)." enum:"/generate,/v1/completions,/v1/chat/completions" placeholder:"PATH"`
 	Stream      bool     `help:"Ask for server-sent events and measure time to first token, inter-token latency, events/s and (against pdlb fake) event lag."`
-	Concurrency *int     `help:"Closed loop: clients, each sending its next request when the previous one ends (default 1)." short:"c" xor:"load"`
+	Concurrency *int     `help:"Closed loop: clients, each sending its next request when the previous one ends (default 1)." short:"c" xor:"load" placeholder:"N"`
 	Rate        *float64 `help:"Open loop: mean requests per second (more than 0), arriving as a Poisson process (seeded by --seed) whatever the answers do." placeholder:"REQ/S" xor:"load"`
 	MaxInflight int      `help:"Open loop: most requests in flight; an arrival beyond is not sent and counts as a 'dropped' error." default:"10000"`
 
-	Requests int            `help:"Stop after this many measured requests (0: bounded by --duration; not with --compare)." short:"n"`
+	Requests int            `help:"Stop after this many measured requests (0: bounded by --duration; not with --compare)." short:"n" placeholder:"N"`
 	Duration *time.Duration `help:"Measured time after the warm-up (more than 0), per target with --compare (default 10s when --requests is 0)." short:"d"`
 	Warmup   time.Duration  `help:"Time at the start (of each target's first round with --compare) whose requests are left out of the figures."`
 
@@ -39,9 +41,19 @@ type benchCmd struct {
 	Header       []string   `help:"Send this header with every request; repeat for more." placeholder:"'NAME: VALUE'" short:"H" sep:"none"`
 	APIKey       string     `help:"Send 'Authorization: Bearer KEY' with every request, for a target behind an API key (SGLang's, pdlb's or an OpenAI-style server's --api-key)." placeholder:"KEY"`
 
-	Timeout time.Duration `help:"Longest a request may take (0: no limit)." default:"60s"`
-	JSON    string        `help:"Also write the report (with --compare, every target's) as JSON to this file, created before the load starts; '-' writes it to standard output, and the table to standard error." placeholder:"FILE"`
-	Quiet   bool          `help:"No progress line (there is none when standard error is not a terminal)." short:"q"`
+	Timeout     time.Duration `help:"Longest a request may take (0: no limit)." default:"60s"`
+	GiveUpAfter time.Duration `help:"Stop the run when no request to a target has succeeded for this long (and at least 5 failed), and say what they failed with (0: never, e.g. to load a server through a restart)." default:"3s"`
+	JSON        string        `help:"Also write the report (with --compare, every target's) as JSON to this file, created before the load starts; '-' writes it to standard output, and the table to standard error." placeholder:"FILE"`
+	Quiet       bool          `help:"Show no progress: by default a bar on standard error, redrawn in place on a terminal, else a line every 5 s." short:"q"`
+}
+
+// Help shows examples under the command's summary.
+func (c *benchCmd) Help() string {
+	return `The load is a closed loop (-c clients) or an open one (--rate), for a time (-d) or a number of requests (-n). The progress shows on standard error, the report on standard output. Examples:
+
+  pdlb bench http://127.0.0.1:8000 -c 16 -d 30s
+  pdlb bench http://127.0.0.1:8000/v1/chat/completions --stream --rate 20 -n 1000
+  pdlb bench --compare direct=http://127.0.0.1:30000 --compare pdlb=http://127.0.0.1:8000 -c 8 -d 20s`
 }
 
 // Validate requires one way of naming the target.
@@ -78,6 +90,7 @@ func (c *benchCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
+	cfg.Progress, cfg.ProgressLines = progressOn(stderr, c.Quiet)
 	table, jsonOut, err := c.outputs(stdout, stderr)
 	if err != nil {
 		return err
@@ -192,7 +205,8 @@ func (e signalError) Error() string {
 func (e signalError) exitCode() int { return 128 + int(e.sig) }
 
 // outcome returns the error a finished run exits with, after its report:
-// the interrupting signal's, or one when a target had no request succeed.
+// the interrupting signal's, or one when the run gave a target up or a
+// target had no request succeed.
 func outcome(ctx context.Context, reports []*bench.Report) error {
 	var se signalError
 	if errors.As(context.Cause(ctx), &se) {
@@ -203,11 +217,14 @@ func outcome(ctx context.Context, reports []*bench.Report) error {
 	}
 	var failed []string
 	for _, r := range reports {
+		target := r.URL
+		if r.Name != "" {
+			target = r.Name
+		}
+		if r.GaveUp != "" {
+			return &exitError{msg: fmt.Sprintf("gave up on %s: %s", target, r.GaveUp), code: 1}
+		}
 		if r.OK == 0 {
-			target := r.URL
-			if r.Name != "" {
-				target = r.Name
-			}
 			failed = append(failed, target)
 		}
 	}
@@ -263,7 +280,6 @@ func catchSignals(exit func(code int)) (ctx context.Context, stop func()) {
 func (c *benchCmd) config() (bench.Config, error) {
 	cfg := bench.Config{
 		URL:          c.URL,
-		Route:        c.Route,
 		Stream:       c.Stream,
 		MaxInflight:  c.MaxInflight,
 		Requests:     c.Requests,
@@ -277,6 +293,16 @@ func (c *benchCmd) config() (bench.Config, error) {
 	}
 	if c.Timeout == 0 {
 		cfg.Timeout = bench.NoTimeout // bench.Config's zero is its default, 60 s
+	}
+	cfg.GiveUpAfter = c.GiveUpAfter
+	if c.GiveUpAfter == 0 {
+		cfg.GiveUpAfter = bench.NoGiveUp // as for the timeout
+	}
+	if c.Route != nil {
+		if err := c.checkRoute(*c.Route); err != nil {
+			return cfg, err
+		}
+		cfg.Route = *c.Route
 	}
 	// nil: not given, the default. Given, a zero, which bench.Config
 	// would read as its default, is a mistake.
@@ -323,15 +349,41 @@ func (c *benchCmd) config() (bench.Config, error) {
 			return cfg, fmt.Errorf("cannot read prompts from %s: %w", c.Prompts, err)
 		}
 	}
-	if !c.Quiet && isTerminal(os.Stderr) {
-		cfg.Progress = os.Stderr
-	}
 	return cfg, nil
 }
 
+// progressOn returns where the progress display goes, and whether as a
+// line every few seconds: nowhere with --quiet; a line redrawn in place on
+// a terminal; plain lines otherwise, for a log or a pipe, where '\r' is
+// noise (and where nothing at all was shown, issue 20).
+func progressOn(stderr io.Writer, quiet bool) (w io.Writer, lines bool) {
+	if quiet {
+		return nil, false
+	}
+	f, ok := stderr.(*os.File)
+	return stderr, !ok || !isTerminal(f)
+}
+
 // isTerminal reports whether f is a terminal, where a redrawn progress line
-// or colour makes sense (in a log file they are noise).
+// or colour makes sense (in a log file they are noise). It asks the
+// terminal driver, as the file's mode would call /dev/null one too.
 func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return isatty.IsTerminal(f.Fd())
+}
+
+// checkRoute refuses a --route that a target's URL contradicts by ending in
+// another route (bench.Run would too, without naming the flag).
+func (c *benchCmd) checkRoute(route string) error {
+	urls := []string{c.URL}
+	for _, s := range c.Compare {
+		if t, err := bench.ParseTarget(strings.TrimSpace(s)); err == nil {
+			urls = append(urls, t.URL)
+		}
+	}
+	for _, u := range urls {
+		if own := bench.URLRoute(u); own != "" && own != route {
+			return fmt.Errorf("the URL %s ends in the route %s, but --route is %s: drop the route from the URL, or --route", u, own, route)
+		}
+	}
+	return nil
 }

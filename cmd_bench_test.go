@@ -305,3 +305,164 @@ func benchDefaults(t *testing.T) bench.Config {
 	}
 	return cfg
 }
+
+// A URL that ends in a route is sent to that route: `pdlb bench
+// http://h:p/generate` was sent to /generate/generate, and ended with
+// thousands of 404s and no warning (issue 20). A --route that contradicts
+// it is refused before any load, naming both.
+func TestBenchRouteInURL(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests atomic.Int32
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		requests.Add(1)
+		ctx.SetContentType("application/json")
+		if string(ctx.Path()) != "/generate" {
+			ctx.SetStatusCode(fasthttp.StatusNotFound)
+			ctx.SetBodyString(`{"detail":"Not Found"}`)
+			return
+		}
+		ctx.SetBodyString(`{"text":" a","meta_info":{"completion_tokens":1}}`)
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	url := "http://" + ln.Addr().String() + "/generate"
+
+	for _, args := range [][]string{{url}, {url, "--route", "/generate"}, {"--compare", "a=" + url}} {
+		bound := []string{"-n", "2"}
+		if args[0] == "--compare" {
+			bound = []string{"-d", "100ms", "--round", "100ms"}
+		}
+		stdout, _, err := runBench(t, t.Context(), append(args, bound...)...)
+		if err != nil || !strings.Contains(stdout, url+" (") || strings.Contains(stdout, "status_404") {
+			t.Fatalf("%q: got error %v, report\n%s\nwant requests to %s, all ok", args, err, stdout, url)
+		}
+	}
+
+	before := requests.Load()
+	for _, args := range [][]string{
+		{url, "--route", "/v1/completions", "-n", "1"},
+		{"--compare", "a=http://127.0.0.1:1", "--compare", "b=" + url, "--route", "/v1/chat/completions", "-d", "1s"},
+	} {
+		_, _, err := runBench(t, t.Context(), args...)
+		want := "the URL " + url + " ends in the route /generate, but --route is /v1"
+		if code := exitCode(err); code != 2 || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, exit status %d; want a usage error, 2, containing %q", args, err, code, want)
+		}
+	}
+	if got := requests.Load(); got != before {
+		t.Fatalf("the refused command lines sent %d requests; want none", got-before)
+	}
+}
+
+// A target that fails every request is given up after --give-up-after,
+// with a status of 1 and the failures' message; it once took the whole
+// run, thousands of failures a second (issue 20). --give-up-after 0 is
+// never.
+func TestBenchGivesUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetStatusCode(fasthttp.StatusNotFound)
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"detail":"Not Found"}`)
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	url := "http://" + ln.Addr().String()
+
+	// The 10 s are a failure deadline: the run gives up within
+	// milliseconds, after 5 failures.
+	stdout, _, err := runBench(t, t.Context(), url, "-d", "10s", "--give-up-after", "1ms")
+	if code := exitCode(err); code != 1 || !strings.HasPrefix(err.Error(), "gave up on "+url+": no request succeeded in ") ||
+		!strings.HasSuffix(err.Error(), "; the last: status_404: Not Found") {
+		t.Fatalf("got status %d (%v); want 1, giving up on the target with its message", code, err)
+	}
+	if !strings.Contains(stdout, "gave up      no request succeeded") || !strings.Contains(stdout, "messages     status_404 ") {
+		t.Fatalf("got report\n%s\nwant it to say why it gave up, and the message", stdout)
+	}
+
+	c, _, err := parse(t, "bench", url, "--give-up-after", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := c.Bench.config(); err != nil || cfg.GiveUpAfter != bench.NoGiveUp {
+		t.Fatalf("--give-up-after 0 gave %v, error %v; want bench.NoGiveUp", cfg.GiveUpAfter, err)
+	}
+	if cfg := benchDefaults(t); cfg.GiveUpAfter != 3*time.Second {
+		t.Fatalf("no --give-up-after gave %v; want 3s", cfg.GiveUpAfter)
+	}
+}
+
+// The progress display is a redrawn bar on a terminal, plain lines on
+// anything else (there was none at all), nothing with --quiet.
+func TestBenchProgressOn(t *testing.T) {
+	var buf bytes.Buffer
+	if w, lines := progressOn(&buf, false); w != &buf || !lines {
+		t.Errorf("a buffer: got %v, lines %v; want it, lines", w, lines)
+	}
+	if w, _ := progressOn(&buf, true); w != nil {
+		t.Errorf("--quiet: got %v; want none", w)
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, lines := progressOn(f, false); !lines {
+		t.Error("a file: got a redrawn line; want lines")
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	if _, lines := progressOn(null, false); !lines {
+		t.Error("/dev/null, a character device: got a redrawn line; want lines")
+	}
+	// The master side of a pseudo-terminal answers as a terminal does.
+	pty, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminal to check a terminal with: %v", err)
+	}
+	defer pty.Close()
+	if _, lines := progressOn(pty, false); lines {
+		t.Error("a terminal: got lines; want the redrawn line")
+	}
+}
+
+// `pdlb bench --help` shows examples, each a command line pdlb takes, and
+// placeholders that say what a flag wants.
+func TestBenchHelp(t *testing.T) {
+	var out bytes.Buffer
+	code := -1
+	runMain([]string{"bench", "--help"}, &out, &out, func(c int) {
+		if code == -1 { // exit returns here, and the parse goes on
+			code = c
+		}
+	})
+	help := out.String()
+	for _, want := range []string{"Examples:", "  -c, --concurrency=N ", "  -n, --requests=N ", "  --route=PATH ", "  --give-up-after=3s "} {
+		if code != 0 || !strings.Contains(help, want) {
+			t.Fatalf("got status %d, help\n%s\nwant 0 and %q", code, help, want)
+		}
+	}
+	examples := 0
+	for line := range strings.Lines((&benchCmd{}).Help()) {
+		args, ok := strings.CutPrefix(strings.TrimSpace(line), "pdlb ")
+		if !ok {
+			continue
+		}
+		examples++
+		if _, _, err := parse(t, strings.Fields(args)...); err != nil {
+			t.Errorf("example %q: %v", line, err)
+		}
+	}
+	if examples == 0 {
+		t.Fatal("got no example in the help")
+	}
+}

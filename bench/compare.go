@@ -70,7 +70,18 @@ func Compare(ctx context.Context, cfg Config, targets []Target) (*Comparison, er
 	if err := checkCompare(&cfg, targets); err != nil {
 		return nil, err
 	}
+	urls := make([]string, len(targets))
+	for i, tg := range targets {
+		urls[i] = tg.URL
+	}
+	route, err := resolveRoute(cfg.Route, urls...)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Route = route
 	cfg = cfg.withDefaults()
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	rs := make([]*runner, 0, len(targets))
 	defer func() {
 		for _, r := range rs {
@@ -78,14 +89,20 @@ func Compare(ctx context.Context, cfg Config, targets []Target) (*Comparison, er
 		}
 	}()
 	for _, tg := range targets {
-		r, err := newRunner(ctx, &cfg, tg)
+		r, err := newRunner(ctx, stop, &cfg, tg)
 		if err != nil {
 			return nil, fmt.Errorf("target %s: %w", tg.Name, err)
 		}
 		rs = append(rs, r)
 	}
 	n, d := planRounds(cfg.Duration, cfg.Round)
+	p := newProgress(&cfg)
+	for _, r := range rs {
+		r.progress = p
+	}
+	p.start()
 	done, interrupted := compareRounds(ctx, &cfg, rs, n, d)
+	p.end()
 	c := &Comparison{Rounds: done, Planned: n, Round: d, MaxRound: cfg.Round}
 	for _, r := range rs {
 		rep := r.report()
@@ -130,12 +147,14 @@ func planRounds(total, round time.Duration) (n int, d time.Duration) {
 }
 
 // compareRounds runs n rounds of d on each runner, in turns, and returns
-// how many rounds every runner completed and whether ctx ended the
-// comparison early. Cut short after a complete round, it takes every
+// how many rounds every runner completed and whether an interrupt (ctx
+// cancelled, but not by a give-up) ended the comparison early. Cut short after a complete round, it takes every
 // runner back to the end of the last one: a target that had one more turn
 // than another, or part of one, would not compare with it.
 func compareRounds(ctx context.Context, cfg *Config, rs []*runner, n int, d time.Duration) (done int, interrupted bool) {
 	marks := make([]mark, len(rs))
+	total := time.Duration(len(rs)) * (cfg.Warmup + time.Duration(n)*d)
+	var sched time.Duration // the turns' so far
 	for i := range n {
 		for _, r := range rs {
 			if ctx.Err() != nil {
@@ -146,7 +165,9 @@ func compareRounds(ctx context.Context, cfg *Config, rs []*runner, n int, d time
 				warmup = cfg.Warmup
 			}
 			r.label = fmt.Sprintf("%s %d/%d  ", r.name, i+1, n)
+			r.schedBefore, r.schedTotal = sched, total
 			r.round(warmup, d)
+			sched += warmup + d
 		}
 		if ctx.Err() != nil {
 			break
@@ -166,5 +187,5 @@ func compareRounds(ctx context.Context, cfg *Config, rs []*runner, n int, d time
 			r.rollback(marks[j])
 		}
 	}
-	return done, true
+	return done, !gaveUp(ctx)
 }

@@ -75,6 +75,15 @@ func (c *Comparison) WriteText(w io.Writer) error {
 		}
 		b.WriteByte('\n')
 	}
+	for _, r := range c.Reports {
+		if len(r.ErrorMessages) > 0 {
+			b.WriteByte('\n')
+			b.Write(appendMessages(nil, "errors of "+r.Name+"  ", r.ErrorMessages))
+		}
+		if n := r.otherFailures(); n > 0 {
+			fmt.Fprintf(&b, "and %s with other messages\n", plural(n, "failure"))
+		}
+	}
 	_, err := w.Write(b.Bytes())
 	return err
 }
@@ -99,6 +108,11 @@ func (c *Comparison) writeHeader(b *bytes.Buffer) {
 	}
 	if lag {
 		fmt.Fprintf(b, "%-12s %s\n", "lag", lagNote)
+	}
+	for _, r := range c.Reports {
+		if r.GaveUp != "" {
+			fmt.Fprintf(b, "%-12s %s: %s\n", "gave up", r.Name, r.GaveUp)
+		}
 	}
 	switch {
 	case first.Interrupted && c.Rounds > 0:

@@ -147,6 +147,7 @@ func TestComparisonText(t *testing.T) {
 	other.Name, other.URL = "pdlb", "http://p:2"
 	other.Requests, other.OK = 110, 100
 	other.Errors = map[string]int{"status_502": 10}
+	other.ErrorMessages = []ErrorMessage{{Kind: "status_502", Message: "no decode", Count: 7}, {Kind: "status_502", Message: "", Count: 1}}
 	other.RequestsPerSec, other.OutputTokensPerSec, other.EventsPerSec = 50, 1600, 1600
 	other.Latency.P50 = 40 * time.Millisecond
 	other.EventLag = Summary{Count: 3200, P50: 2 * time.Millisecond, P90: 3 * time.Millisecond, P99: 4 * time.Millisecond, Max: 9 * time.Millisecond}
@@ -162,6 +163,9 @@ func TestComparisonText(t *testing.T) {
 		"direct       http://d:1 (0 warm-up requests not counted)\n",
 		"lag          server's sent_unix_nano",
 		"                      direct        pdlb  pdlb/direct\n",
+		"\nerrors of pdlb  status_502 7 times: no decode\n" +
+			"                status_502 1 time: (no message)\n" +
+			"and 2 failures with other messages\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("got\n%s\nwant it to contain %q", out, want)

@@ -41,12 +41,19 @@ const NoTimeout = 100 * 365 * 24 * time.Hour
 // negative numbers are errors. Run and Compare copy the Config, so changing
 // it afterwards has no effect (Prompts included: they only read it).
 type Config struct {
-	// URL is the target's base URL, e.g. "http://127.0.0.1:8000"
-	// (required by Run; Compare ignores it). A path is a prefix the route
-	// is appended to; https is supported.
+	// URL is the target (required by Run; Compare ignores it): a base URL,
+	// e.g. "http://127.0.0.1:8000", or one ending in the route to call,
+	// e.g. "http://127.0.0.1:8000/v1/completions"; https is supported. A
+	// path that does not end in a route is a prefix the route is appended
+	// to ("http://host/prefix" calls "/prefix/generate"), except a final
+	// "/v1", an OpenAI base URL, which the OpenAI routes start with
+	// ("http://host/v1" calls "/v1/completions", and is an error with
+	// RouteGenerate).
 	URL string
-	// Route is the API to call: RouteGenerate (the default),
-	// RouteCompletions or RouteChatCompletions.
+	// Route is the API to call: RouteGenerate, RouteCompletions or
+	// RouteChatCompletions. Empty means the route the URL ends in (every
+	// target's in Compare, which must then agree), else RouteGenerate; a
+	// URL that ends in another route is an error.
 	Route string
 	// Stream asks for server-sent events ("stream": true) and measures time
 	// to first token, inter-token latency and event lag from them.
@@ -113,20 +120,36 @@ type Config struct {
 	// Timeout bounds each request, a whole stream included. Zero means
 	// 60 s; NoTimeout, no bound.
 	Timeout time.Duration
+	// GiveUpAfter stops the run (the whole comparison in Compare) once no
+	// request to a target has succeeded for this long since the first
+	// failure, and at least 5 have failed in a row, warm-up included: a
+	// wrong URL or a dead server then ends the run in seconds, its report
+	// saying why (Report.GaveUp), instead of failing thousands of requests
+	// a second to the end. Zero means 3 s; NoGiveUp never gives up, for a
+	// run meant to go on through failures (a restart under load).
+	GiveUpAfter time.Duration
 	// Dial connects to the target address ("host:port"), and must give up
 	// when ctx, the run's, is done: an interrupted run waits for it. Nil
 	// means TCP over IPv4 or IPv6, within Timeout; tests pass an in-memory
 	// dialer.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// staleCheckAfter and connectPause, set by tests, stand in for the
-	// constants of those names.
+	// constants of those names; now, for the clock of GiveUpAfter.
 	staleCheckAfter time.Duration
 	connectPause    time.Duration
+	now             func() time.Time
 
-	// Progress, when not nil, gets a one-line progress display rewritten
-	// with '\r' about four times a second and cleared at the end. It is
-	// written from one goroutine only, and never after Run returns.
+	// Progress, when not nil, gets a progress display: the share done as
+	// a bar, the time elapsed and in all, the requests done (and asked
+	// for), errors, successful requests a second and the time left. It is
+	// one line rewritten with '\r' four times a second and cleared at the
+	// end, for a terminal, or with ProgressLines one line every 5 s. It is
+	// written from one goroutine only, and never after Run or Compare
+	// returns.
 	Progress io.Writer
+	// ProgressLines makes the progress display a plain line (no bar, no
+	// '\r') every 5 s, for a log or a pipe. False means the redrawn line.
+	ProgressLines bool
 }
 
 // validate rejects what no default can fix, URL included.
@@ -156,6 +179,7 @@ func (c *Config) validateLoad() error {
 		{"warmup", int64(c.Warmup)},
 		{"round", int64(c.Round)},
 		{"timeout", int64(c.Timeout)},
+		{"give up after", int64(c.GiveUpAfter)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%s must not be negative", f.name)
@@ -208,6 +232,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = defaultTimeout
+	}
+	if c.GiveUpAfter == 0 {
+		c.GiveUpAfter = defaultGiveUpAfter
 	}
 	return c
 }

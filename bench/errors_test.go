@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,28 +21,34 @@ func TestRunErrorKinds(t *testing.T) {
 		stream bool
 		h      fasthttp.RequestHandler
 		kind   string
+		msg    string // what ErrorMessages must say
 	}{{
 		name: "bad gateway",
 		h:    jsonHandler(&recorder{}, fasthttp.StatusBadGateway, `{"error":{"message":"no decode"}}`),
 		kind: "status_502",
+		msg:  `no decode`,
 	}, {
 		name:   "bad gateway on a stream",
 		stream: true,
 		h:      jsonHandler(&recorder{}, fasthttp.StatusBadGateway, `{"error":{"message":"no decode"}}`),
 		kind:   "status_502",
+		msg:    `no decode`,
 	}, {
 		name: "body not JSON",
 		h:    jsonHandler(&recorder{}, fasthttp.StatusOK, `Internal Server Error`),
 		kind: KindBadBody,
+		msg:  `not JSON: Internal Server Error`,
 	}, {
 		name: "error object with 200",
 		h:    jsonHandler(&recorder{}, fasthttp.StatusOK, `{"error":{"message":"boom"}}`),
 		kind: KindBadBody,
+		msg:  `boom`,
 	}, {
 		name:   "stream without DONE",
 		stream: true,
 		h:      streamHandler(&recorder{}, []string{`{"text":" a"}`, `{"text":" a b"}`}, nil),
 		kind:   KindStreamError,
+		msg:    `the stream ended before data: [DONE]`,
 	}, {
 		name:   "stream with an error event",
 		stream: true,
@@ -51,11 +58,13 @@ func TestRunErrorKinds(t *testing.T) {
 			`[DONE]`,
 		}, nil),
 		kind: KindStreamError,
+		msg:  `KV transfer failed`,
 	}, {
 		name: "aborted answer",
 		h: jsonHandler(&recorder{}, fasthttp.StatusOK,
 			`{"text":"","meta_info":{"finish_reason":{"type":"abort","message":"Aborted by AbortReq.","status_code":null}}}`),
 		kind: KindAborted,
+		msg:  `Aborted by AbortReq.`,
 	}, {
 		name:   "stream refused without a room",
 		stream: true,
@@ -64,15 +73,18 @@ func TestRunErrorKinds(t *testing.T) {
 			`[DONE]`,
 		}, nil),
 		kind: KindAborted,
+		msg:  `Invalid request: Disaggregated request received without bootstrap room id.`,
 	}, {
 		name:   "stream event not JSON",
 		stream: true,
 		h:      streamHandler(&recorder{}, []string{`{"text":`, `[DONE]`}, nil),
 		kind:   KindBadBody,
+		msg:    `event not JSON: {"text":`,
 	}, {
 		name: "no answer in time",
 		h:    func(*fasthttp.RequestCtx) { <-block },
 		kind: KindTimeout,
+		msg:  `did not end within 50ms`,
 	}, {
 		name:   "stream stalls",
 		stream: true,
@@ -82,6 +94,7 @@ func TestRunErrorKinds(t *testing.T) {
 			}
 		}),
 		kind: KindTimeout,
+		msg:  `did not end within 50ms`,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := serve(t, tc.h)
@@ -93,6 +106,9 @@ func TestRunErrorKinds(t *testing.T) {
 			checkCounts(t, rep, 3, 0)
 			if len(rep.Errors) != 1 || rep.Errors[tc.kind] != 3 {
 				t.Fatalf("got errors %v; want %s: 3", rep.Errors, tc.kind)
+			}
+			if want := []ErrorMessage{{Kind: tc.kind, Message: tc.msg, Count: 3}}; !slices.Equal(rep.ErrorMessages, want) {
+				t.Fatalf("got error messages %+v; want %+v", rep.ErrorMessages, want)
 			}
 			if rep.Latency.Count != 0 || rep.TTFT.Count != 0 || rep.ITL.Count != 0 || rep.OutputTokens != 0 {
 				t.Fatalf("got figures from failed requests: latency %+v, ttft %+v, itl %+v, %d tokens",
@@ -107,6 +123,9 @@ func TestRunConnectError(t *testing.T) {
 	checkCounts(t, rep, 2, 0)
 	if rep.Errors[KindConnect] != 2 {
 		t.Fatalf("got errors %v; want %s: 2", rep.Errors, KindConnect)
+	}
+	if want := []ErrorMessage{{Kind: KindConnect, Message: "cannot connect: connection refused", Count: 2}}; !slices.Equal(rep.ErrorMessages, want) {
+		t.Fatalf("got error messages %+v; want %+v", rep.ErrorMessages, want)
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -42,6 +41,9 @@ type Report struct {
 	Duration     time.Duration `json:"-"`
 	Warmup       time.Duration `json:"-"`
 	Timeout      time.Duration `json:"-"`
+	// Endpoint is the URL every request went to: URL's scheme, host and
+	// path prefix, then Route.
+	Endpoint string `json:"endpoint"`
 
 	// Requests is the number of measured requests that finished: OK plus
 	// the sum of Errors.
@@ -51,11 +53,21 @@ type Report struct {
 	// Errors counts failed requests by kind: "status_<code>" or one of the
 	// Kind constants. It is never nil in a Report from Run.
 	Errors map[string]int `json:"errors"`
+	// ErrorMessages are the first distinct failures (kind and message)
+	// of measured requests, up to 5, in the order they first came, each
+	// with its count; other failures count in Errors alone.
+	ErrorMessages []ErrorMessage `json:"error_messages"`
 	// WarmupRequests is the number of requests finished during the warm-up
 	// and left out of every other figure.
 	WarmupRequests int `json:"warmup_requests"`
 	// Interrupted is set when the context ended the run early.
 	Interrupted bool `json:"interrupted"`
+	// GaveUp, when not empty, says why the run stopped early on this
+	// target, none of whose requests had succeeded for
+	// Config.GiveUpAfter: how long, how many failed, and the last
+	// failure's kind and message. The figures cover the requests finished
+	// before (in Compare, the rounds every target completed).
+	GaveUp string `json:"gave_up,omitempty"`
 
 	// Elapsed is the measured time the rates are taken over, summed over
 	// Compare rounds. In the open loop it runs from the end of the warm-up
@@ -221,7 +233,7 @@ const lagNote = "server's sent_unix_nano to arrival; only meaningful with bench 
 // milliseconds.
 func (r *Report) WriteText(w io.Writer) error {
 	var b bytes.Buffer
-	target := strings.TrimSuffix(r.URL, "/") + r.Route
+	target := r.Endpoint
 	if r.Name != "" {
 		target = r.Name + " " + target
 	}
@@ -234,8 +246,15 @@ func (r *Report) WriteText(w io.Writer) error {
 	for _, k := range slices.Sorted(maps.Keys(r.Errors)) {
 		fmt.Fprintf(&b, "%-12s %s %d\n", "errors", k, r.Errors[k])
 	}
+	b.Write(appendMessages(nil, fmt.Sprintf("%-12s ", "messages"), r.ErrorMessages))
+	if n := r.otherFailures(); n > 0 {
+		fmt.Fprintf(&b, "%-12s and %s with other messages\n", "", plural(n, "failure"))
+	}
 	if r.Interrupted {
 		fmt.Fprintf(&b, "%-12s %s\n", "interrupted", "yes: figures cover the requests finished before")
+	}
+	if r.GaveUp != "" {
+		fmt.Fprintf(&b, "%-12s %s\n", "gave up", r.GaveUp)
 	}
 	fmt.Fprintf(&b, "%-12s %.2f s\n", "elapsed", r.Elapsed.Seconds())
 	fmt.Fprintf(&b, "%-12s %.1f req/s, %.1f output tokens/s (%d tokens)\n", "throughput",
@@ -303,4 +322,22 @@ func formatMillis(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%.0f", ms)
 	}
+}
+
+// plural returns n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+// otherFailures returns the number of failures ErrorMessages leaves out
+// (dropped arrivals, which have no message, aside).
+func (r *Report) otherFailures() int {
+	n := r.Requests - r.OK - r.Errors[KindDropped]
+	for _, m := range r.ErrorMessages {
+		n -= m.Count
+	}
+	return n
 }

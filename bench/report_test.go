@@ -59,6 +59,7 @@ func testReport() *Report {
 	return &Report{
 		URL:                "http://127.0.0.1:8000",
 		Route:              RouteGenerate,
+		Endpoint:           "http://127.0.0.1:8000/generate",
 		Stream:             true,
 		Concurrency:        8,
 		Requests:           1000,
@@ -107,7 +108,7 @@ func TestWriteText(t *testing.T) {
 
 func TestWriteTextNoSamples(t *testing.T) {
 	var b bytes.Buffer
-	r := &Report{URL: "http://x", Route: RouteChatCompletions, Errors: map[string]int{}, Interrupted: true}
+	r := &Report{URL: "http://x", Route: RouteChatCompletions, Endpoint: "http://x/v1/chat/completions", Errors: map[string]int{}, Interrupted: true}
 	if err := r.WriteText(&b); err != nil {
 		t.Fatal(err)
 	}

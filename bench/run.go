@@ -18,12 +18,25 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	route, err := resolveRoute(cfg.Route, cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Route = route
 	cfg = cfg.withDefaults()
-	r, err := newRunner(ctx, &cfg, Target{URL: cfg.URL})
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	r, err := newRunner(ctx, stop, &cfg, Target{URL: cfg.URL})
 	if err != nil {
 		return nil, err
 	}
 	defer r.t.close()
+	if cfg.Duration > 0 {
+		r.schedTotal = cfg.Warmup + cfg.Duration
+	}
+	r.progress = newProgress(&cfg)
+	r.progress.start()
+	defer r.progress.end()
 	r.round(cfg.Warmup, cfg.Duration)
 	return r.report(), nil
 }
@@ -33,7 +46,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // round. The goroutine that calls round owns it; workers share only its
 // atomics, and the fields a round sets before starting them.
 type runner struct {
-	ctx  context.Context
+	ctx  context.Context // the run's: cancelled by an interrupt or a give-up
+	stop context.CancelCauseFunc
 	cfg  *Config
 	name string // the target's name in Compare, "" in Run
 	url  string
@@ -42,7 +56,10 @@ type runner struct {
 	arr  *arrivals // open loop only
 	pool pool
 
-	label        string        // shown before the progress line
+	progress     *progress     // nil: none
+	label        string        // shown before the progress display
+	schedBefore  time.Duration // scheduled time of the run before this round (Compare)
+	schedTotal   time.Duration // scheduled time of the whole run; zero when only Requests bounds it
 	start        time.Time     // of the current round
 	measureStart time.Time     // end of the round's warm-up
 	measureEnd   time.Time     // zero when only Requests bounds the run
@@ -50,6 +67,7 @@ type runner struct {
 	window       time.Duration // the measured windows' total length
 	cutAt        time.Time     // when ctx cut the run; zero while it has not
 	dropped      int           // measured arrivals the open loop could not send
+	errLog       errorLog      // the first distinct failures of measured requests
 
 	issued      atomic.Int64  // measured requests started
 	seq         atomic.Uint64 // request numbers, for prompts
@@ -57,17 +75,20 @@ type runner struct {
 	failed      atomic.Int64  // ... of which failed
 	warm        atomic.Int64  // warm-up requests finished
 	interrupted atomic.Bool
+	streak      streak                 // failures in a row, for GiveUpAfter
+	gaveUp      atomic.Pointer[string] // why the run gave the target up
 }
 
 // newRunner prepares the load cfg describes on target tg; cfg has its
-// defaults and is shared, read-only, by every runner of a Compare.
-func newRunner(ctx context.Context, cfg *Config, tg Target) (*runner, error) {
+// defaults and is shared, read-only, by every runner of a Compare. stop
+// cancels ctx, to give up.
+func newRunner(ctx context.Context, stop context.CancelCauseFunc, cfg *Config, tg Target) (*runner, error) {
 	t, err := newTarget(ctx, tg.URL, cfg.Route, cfg.Dial, cfg.maxConns(), cfg.Timeout)
 	if err != nil {
 		return nil, err
 	}
 	t.staleAfter = cmp.Or(cfg.staleCheckAfter, staleCheckAfter)
-	r := &runner{ctx: ctx, cfg: cfg, name: tg.Name, url: tg.URL, t: t, wl: newWorkload(cfg)}
+	r := &runner{ctx: ctx, stop: stop, cfg: cfg, name: tg.Name, url: tg.URL, t: t, wl: newWorkload(cfg)}
 	if cfg.openLoop() {
 		r.arr = newArrivals(cfg.Rate, cfg.Seed)
 	}
@@ -85,12 +106,13 @@ func (r *runner) round(warmup, d time.Duration) {
 	if d > 0 {
 		r.measureEnd = r.measureStart.Add(d)
 	}
+	r.progress.set(&turn{
+		r: r, label: r.label, start: r.start, measureStart: r.measureStart, measureEnd: r.measureEnd,
+		before: r.schedBefore, total: r.schedTotal, measuredBefore: r.window, requests: int64(r.cfg.Requests),
+	})
 	stop := make(chan struct{})
 	var bg sync.WaitGroup
 	bg.Go(func() { r.cutOnCancel(stop) })
-	if r.cfg.Progress != nil {
-		bg.Go(func() { r.showProgress(stop) })
-	}
 	if r.cfg.openLoop() {
 		r.openLoop()
 	} else {
@@ -281,7 +303,7 @@ func (r *runner) cutOnCancel(stop <-chan struct{}) {
 	select {
 	case <-r.ctx.Done():
 		r.cutAt = time.Now()
-		r.interrupted.Store(true)
+		r.interrupted.Store(!gaveUp(r.ctx))
 		r.t.close()
 	case <-stop:
 	}
@@ -308,6 +330,7 @@ func (r *runner) admit(now time.Time) (send, measured bool) {
 // to when a later round is cut short.
 type mark struct {
 	tallies         []tally // of pool.all, in order
+	errors          []ErrorMessage
 	elapsed, window time.Duration
 	dropped         int
 	warm            int64
@@ -315,7 +338,7 @@ type mark struct {
 
 // mark returns the runner's figures; every worker has stopped.
 func (r *runner) mark() mark {
-	m := mark{elapsed: r.elapsed, window: r.window, dropped: r.dropped, warm: r.warm.Load()}
+	m := mark{elapsed: r.elapsed, window: r.window, dropped: r.dropped, warm: r.warm.Load(), errors: r.errLog.snapshot()}
 	for _, w := range r.pool.all {
 		m.tallies = append(m.tallies, w.snapshot())
 	}
@@ -327,6 +350,7 @@ func (r *runner) mark() mark {
 func (r *runner) rollback(m mark) {
 	r.elapsed, r.window, r.dropped = m.elapsed, m.window, m.dropped
 	r.warm.Store(m.warm)
+	r.errLog.restore(m.errors)
 	for i, w := range r.pool.all {
 		if i < len(m.tallies) {
 			w.tally = m.tallies[i]
@@ -379,6 +403,7 @@ func (r *runner) report() *Report {
 	rep := &Report{
 		Name:           r.name,
 		URL:            r.url,
+		Endpoint:       r.t.uri,
 		Route:          r.cfg.Route,
 		Stream:         r.cfg.Stream,
 		Concurrency:    r.cfg.Concurrency,
@@ -392,7 +417,9 @@ func (r *runner) report() *Report {
 		Errors:         make(map[string]int),
 		WarmupRequests: int(r.warm.Load()),
 		Interrupted:    r.interrupted.Load(),
+		GaveUp:         r.gaveUpReason(),
 		Elapsed:        r.measuredTime(),
+		ErrorMessages:  r.errLog.snapshot(),
 	}
 	if len(r.cfg.Prompts) == 0 {
 		rep.PromptWords = r.cfg.PromptWords

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -412,23 +411,6 @@ func TestRunDuration(t *testing.T) {
 	}
 	if rep.Interrupted {
 		t.Fatalf("got an interrupted run; want a complete one")
-	}
-}
-
-func TestRunProgress(t *testing.T) {
-	var out bytes.Buffer
-	cfg := serve(t, jsonHandler(&recorder{}, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`))
-	cfg.Requests = 3
-	cfg.Progress = &out
-	run(t, cfg)
-
-	s := out.String()
-	if !strings.HasPrefix(s, "\r") || !strings.Contains(s, "requests") || !strings.HasSuffix(s, "\r") {
-		t.Fatalf("got progress %q; want '\\r'-rewritten lines mentioning requests", s)
-	}
-	lines := strings.Split(strings.TrimSuffix(s, "\r"), "\r")
-	if last := lines[len(lines)-1]; strings.TrimSpace(last) != "" || len(last) < len(lines[1]) {
-		t.Fatalf("got last progress write %q; want blanks over %q", last, lines[1])
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -82,8 +81,12 @@ func newTarget(ctx context.Context, rawURL, route string, dial func(context.Cont
 		d := &net.Dialer{Timeout: timeout}
 		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
 	}
+	path, err := endpointPath(u.EscapedPath(), route)
+	if err != nil {
+		return nil, fmt.Errorf("url %q %w", rawURL, err)
+	}
 	t := &target{
-		uri:   u.Scheme + "://" + u.Host + strings.TrimSuffix(u.EscapedPath(), "/") + route,
+		uri:   u.Scheme + "://" + u.Host + path,
 		ctx:   ctx,
 		dial:  dial,
 		conns: make(map[*trackedConn]struct{}),

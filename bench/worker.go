@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"math/rand/v2"
@@ -57,6 +58,8 @@ type worker struct {
 	parser fastjson.Parser
 	gaps   []time.Duration // between token events of the current request
 	lags   []time.Duration // of the stamped events of the current request
+	msg    []byte          // what the current request's failure said
+	errBuf []byte          // the start of a streamed error answer
 
 	tally
 	first time.Time // start of the round's first measured request
@@ -139,7 +142,14 @@ func (w *worker) one(measured bool) (kind string) {
 	start := time.Now()
 	o := w.exchange(start)
 	end := time.Now()
+	if o.kind == KindTimeout {
+		// Rather than the deadline's "timeout", what it was.
+		w.msg = fmt.Appendf(w.msg[:0], "did not end within %v", w.r.cfg.Timeout)
+	}
 	cut := w.r.ctx.Err() != nil
+	if !cut {
+		w.r.noteOutcome(o.kind, w.msg, end)
+	}
 	// Events/s counts what arrived within the window, of every stream
 	// but those that failed inside it: one still in flight at the
 	// window's end, or at the interrupt that ends it, had delivered them
@@ -173,6 +183,7 @@ func (w *worker) record(o outcome, start, end time.Time) {
 	w.r.done.Add(1)
 	if o.kind != "" {
 		w.errs[o.kind]++
+		w.r.errLog.add(o.kind, w.msg)
 		w.r.failed.Add(1)
 		return
 	}
@@ -193,14 +204,16 @@ func (w *worker) record(o outcome, start, end time.Time) {
 
 // exchange sends the request and reads the whole answer.
 func (w *worker) exchange(start time.Time) outcome {
-	w.gaps, w.lags = w.gaps[:0], w.lags[:0]
+	w.gaps, w.lags, w.msg = w.gaps[:0], w.lags[:0], w.msg[:0]
 	err := w.r.t.hc.DoDeadline(&w.req, &w.resp, start.Add(w.r.cfg.Timeout))
 	if err != nil {
+		w.msg = appendErrorMessage(w.msg, err)
 		return outcome{kind: transportKind(err)}
 	}
 	if code := w.resp.StatusCode(); code < 200 || code > 299 {
-		// Closing an unread stream drops the connection; error answers
-		// are rare enough not to matter.
+		w.msg = appendAnswerMessage(w.msg, &w.parser, w.errorBody())
+		// Closing a stream not read to its end drops the connection;
+		// error answers are rare enough not to matter.
 		_ = w.resp.CloseBodyStream()
 		return outcome{kind: "status_" + strconv.Itoa(code)}
 	}
@@ -210,13 +223,34 @@ func (w *worker) exchange(start time.Time) outcome {
 	return w.readBody()
 }
 
+// errorBody returns the start of an error answer's body, at most
+// maxErrorBody bytes of it when it is streamed.
+func (w *worker) errorBody() []byte {
+	body := w.resp.BodyStream()
+	if body == nil {
+		return w.resp.Body()
+	}
+	if w.errBuf == nil {
+		w.errBuf = make([]byte, maxErrorBody)
+	}
+	n, _ := io.ReadFull(body, w.errBuf)
+	return w.errBuf[:n]
+}
+
 // readBody checks a buffered answer and reads its output length.
 func (w *worker) readBody() outcome {
-	v, err := w.parser.ParseBytes(w.resp.Body())
-	if err != nil || isError(v) {
+	body := w.resp.Body()
+	v, err := w.parser.ParseBytes(body)
+	if err != nil {
+		w.msg = appendAnswerMessage(w.msg, &w.parser, body)
+		return outcome{kind: KindBadBody}
+	}
+	if isError(v) {
+		w.msg = appendValueMessage(w.msg, v, body)
 		return outcome{kind: KindBadBody}
 	}
 	if isAbort(v) {
+		w.msg = appendValueMessage(w.msg, v, body)
 		return outcome{kind: KindAborted}
 	}
 	return outcome{tokens: w.r.wl.completionTokens(v)}
@@ -228,7 +262,8 @@ func (w *worker) readBody() outcome {
 func (w *worker) readStream() outcome {
 	body := w.resp.BodyStream()
 	if body == nil {
-		return outcome{kind: KindStreamError} // a status without a body
+		w.msg = append(w.msg, "the answer has no body"...)
+		return outcome{kind: KindStreamError}
 	}
 	defer func() { _ = w.resp.CloseBodyStream() }()
 	w.sse.reset(body)
@@ -262,6 +297,7 @@ func (w *worker) readEvents() outcome {
 	for {
 		data, at, err := w.sse.next()
 		if err != nil {
+			w.msg = appendStreamError(w.msg, err)
 			o.kind = streamKind(err)
 			return o
 		}
@@ -275,14 +311,18 @@ func (w *worker) readEvents() outcome {
 		}
 		v, err := w.parser.ParseBytes(data)
 		if err != nil {
+			w.msg = append(w.msg, "event "...)
+			w.msg = appendAnswerMessage(w.msg, &w.parser, data)
 			o.kind = KindBadBody
 			return o
 		}
 		if isError(v) {
+			w.msg = appendValueMessage(w.msg, v, data)
 			o.kind = KindStreamError
 			return o
 		}
 		if isAbort(v) {
+			w.msg = appendValueMessage(w.msg, v, data)
 			o.kind = KindAborted
 			return o
 		}
@@ -338,6 +378,8 @@ func (w *worker) drain() string {
 			return ""
 		}
 		if err != nil {
+			w.msg = append(w.msg, "after data: [DONE], "...)
+			w.msg = appendErrorMessage(w.msg, err)
 			return streamKind(err)
 		}
 	}

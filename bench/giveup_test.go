@@ -1,0 +1,167 @@
+package bench
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+func TestStreak(t *testing.T) {
+	var s streak
+	t0 := time.Unix(1000, 0)
+	check := func(now time.Duration, wantD time.Duration, wantFails int) {
+		t.Helper()
+		d, fails := s.failed(t0.Add(now))
+		if d != wantD || fails != wantFails {
+			t.Fatalf("failure at %v: got a streak of %v, %d failures; want %v, %d", now, d, fails, wantD, wantFails)
+		}
+	}
+	check(time.Second, 0, 1)
+	check(2*time.Second, time.Second, 2)
+	check(4*time.Second, 3*time.Second, 3)
+	s.succeeded()
+	check(5*time.Second, 0, 1) // a new streak
+	s.succeeded()
+	s.succeeded()
+	check(9*time.Second, 0, 1)
+}
+
+// fakeClock is a clock that moves step forward each time it is read.
+type fakeClock struct {
+	mu   sync.Mutex
+	t    time.Time
+	step time.Duration
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(c.step)
+	return c.t
+}
+
+// TestRunGivesUp loads a target whose every request fails, on a clock
+// that moves a fixed step per failure: the run must stop at the failure
+// that makes GiveUpAfter (3 s) without a success and at least 5 failures,
+// and say what they failed with. It once sent tens of thousands of failing
+// requests a second to the end of the run (issue 20).
+func TestRunGivesUp(t *testing.T) {
+	notFound := jsonHandler(&recorder{}, fasthttp.StatusNotFound, `{"detail":"Not Found"}`)
+	for _, tc := range []struct {
+		name string
+		h    fasthttp.RequestHandler // nil: connections are refused
+		step time.Duration
+		sent int    // requests before giving up
+		last string // the last failure's kind and message
+	}{
+		{"404, the count binds", notFound, time.Second, 5, "status_404: Not Found"},
+		{"404, the time binds", notFound, 100 * time.Millisecond, 31, "status_404: Not Found"},
+		{"500", jsonHandler(&recorder{}, fasthttp.StatusInternalServerError, `{"error":{"message":"KV transfer failed"}}`),
+			time.Second, 5, "status_500: KV transfer failed"},
+		{"refused connections", nil, time.Second, 5, "connect: cannot connect: connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{URL: "http://fake.test", Dial: refused, Timeout: 5 * time.Second}
+			if tc.h != nil {
+				cfg = serve(t, tc.h)
+			}
+			clock := &fakeClock{t: time.Unix(1000, 0), step: tc.step}
+			cfg.now, cfg.connectPause = clock.now, time.Nanosecond
+			cfg.Duration = 5 * time.Second // a failure deadline: the give-up ends it at once
+			rep := run(t, cfg)
+
+			if rep.Requests != tc.sent || rep.OK != 0 {
+				t.Fatalf("got %d requests, %d ok (errors %v); want %d, none ok", rep.Requests, rep.OK, rep.Errors, tc.sent)
+			}
+			d := time.Duration(tc.sent-1) * tc.step
+			want := "no request succeeded in " + d.String() + " and " + strconv.Itoa(tc.sent) + " failed; the last: " + tc.last
+			if rep.GaveUp != want || rep.Interrupted {
+				t.Fatalf("got gave up %q, interrupted %v; want %q, not interrupted", rep.GaveUp, rep.Interrupted, want)
+			}
+			var text, js strings.Builder
+			if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "gave up      "+want+"\n") {
+				t.Fatalf("got\n%s\n(%v); want a line saying why it gave up", text.String(), err)
+			}
+			if err := rep.WriteJSON(&js); err != nil || !strings.Contains(js.String(), `"gave_up": "`+want+`"`) {
+				t.Fatalf("got JSON\n%s\n(%v); want gave_up saying why", js.String(), err)
+			}
+		})
+	}
+}
+
+// A success ends a streak, and NoGiveUp never gives up: both runs go to
+// their end.
+func TestRunDoesNotGiveUp(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		okEvery int // the requests that succeed; 0: none
+		giveUp  time.Duration
+	}{
+		{"a success every fifth request", 5, 0},
+		{"never", 0, NoGiveUp},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := &recorder{}
+			cfg := serve(t, func(ctx *fasthttp.RequestCtx) {
+				n := rc.add(ctx)
+				ctx.SetContentType("application/json")
+				if tc.okEvery > 0 && n%tc.okEvery == 0 {
+					ctx.SetBodyString(`{"text":" a","meta_info":{"completion_tokens":1}}`)
+					return
+				}
+				ctx.SetStatusCode(fasthttp.StatusNotFound)
+				ctx.SetBodyString(`{"detail":"Not Found"}`)
+			})
+			clock := &fakeClock{t: time.Unix(1000, 0), step: time.Second}
+			cfg.now, cfg.GiveUpAfter, cfg.Requests = clock.now, tc.giveUp, 40
+			rep := run(t, cfg)
+			if rep.Requests != 40 || rep.GaveUp != "" {
+				t.Fatalf("got %d requests, gave up %q; want 40, not given up", rep.Requests, rep.GaveUp)
+			}
+		})
+	}
+}
+
+// TestOpenLoopGivesUp gives up on a target of the open loop too, whose
+// arrivals keep coming whatever the answers.
+func TestOpenLoopGivesUp(t *testing.T) {
+	cfg := serve(t, jsonHandler(&recorder{}, fasthttp.StatusNotFound, `{"detail":"Not Found"}`))
+	clock := &fakeClock{t: time.Unix(1000, 0), step: time.Second}
+	cfg.now, cfg.Rate, cfg.Duration = clock.now, 1000, 5*time.Second
+	rep := run(t, cfg)
+	if rep.Requests < giveUpMinFailures || rep.OK != 0 || !strings.HasSuffix(rep.GaveUp, "status_404: Not Found") || rep.Interrupted {
+		t.Fatalf("got %d requests, %d ok, gave up %q, interrupted %v; want at least %d, none ok, given up, not interrupted",
+			rep.Requests, rep.OK, rep.GaveUp, rep.Interrupted, giveUpMinFailures)
+	}
+}
+
+// TestCompareGivesUp ends a comparison when one target fails every
+// request: its report says why, the other's does not, and neither was
+// interrupted.
+func TestCompareGivesUp(t *testing.T) {
+	targets, cfg := serveTargets(t, []string{"good", "bad"},
+		jsonHandler(&recorder{}, fasthttp.StatusOK, `{"text":" a","meta_info":{"completion_tokens":1}}`),
+		jsonHandler(&recorder{}, fasthttp.StatusNotFound, `{"detail":"Not Found"}`))
+	clock := &fakeClock{t: time.Unix(1000, 0), step: time.Second}
+	cfg.now, cfg.Duration, cfg.Round = clock.now, 5*time.Second, minRound
+	c, err := Compare(t.Context(), cfg, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Rounds >= c.Planned {
+		t.Fatalf("got %d of %d rounds; want the comparison ended early", c.Rounds, c.Planned)
+	}
+	g, b := c.Reports[0], c.Reports[1]
+	if g.GaveUp != "" || !strings.HasSuffix(b.GaveUp, "status_404: Not Found") || g.Interrupted || b.Interrupted {
+		t.Fatalf("got gave up %q and %q, interrupted %v and %v; want the second alone given up, neither interrupted",
+			g.GaveUp, b.GaveUp, g.Interrupted, b.Interrupted)
+	}
+	var text strings.Builder
+	if err := c.WriteText(&text); err != nil || !strings.Contains(text.String(), "gave up      bad: no request succeeded") {
+		t.Fatalf("got\n%s\n(%v); want a line saying why it gave up on bad", text.String(), err)
+	}
+}
