@@ -73,14 +73,27 @@
 // time to first token, inter-token latency and errors by kind:
 // status_<code>, connect, timeout, transport, stream_error, bad_body,
 // aborted (a 200 answer or event that an abort ended, as a decode's
-// refusal of a request without a room is) and dropped. A progress line
-// shows while it runs. Against `pdlb fake`, whose events carry the time
+// refusal of a request without a room is) and dropped; and the first five
+// distinct error messages (the status and what the body says, as SGLang's
+// "without bootstrap room id"), each with its count (error_messages in the
+// JSON report). While it runs, a progress bar with the total and an ETA
+// is redrawn on a terminal; otherwise one plain line is written every 5 s
+// (-q for none). Against `pdlb fake`, whose events carry the time
 // they were sent, it also reports each event's lag on the way. Its
 // environment variables are PDLB_BENCH_<FLAG> (PDLB_BENCH_COMPARE a
 // comma-separated list; PDLB_BENCH_HEADER one header, as a header's value
 // may hold commas). `pdlb bench --help` lists the flags. Beyond it:
 //
+//   - URL is a base URL (a path is a prefix: http://h/prefix calls
+//     /prefix/generate) or the URL of a route (http://h:8000/generate),
+//     whose route is taken; a --route that contradicts it is a usage
+//     error, and a URL ending in /v1 is an OpenAI base URL.
 //   - --route is /generate, /v1/completions or /v1/chat/completions.
+//   - --give-up-after (3s): when no request to a target has succeeded for
+//     that long and at least five failed, the run stops and says what they
+//     failed with (gave_up in the JSON report), rather than sending tens of
+//     thousands of failing requests a second. 0 never gives up, to load a
+//     server through a restart.
 //   - --stream measures inter-token latency with an event's gap shared
 //     among its new tokens where it counts them, as bench_serving does.
 //   - --round is at least 100ms; --duration more than 0.
@@ -101,7 +114,8 @@
 // have reached the target is never sent twice.
 //
 // The exit status is 0 after a run where requests succeeded; 1 when a
-// target had none succeed (a wrong port, a dead target); 2 for a usage
+// target had none succeed (a wrong port, a dead target) or was given up;
+// 2 for a usage
 // error; 128 + the signal (130 for Ctrl-C) when interrupted, after the
 // partial report. A second Ctrl-C (250 ms or more after the first) exits
 // at once. An interrupted --compare reports the rounds every target
