@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -45,6 +46,8 @@ type infoEntry struct {
 	lost  chan struct{}
 	info  prefillInfo
 	err   error
+	// waiters counts the requests that waited on another's fetch, for tests.
+	waiters atomic.Int32
 }
 
 // infoCache maps canonical bootstrap addresses to their prefill info, and
@@ -64,19 +67,28 @@ var errNotRegistered = errors.New("prefill server not fully registered yet")
 
 // prefillInfo returns the parallel info of the prefill at addr, from ic or
 // fetched over n into ic, and the channel closed if the health polls drop
-// it; concurrent first requests share one fetch.
+// it; concurrent first requests share one fetch. A fetch that stopped
+// because the request that ran it was aborted is no answer for the others:
+// they fetch again, as each of SGLang's requests would.
 func (s *Server) prefillInfo(c *call, ic *infoCache, n *Network, addr string, deadline time.Time) (prefillInfo, <-chan struct{}, error) {
-	e, owner := ic.entry(addr)
-	if owner {
-		s.fillInfo(c, ic, n, addr, e, deadline)
+	for {
+		e, owner := ic.entry(addr)
+		if owner {
+			s.fillInfo(c, ic, n, addr, e, deadline)
+		} else {
+			e.waiters.Add(1)
+		}
+		select {
+		case <-e.ready:
+			if !owner && errors.Is(e.err, errStopped) && !s.stopped(c) {
+				continue
+			}
+			return e.info, e.lost, e.err
+		case <-c.done:
+		case <-s.quit:
+		}
+		return prefillInfo{}, nil, errStopped
 	}
-	select {
-	case <-e.ready:
-		return e.info, e.lost, e.err
-	case <-c.done:
-	case <-s.quit:
-	}
-	return prefillInfo{}, nil, errStopped
 }
 
 // entry returns the entry of addr, creating it if needed; owner is true for
