@@ -42,6 +42,27 @@ func popNumber(ctx *kong.DecodeContext) (string, error) {
 	return fmt.Sprint(tok.Value), nil
 }
 
+// pythonNumber is s as Go's strconv reads the number Python's int() and
+// float() read in it (argparse's readers, so sglang_router's): surrounding
+// whitespace is dropped, and so are underscores that sit between two
+// digits ("1_800"). Any other underscore is left, for strconv to refuse.
+func pythonNumber(s string) string {
+	s = strings.TrimSpace(s)
+	if !strings.Contains(s, "_") {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '_' && i > 0 && i+1 < len(s) && isDigit(s[i-1]) && isDigit(s[i+1]) {
+			continue
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
 // unit is what a flag's number counts, as its errors say: the seconds of
 // the -secs flags (sglang_router's names), else nothing.
 func unit(ctx *kong.DecodeContext) string {
@@ -66,7 +87,7 @@ func intMapper(bits int) kong.MapperFunc {
 		if err != nil {
 			return err
 		}
-		n, err := strconv.ParseInt(s, 10, bits)
+		n, err := strconv.ParseInt(pythonNumber(s), 10, bits)
 		if err != nil {
 			return badNumber("a whole number"+unit(ctx), s, err)
 		}
@@ -81,7 +102,7 @@ func uintMapper(bits int) kong.MapperFunc {
 		if err != nil {
 			return err
 		}
-		n, err := strconv.ParseUint(s, 10, bits)
+		n, err := strconv.ParseUint(strings.TrimPrefix(pythonNumber(s), "+"), 10, bits)
 		if err != nil {
 			return badNumber("a whole number"+unit(ctx)+", 0 or more", s, err)
 		}
@@ -96,7 +117,7 @@ func floatMapper(bits int) kong.MapperFunc {
 		if err != nil {
 			return err
 		}
-		f, err := strconv.ParseFloat(s, bits)
+		f, err := strconv.ParseFloat(pythonNumber(s), bits)
 		if err != nil {
 			return badNumber("a number"+unit(ctx), s, err)
 		}
@@ -113,11 +134,11 @@ func portMapper(zero bool) kong.MapperFunc {
 		if err != nil {
 			return err
 		}
-		if zero && s == "0" {
+		if n, err := strconv.Atoi(pythonNumber(s)); zero && err == nil && n == 0 {
 			target.SetInt(0)
 			return nil
 		}
-		n, ok := parsePort(s)
+		n, ok := parsePort(pythonNumber(s))
 		if !ok {
 			if zero {
 				return fmt.Errorf("expected %s, or 0 for none, got %q", wantPort, s)

@@ -69,3 +69,35 @@ func TestNumberFlagsAreDecimal(t *testing.T) {
 			s.Port, s.PrometheusPort, s.ConnectTimeoutSecs, s.MaxConcurrentRequests)
 	}
 }
+
+// What Python's int() and float() take, argparse and so sglang_router take:
+// underscores between digits, a sign, surrounding spaces; 0 written any way
+// turns a listener off.
+func TestNumberFlagsReadAsPythonDoes(t *testing.T) {
+	for _, tc := range []struct {
+		flag, value string
+		got         func(*serveCmd) float64
+		want        float64
+	}{
+		{"--request-timeout-secs", "1_800", func(s *serveCmd) float64 { return float64(s.RequestTimeoutSecs) }, 1800},
+		{"--port", " 8_000 ", func(s *serveCmd) float64 { return float64(s.Port) }, 8000},
+		{"--port", "+8000", func(s *serveCmd) float64 { return float64(s.Port) }, 8000},
+		{"--prometheus-port", "00", func(s *serveCmd) float64 { return float64(s.PrometheusPort) }, 0},
+		{"--prometheus-port", "-0", func(s *serveCmd) float64 { return float64(s.PrometheusPort) }, 0},
+		{"--connect-timeout-secs", "1_0.5", func(s *serveCmd) float64 { return s.ConnectTimeoutSecs }, 10.5},
+	} {
+		c, _, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", tc.flag, tc.value)
+		if err != nil {
+			t.Errorf("%s %q: %v", tc.flag, tc.value, err)
+			continue
+		}
+		if got := tc.got(&c.Serve); got != tc.want {
+			t.Errorf("%s %q: got %v; want %v", tc.flag, tc.value, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"1__800", "_1800", "1800_", "0x10"} {
+		if _, _, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--request-timeout-secs", bad); err == nil {
+			t.Errorf("--request-timeout-secs %q was taken; want a usage error, as Python's int() refuses it", bad)
+		}
+	}
+}
