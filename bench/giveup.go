@@ -33,10 +33,11 @@ var errGaveUp = errors.New("gave up on a target whose every request failed")
 // many, until a success ends it. It is safe for concurrent use; a success
 // outside a streak costs one atomic load.
 type streak struct {
-	failing atomic.Bool
-	mu      sync.Mutex
-	since   time.Time // end of the streak's first failure
-	fails   int
+	failing  atomic.Bool
+	mu       sync.Mutex
+	since    time.Time // end of the streak's first failure, moved on by pauses
+	fails    int
+	pausedAt time.Time // end of the target's last turn in Compare; zero: none
 }
 
 // succeeded ends the streak, if any.
@@ -62,6 +63,35 @@ func (s *streak) failed(now time.Time) (d time.Duration, fails int) {
 	return now.Sub(s.since), s.fails
 }
 
+// pause notes the end of the target's turn, at now, in Compare.
+func (s *streak) pause(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pausedAt = now
+}
+
+// resume notes the start of the target's next turn, at now: a streak
+// counts the target's own time, not the other targets' turns between its
+// failures. A target that failed at the end of one turn and at the start
+// of the next was given up for the time the others took in between
+// (issue 20).
+func (s *streak) resume(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failing.Load() && !s.pausedAt.IsZero() {
+		s.since = s.since.Add(now.Sub(s.pausedAt))
+	}
+	s.pausedAt = time.Time{}
+}
+
+// clock returns the time of the give-up rule: Config.now, or t.
+func (r *runner) clock(t time.Time) time.Time {
+	if r.cfg.now != nil {
+		return r.cfg.now()
+	}
+	return t
+}
+
 // noteOutcome follows the target's failures in a row, warm-up and
 // measured requests alike, and stops the run when they reach
 // Config.GiveUpAfter: kind and msg are the failure that ended at end
@@ -71,10 +101,7 @@ func (r *runner) noteOutcome(kind string, msg []byte, end time.Time) {
 		r.streak.succeeded()
 		return
 	}
-	if r.cfg.now != nil {
-		end = r.cfg.now()
-	}
-	d, fails := r.streak.failed(end)
+	d, fails := r.streak.failed(r.clock(end))
 	if d < r.cfg.GiveUpAfter || fails < giveUpMinFailures {
 		return
 	}

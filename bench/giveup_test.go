@@ -28,6 +28,11 @@ func TestStreak(t *testing.T) {
 	s.succeeded()
 	s.succeeded()
 	check(9*time.Second, 0, 1)
+
+	// A pause between turns does not count.
+	s.pause(t0.Add(10 * time.Second))
+	s.resume(t0.Add(20 * time.Second))
+	check(21*time.Second, 2*time.Second, 2)
 }
 
 // fakeClock is a clock that moves step forward each time it is read.
@@ -163,5 +168,51 @@ func TestCompareGivesUp(t *testing.T) {
 	var text strings.Builder
 	if err := c.WriteText(&text); err != nil || !strings.Contains(text.String(), "gave up      bad: no request succeeded") {
 		t.Fatalf("got\n%s\n(%v); want a line saying why it gave up on bad", text.String(), err)
+	}
+}
+
+// manualClock is a clock that moves only when told to.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *manualClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *manualClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// TestCompareGiveUpCountsOwnTurns compares a target whose every request
+// fails, taking no time on the give-up clock, with one whose every request
+// takes it a second forward: the first must not be given up, as it was for
+// the time of the other's turn between two of its own (issue 20: a target
+// failing at the end of one turn and the start of the next was given up
+// after 0.6 s of its own time).
+func TestCompareGiveUpCountsOwnTurns(t *testing.T) {
+	clock := &manualClock{t: time.Unix(1000, 0)}
+	good := jsonHandler(&recorder{}, fasthttp.StatusOK, `{"text":" a","meta_info":{"completion_tokens":1}}`)
+	targets, cfg := serveTargets(t, []string{"failing", "slow"},
+		jsonHandler(&recorder{}, fasthttp.StatusNotFound, `{"detail":"Not Found"}`),
+		func(ctx *fasthttp.RequestCtx) {
+			clock.advance(time.Second)
+			good(ctx)
+		})
+	cfg.now, cfg.GiveUpAfter = clock.now, time.Second
+	cfg.Concurrency, cfg.Duration, cfg.Round = 5, 2*minRound, minRound
+	c, err := Compare(t.Context(), cfg, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.Reports[0]
+	if c.Rounds != c.Planned || f.GaveUp != "" || f.OK != 0 || f.Requests < giveUpMinFailures {
+		t.Fatalf("got %d of %d rounds, %d requests, %d ok, gave up %q; want every round, at least %d requests, none ok, not given up",
+			c.Rounds, c.Planned, f.Requests, f.OK, f.GaveUp, giveUpMinFailures)
 	}
 }

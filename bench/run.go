@@ -101,6 +101,8 @@ func newRunner(ctx context.Context, stop context.CancelCauseFunc, cfg *Config, t
 // ended, adding the round's measured time to elapsed.
 func (r *runner) round(warmup, d time.Duration) {
 	r.start = time.Now()
+	r.streak.resume(r.clock(r.start))
+	defer func() { r.streak.pause(r.clock(time.Now())) }()
 	r.measureStart = r.start.Add(warmup)
 	r.measureEnd = time.Time{}
 	if d > 0 {
