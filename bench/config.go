@@ -122,8 +122,9 @@ type Config struct {
 	Timeout time.Duration
 	// GiveUpAfter stops the run (the whole comparison in Compare) once no
 	// request to a target has succeeded for this long since the first
-	// failure (counting the target's own turns alone in Compare), and at
-	// least 5 have failed in a row, warm-up included: a
+	// failure (counting the target's own turns alone in Compare), at
+	// least 5 have failed in a row, warm-up included, and none that
+	// started before the first is still in flight (it may yet succeed): a
 	// wrong URL or a dead server then ends the run in seconds, its report
 	// saying why (Report.GaveUp), instead of failing thousands of requests
 	// a second to the end. Zero means 3 s; NoGiveUp never gives up, for a

@@ -30,14 +30,46 @@ const NoGiveUp time.Duration = math.MaxInt64
 var errGaveUp = errors.New("gave up on a target whose every request failed")
 
 // streak follows a target's failures in a row: since its first, and how
-// many, until a success ends it. It is safe for concurrent use; a success
-// outside a streak costs one atomic load.
+// many, until a success ends it. It also counts the requests in flight,
+// to tell those that started before the streak: one of them may yet
+// succeed. It is safe for concurrent use. A request that succeeds outside
+// a streak costs three atomic operations and no lock; one in flight when
+// a streak started takes the lock once more at its end.
 type streak struct {
-	failing  atomic.Bool
+	failing atomic.Bool
+	// flight packs the streak generation (the high 32 bits), which each
+	// streak's start increments, with the number of requests in flight
+	// (the low 32), so that a request's start reads the one as it counts
+	// itself in the other, and a streak's start counts the requests in
+	// flight as it moves the generation on.
+	flight atomic.Uint64
+
 	mu       sync.Mutex
 	since    time.Time // end of the streak's first failure, moved on by pauses
 	fails    int
+	older    int       // requests in flight at the streak's start, not ended since
 	pausedAt time.Time // end of the target's last turn in Compare; zero: none
+}
+
+// begin counts a request starting, and returns its generation for end.
+func (s *streak) begin() uint32 {
+	return uint32(s.flight.Add(1) >> 32)
+}
+
+// end counts the end of a request begun in generation gen, before its
+// outcome is noted.
+func (s *streak) end(gen uint32) {
+	now := uint32(s.flight.Add(^uint64(0)) >> 32) // minus one
+	if now == gen {
+		return // no streak started while it was in flight
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Streaks start under mu: if none started since the decrement, the
+	// current one counted this request among its older ones.
+	if uint32(s.flight.Load()>>32) == now {
+		s.older--
+	}
 }
 
 // succeeded ends the streak, if any.
@@ -51,16 +83,30 @@ func (s *streak) succeeded() {
 }
 
 // failed counts a failure that ended at now, and returns the streak's
-// length and count with it.
-func (s *streak) failed(now time.Time) (d time.Duration, fails int) {
+// length and count with it, and the number of requests that started
+// before the streak and are still in flight.
+func (s *streak) failed(now time.Time) (d time.Duration, fails, older int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.failing.Load() {
-		s.failing.Store(true)
-		s.since, s.fails = now, 0
+		s.start(now)
 	}
 	s.fails++
-	return now.Sub(s.since), s.fails
+	return now.Sub(s.since), s.fails, s.older
+}
+
+// start begins a streak at now, its first failure's end: the requests in
+// flight then are older than it. s.mu is held.
+func (s *streak) start(now time.Time) {
+	s.failing.Store(true)
+	s.since, s.fails = now, 0
+	for {
+		f := s.flight.Load()
+		if s.flight.CompareAndSwap(f, f+1<<32) {
+			s.older = int(uint32(f))
+			return
+		}
+	}
 }
 
 // pause notes the end of the target's turn, at now, in Compare.
@@ -94,15 +140,19 @@ func (r *runner) clock(t time.Time) time.Time {
 
 // noteOutcome follows the target's failures in a row, warm-up and
 // measured requests alike, and stops the run when they reach
-// Config.GiveUpAfter: kind and msg are the failure that ended at end
-// (kind empty for a success).
+// Config.GiveUpAfter with no request older than the first still in flight:
+// kind and msg are the failure that ended at end (kind empty for a
+// success). A target at its admission limit (pdlb's
+// --max-concurrent-requests) answers the other clients 429 at once while
+// long generations hold its slots; those 429s were taken for a dead target
+// before the first generation ended (issue 20).
 func (r *runner) noteOutcome(kind string, msg []byte, end time.Time) {
 	if kind == "" {
 		r.streak.succeeded()
 		return
 	}
-	d, fails := r.streak.failed(r.clock(end))
-	if d < r.cfg.GiveUpAfter || fails < giveUpMinFailures {
+	d, fails, older := r.streak.failed(r.clock(end))
+	if d < r.cfg.GiveUpAfter || fails < giveUpMinFailures || older > 0 {
 		return
 	}
 	reason := fmt.Sprintf("no request succeeded in %v and %d failed; the last: %s", d.Round(time.Millisecond), fails, kind)

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ func TestStreak(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	check := func(now time.Duration, wantD time.Duration, wantFails int) {
 		t.Helper()
-		d, fails := s.failed(t0.Add(now))
+		d, fails, _ := s.failed(t0.Add(now))
 		if d != wantD || fails != wantFails {
 			t.Fatalf("failure at %v: got a streak of %v, %d failures; want %v, %d", now, d, fails, wantD, wantFails)
 		}
@@ -33,6 +34,54 @@ func TestStreak(t *testing.T) {
 	s.pause(t0.Add(10 * time.Second))
 	s.resume(t0.Add(20 * time.Second))
 	check(21*time.Second, 2*time.Second, 2)
+}
+
+// TestStreakOlderInFlight checks the count of requests in flight since
+// before a streak: the streak gives up only once they have ended, however
+// they interleave with its start.
+func TestStreakOlderInFlight(t *testing.T) {
+	var s streak
+	t0 := time.Unix(1000, 0)
+	fail := func(n int) (gaveUp bool) {
+		t.Helper()
+		for range n {
+			d, fails, older := s.failed(t0.Add(10 * time.Second))
+			gaveUp = d >= time.Second && fails >= giveUpMinFailures && older == 0
+		}
+		return gaveUp
+	}
+	slow1, slow2 := s.begin(), s.begin()
+	first := s.begin()
+	s.end(first)
+	s.failed(t0) // the streak starts: slow1 and slow2 are older
+	late := s.begin()
+	if fail(5) {
+		t.Fatal("gave up with two older requests in flight")
+	}
+	s.end(late) // started after the streak's start: not older
+	s.end(slow1)
+	if fail(1) {
+		t.Fatal("gave up with an older request in flight")
+	}
+	s.end(slow2)
+	if !fail(1) {
+		t.Fatal("did not give up once the older requests ended")
+	}
+
+	// An older request that ended after a later streak's start counts in
+	// that streak, once.
+	s.succeeded()
+	old := s.begin()
+	s.failed(t0)
+	s.succeeded()
+	s.failed(t0) // a second streak: old is older to it too
+	s.end(old)
+	if !fail(5) {
+		t.Fatal("did not give up once the older request ended")
+	}
+	if got := s.flight.Load() & (1<<32 - 1); got != 0 {
+		t.Fatalf("got %d requests in flight; want none", got)
+	}
 }
 
 // fakeClock is a clock that moves step forward each time it is read.
@@ -214,5 +263,44 @@ func TestCompareGiveUpCountsOwnTurns(t *testing.T) {
 	if c.Rounds != c.Planned || f.GaveUp != "" || f.OK != 0 || f.Requests < giveUpMinFailures {
 		t.Fatalf("got %d of %d rounds, %d requests, %d ok, gave up %q; want every round, at least %d requests, none ok, not given up",
 			c.Rounds, c.Planned, f.Requests, f.OK, f.GaveUp, giveUpMinFailures)
+	}
+}
+
+// TestRunGiveUpWaitsForOlderRequests loads a target at its admission
+// limit: two requests hold its two slots, and the others are refused at
+// once with 429, until 20 have been. The run must wait for the two rather
+// than give up: it gave up before the first success (issue 20, pdlb's
+// --max-concurrent-requests in front of long generations).
+func TestRunGiveUpWaitsForOlderRequests(t *testing.T) {
+	const limit = 20
+	slots, release := make(chan struct{}, 2), make(chan struct{})
+	var refused atomic.Int32
+	ok := jsonHandler(&recorder{}, fasthttp.StatusOK, `{"text":" a","meta_info":{"completion_tokens":1}}`)
+	busy := jsonHandler(&recorder{}, fasthttp.StatusTooManyRequests, `{"error":{"message":"too many requests"}}`)
+	cfg := serve(t, func(ctx *fasthttp.RequestCtx) {
+		select {
+		case <-release:
+			ok(ctx)
+			return
+		default:
+		}
+		select {
+		case slots <- struct{}{}:
+			<-release
+			<-slots
+			ok(ctx)
+		default:
+			if refused.Add(1) == limit {
+				close(release)
+			}
+			busy(ctx)
+		}
+	})
+	clock := &fakeClock{t: time.Unix(1000, 0), step: time.Second}
+	cfg.now, cfg.Concurrency, cfg.Requests = clock.now, 4, 2*limit
+	rep := run(t, cfg)
+	if rep.GaveUp != "" || rep.Requests != 2*limit || rep.Errors["status_429"] < limit || rep.OK == 0 {
+		t.Fatalf("got %d requests, %d ok, errors %v, gave up %q; want %d, some ok, at least %d status_429, not given up",
+			rep.Requests, rep.OK, rep.Errors, rep.GaveUp, 2*limit, limit)
 	}
 }
