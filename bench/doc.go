@@ -94,9 +94,9 @@
 //     and none that started before the first failure is still in flight
 //     (a server at its admission limit refuses the others at once while
 //     long generations hold its slots), the run stops and says what they
-//     failed with (gave_up in the JSON report), rather than sending tens of
-//     thousands of failing requests a second. 0 never gives up, to load a
-//     server through a restart.
+//     failed with (gave_up and gave_up_messages in the JSON report),
+//     rather than sending tens of thousands of failing requests a second.
+//     0 never gives up, to load a server through a restart.
 //   - --stream measures inter-token latency with an event's gap shared
 //     among its new tokens where it counts them, as bench_serving does.
 //   - --round is at least 100ms; --duration more than 0.

@@ -29,12 +29,12 @@ const NoGiveUp time.Duration = math.MaxInt64
 // apart from an interrupt.
 var errGaveUp = errors.New("gave up on a target whose every request failed")
 
-// streak follows a target's failures in a row: since its first, and how
-// many, until a success ends it. It also counts the requests in flight,
-// to tell those that started before the streak: one of them may yet
-// succeed. It is safe for concurrent use. A request that succeeds outside
-// a streak costs three atomic operations and no lock; one in flight when
-// a streak started takes the lock once more at its end.
+// streak follows a target's failures in a row: since its first, how
+// many, and what they said, until a success ends it. It also counts the
+// requests in flight, to tell those that started before the streak: one
+// of them may yet succeed. It is safe for concurrent use. A request that
+// succeeds outside a streak costs three atomic operations and no lock; one
+// in flight when a streak started takes the lock once more at its end.
 type streak struct {
 	failing atomic.Bool
 	// flight packs the streak generation (the high 32 bits), which each
@@ -49,6 +49,7 @@ type streak struct {
 	fails    int
 	older    int       // requests in flight at the streak's start, not ended since
 	pausedAt time.Time // end of the target's last turn in Compare; zero: none
+	log      errorLog  // the streak's distinct failures
 }
 
 // begin counts a request starting, and returns its generation for end.
@@ -82,17 +83,24 @@ func (s *streak) succeeded() {
 	s.failing.Store(false)
 }
 
-// failed counts a failure that ended at now, and returns the streak's
-// length and count with it, and the number of requests that started
-// before the streak and are still in flight.
-func (s *streak) failed(now time.Time) (d time.Duration, fails, older int) {
+// failed counts a failure of kind, saying msg, that ended at now, and
+// returns the streak's length and count. When they reach after and
+// giveUpMinFailures, and no request that started before the streak is
+// still in flight, it also returns the streak's distinct failures: the
+// target is given up.
+func (s *streak) failed(now time.Time, kind string, msg []byte, after time.Duration) (d time.Duration, fails int, messages []ErrorMessage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.failing.Load() {
 		s.start(now)
 	}
 	s.fails++
-	return now.Sub(s.since), s.fails, s.older
+	s.log.add(kind, msg)
+	d = now.Sub(s.since)
+	if d >= after && s.fails >= giveUpMinFailures && s.older == 0 {
+		messages = s.log.snapshot()
+	}
+	return d, s.fails, messages
 }
 
 // start begins a streak at now, its first failure's end: the requests in
@@ -100,6 +108,7 @@ func (s *streak) failed(now time.Time) (d time.Duration, fails, older int) {
 func (s *streak) start(now time.Time) {
 	s.failing.Store(true)
 	s.since, s.fails = now, 0
+	s.log.restore(nil)
 	for {
 		f := s.flight.Load()
 		if s.flight.CompareAndSwap(f, f+1<<32) {
@@ -130,6 +139,12 @@ func (s *streak) resume(now time.Time) {
 	s.pausedAt = time.Time{}
 }
 
+// giveUp is why a runner gave its target up.
+type giveUp struct {
+	reason   string
+	messages []ErrorMessage // the distinct failures of the streak
+}
+
 // clock returns the time of the give-up rule: Config.now, or t.
 func (r *runner) clock(t time.Time) time.Time {
 	if r.cfg.now != nil {
@@ -151,15 +166,16 @@ func (r *runner) noteOutcome(kind string, msg []byte, end time.Time) {
 		r.streak.succeeded()
 		return
 	}
-	d, fails, older := r.streak.failed(r.clock(end))
-	if d < r.cfg.GiveUpAfter || fails < giveUpMinFailures || older > 0 {
+	d, fails, messages := r.streak.failed(r.clock(end), kind, msg, r.cfg.GiveUpAfter)
+	if messages == nil {
 		return
 	}
 	reason := fmt.Sprintf("no request succeeded in %v and %d failed; the last: %s", d.Round(time.Millisecond), fails, kind)
 	if len(msg) > 0 {
 		reason += ": " + string(msg)
 	}
-	if r.gaveUp.CompareAndSwap(nil, &reason) {
+	g := &giveUp{reason: reason, messages: messages}
+	if r.gaveUp.CompareAndSwap(nil, g) {
 		r.stop(errGaveUp)
 	}
 }
@@ -169,10 +185,11 @@ func gaveUp(ctx context.Context) bool {
 	return errors.Is(context.Cause(ctx), errGaveUp)
 }
 
-// gaveUpReason returns why the runner gave its target up, or "".
-func (r *runner) gaveUpReason() string {
-	if p := r.gaveUp.Load(); p != nil {
-		return *p
+// gaveUpReason returns why the runner gave its target up and the
+// streak's distinct failures, or "" and nil.
+func (r *runner) gaveUpReason() (string, []ErrorMessage) {
+	if g := r.gaveUp.Load(); g != nil {
+		return g.reason, g.messages
 	}
-	return ""
+	return "", nil
 }
