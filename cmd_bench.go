@@ -42,7 +42,7 @@ type benchCmd struct {
 	APIKey       string     `help:"Send 'Authorization: Bearer KEY' with every request, for a target behind an API key (SGLang's, pdlb's or an OpenAI-style server's --api-key)." placeholder:"KEY"`
 
 	Timeout     time.Duration `help:"Longest a request may take (0: no limit)." default:"60s"`
-	GiveUpAfter time.Duration `help:"Stop the run when no request to a target has succeeded for this long (and at least 5 failed), and say what they failed with (0: never, e.g. to load a server through a restart)." default:"3s"`
+	GiveUpAfter time.Duration `help:"Stop the run when no request to a target has succeeded for this long of its own time (at least 5 failed, and none that started earlier is still in flight), and say what they failed with (0: never, e.g. to load a server through a restart)." default:"3s"`
 	JSON        string        `help:"Also write the report (with --compare, every target's) as JSON to this file, created before the load starts; '-' writes it to standard output, and the table to standard error." placeholder:"FILE"`
 	Quiet       bool          `help:"Show no progress: by default a bar on standard error, redrawn in place on a terminal, else a line every 5 s." short:"q"`
 }

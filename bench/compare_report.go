@@ -112,6 +112,7 @@ func (c *Comparison) writeHeader(b *bytes.Buffer) {
 	for _, r := range c.Reports {
 		if r.GaveUp != "" {
 			fmt.Fprintf(b, "%-12s %s: %s\n", "gave up", r.Name, r.GaveUp)
+			b.Write(appendMessages(nil, fmt.Sprintf("%-12s ", ""), r.GaveUpMessages))
 		}
 	}
 	switch {

@@ -122,11 +122,14 @@ type Config struct {
 	Timeout time.Duration
 	// GiveUpAfter stops the run (the whole comparison in Compare) once no
 	// request to a target has succeeded for this long since the first
-	// failure, and at least 5 have failed in a row, warm-up included: a
+	// failure (counting the target's own turns alone in Compare), at
+	// least 5 have failed in a row, warm-up included, and none that
+	// started before the first is still in flight (it may yet succeed): a
 	// wrong URL or a dead server then ends the run in seconds, its report
-	// saying why (Report.GaveUp), instead of failing thousands of requests
-	// a second to the end. Zero means 3 s; NoGiveUp never gives up, for a
-	// run meant to go on through failures (a restart under load).
+	// saying why (Report.GaveUp, Report.GaveUpMessages), instead of
+	// failing thousands of requests a second to the end. Zero means 3 s;
+	// NoGiveUp never gives up, for a run meant to go on through failures
+	// (a restart under load).
 	GiveUpAfter time.Duration
 	// Dial connects to the target address ("host:port"), and must give up
 	// when ctx, the run's, is done: an interrupted run waits for it. Nil

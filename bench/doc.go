@@ -90,10 +90,13 @@
 //     error, and a URL ending in /v1 is an OpenAI base URL.
 //   - --route is /generate, /v1/completions or /v1/chat/completions.
 //   - --give-up-after (3s): when no request to a target has succeeded for
-//     that long and at least five failed, the run stops and says what they
-//     failed with (gave_up in the JSON report), rather than sending tens of
-//     thousands of failing requests a second. 0 never gives up, to load a
-//     server through a restart.
+//     that long (of its own turns, under --compare), at least five failed,
+//     and none that started before the first failure is still in flight
+//     (a server at its admission limit refuses the others at once while
+//     long generations hold its slots), the run stops and says what they
+//     failed with (gave_up and gave_up_messages in the JSON report),
+//     rather than sending tens of thousands of failing requests a second.
+//     0 never gives up, to load a server through a restart.
 //   - --stream measures inter-token latency with an event's gap shared
 //     among its new tokens where it counts them, as bench_serving does.
 //   - --round is at least 100ms; --duration more than 0.

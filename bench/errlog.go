@@ -39,9 +39,9 @@ type ErrorMessage struct {
 	Count int `json:"count"`
 }
 
-// errorLog keeps the first maxErrorMessages distinct failures of a
-// runner's measured requests, with their counts. It is safe for concurrent
-// use, and only failed requests touch it.
+// errorLog keeps the first maxErrorMessages distinct failures, with their
+// counts: of a runner's measured requests, or of a streak. It is safe for
+// concurrent use, and only failed requests touch it.
 type errorLog struct {
 	mu       sync.Mutex
 	messages []ErrorMessage

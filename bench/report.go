@@ -68,6 +68,12 @@ type Report struct {
 	// failure's kind and message. The figures cover the requests finished
 	// before (in Compare, the rounds every target completed).
 	GaveUp string `json:"gave_up,omitempty"`
+	// GaveUpMessages are the first distinct failures (up to 5, each with
+	// its count) of the requests that made the run give up, warm-up
+	// included: what the target said, even when the figures leave those
+	// requests out (a Compare that gave up in a later round reports the
+	// rounds before). Nil when the run did not give up.
+	GaveUpMessages []ErrorMessage `json:"gave_up_messages,omitempty"`
 
 	// Elapsed is the measured time the rates are taken over, summed over
 	// Compare rounds. In the open loop it runs from the end of the warm-up
@@ -255,6 +261,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	if r.GaveUp != "" {
 		fmt.Fprintf(&b, "%-12s %s\n", "gave up", r.GaveUp)
+		b.Write(appendMessages(nil, fmt.Sprintf("%-12s ", ""), r.GaveUpMessages))
 	}
 	fmt.Fprintf(&b, "%-12s %.2f s\n", "elapsed", r.Elapsed.Seconds())
 	fmt.Fprintf(&b, "%-12s %.1f req/s, %.1f output tokens/s (%d tokens)\n", "throughput",

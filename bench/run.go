@@ -76,7 +76,7 @@ type runner struct {
 	warm        atomic.Int64  // warm-up requests finished
 	interrupted atomic.Bool
 	streak      streak                 // failures in a row, for GiveUpAfter
-	gaveUp      atomic.Pointer[string] // why the run gave the target up
+	gaveUp      atomic.Pointer[giveUp] // why the run gave the target up
 }
 
 // newRunner prepares the load cfg describes on target tg; cfg has its
@@ -101,6 +101,8 @@ func newRunner(ctx context.Context, stop context.CancelCauseFunc, cfg *Config, t
 // ended, adding the round's measured time to elapsed.
 func (r *runner) round(warmup, d time.Duration) {
 	r.start = time.Now()
+	r.streak.resume(r.clock(r.start))
+	defer func() { r.streak.pause(r.clock(time.Now())) }()
 	r.measureStart = r.start.Add(warmup)
 	r.measureEnd = time.Time{}
 	if d > 0 {
@@ -417,10 +419,10 @@ func (r *runner) report() *Report {
 		Errors:         make(map[string]int),
 		WarmupRequests: int(r.warm.Load()),
 		Interrupted:    r.interrupted.Load(),
-		GaveUp:         r.gaveUpReason(),
 		Elapsed:        r.measuredTime(),
 		ErrorMessages:  r.errLog.snapshot(),
 	}
+	rep.GaveUp, rep.GaveUpMessages = r.gaveUpReason()
 	if len(r.cfg.Prompts) == 0 {
 		rep.PromptWords = r.cfg.PromptWords
 	}

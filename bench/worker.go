@@ -140,8 +140,10 @@ func (w *worker) one(measured bool) (kind string) {
 	w.body = w.r.wl.appendBody(w.body[:0], seq, w.rng)
 	w.req.SetBodyRaw(w.body)
 	start := time.Now()
+	gen := w.r.streak.begin()
 	o := w.exchange(start)
 	end := time.Now()
+	w.r.streak.end(gen)
 	if o.kind == KindTimeout {
 		// Rather than the deadline's "timeout", what it was.
 		w.msg = fmt.Appendf(w.msg[:0], "did not end within %v", w.r.cfg.Timeout)
