@@ -266,10 +266,11 @@
 // row is taken out of selection until 2 succeed; transitions are logged
 // once. Workers start unknown and are probed at once; until then they
 // count as up. A prefill whose bootstrap server is not ready is out too:
-// no KV transfer can go through it. Any failed probe but a timeout, and any
-// refused or dropped connection, is taken for a sign that the worker may
-// have restarted, even under the failure threshold: its idle connections
-// are dropped and its pairs go cold until warmed again (restart.go).
+// no KV transfer can go through it. Any failed probe but a timeout (or
+// pdlb's own limit), and any refused or dropped connection, is taken for a
+// sign that the worker may have restarted, even under the failure
+// threshold: its idle connections are dropped and its pairs go cold until
+// warmed again (restart.go).
 //
 // Real requests count as well. 5 consecutive failures (transport errors,
 // timeouts, 5xx answers, a stream that broke off before or after its first

@@ -30,27 +30,37 @@ import (
 //
 // What is no sign: a timeout, as a slow worker is alive and keeps its
 // caches (a busy SGLang answers late; a full accept queue lets a dial time
-// out); pdlb's own shortages (descriptors, memory, its connection limit to
-// the worker), as the worker was never asked; an answer pdlb refused (too
-// large, malformed), as the worker did answer.
+// out); pdlb's own shortages (descriptors, local ports, memory, its
+// connection limit to the worker), as the worker was never asked; an answer
+// pdlb refused (too large, malformed), as the worker did answer.
 
-// callSaysRestart reports whether err, why a call to a worker failed, is a
-// sign that the worker may have restarted: it could not be reached, or it
-// dropped the connection before the answer ended.
+// callSaysRestart reports whether err, why a call to a worker failed or
+// its stream broke off (call.broke), is a sign that the worker may have
+// restarted: it could not be reached, or it dropped the connection before
+// the answer ended.
 func callSaysRestart(err error) bool {
-	if err == nil || pdlbShortage(err) || isTimeout(err) || errors.Is(err, fasthttp.ErrDialTimeout) {
+	if noRestartSign(err) {
 		return false
 	}
 	return isUnreachable(err) || isConnDrop(err) || errors.Is(err, errStaleConn) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // probeSaysRestart reports whether err, why a health probe failed, is a
-// sign that the worker may have restarted: any failure but a timeout. A
-// refused connection says the worker is gone; a 503 that SGLang is starting
-// (it answers so until its warm-up is done). Probes pdlb lacked the
-// resources to send are not reported (health.OutOfResources).
+// sign that the worker may have restarted: any failure but those that say
+// nothing of a restart (noRestartSign). A refused connection says the
+// worker is gone; a 503 that SGLang is starting (it answers so until its
+// warm-up is done). Probes pdlb lacked the resources to send are not
+// reported (health.OutOfResources).
 func probeSaysRestart(err error) bool {
-	return err != nil && !isTimeout(err) && !errors.Is(err, fasthttp.ErrDialTimeout) && !pdlbShortage(err)
+	return !noRestartSign(err)
+}
+
+// noRestartSign reports whether err is nil or says nothing of a restart:
+// a timeout, pdlb's own shortage or connection limit, or an answer too
+// large for pdlb.
+func noRestartSign(err error) bool {
+	return err == nil || isTimeout(err) || errors.Is(err, fasthttp.ErrDialTimeout) || pdlbShortage(err) ||
+		errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrBodyTooLarge)
 }
 
 // suspectRestart acts on a sign that b may have restarted: a decode's

@@ -46,12 +46,31 @@ func TestRestartSigns(t *testing.T) {
 	f(fasthttp.ErrTimeout, false, false)
 	f(fmt.Errorf("cannot GET /health: %w", fasthttp.ErrTimeout), false, false)
 	f(&unreachableError{fasthttp.ErrDialTimeout}, false, false)
-	// pdlb's own shortages: the worker was never asked.
+	// pdlb's own shortages, and its own limit: the worker was never asked.
 	f(dial(syscall.EMFILE), false, false)
+	f(dial(syscall.EADDRNOTAVAIL), false, false) // no local port left
+	f(fmt.Errorf("cannot GET /health: %w", dial(syscall.EADDRNOTAVAIL)), false, false)
 	f(errNoBodyMemory, false, false)
-	f(fasthttp.ErrNoFreeConns, false, true)
+	f(fasthttp.ErrNoFreeConns, false, false)
+	f(fmt.Errorf("cannot GET /health: %w", fasthttp.ErrNoFreeConns), false, false)
 	// The worker answered, and pdlb refused the answer.
-	f(fasthttp.ErrBodyTooLarge, false, true)
+	f(fasthttp.ErrBodyTooLarge, false, false)
+	f(fmt.Errorf("cannot GET /health: %w", fasthttp.ErrBodyTooLarge), false, false)
+	// Why a relayed stream broke off (call.broke): a dropped connection is
+	// a sign; a stream that ended whole but without [DONE], or in broken
+	// framing, is an answer; one silent for --stream-idle-timeout-secs is
+	// a slow worker.
+	broke := func(err error, want bool) {
+		t.Helper()
+		if got := callSaysRestart(err); got != want {
+			t.Errorf("callSaysRestart(%v) got %t; want %t", err, got, want)
+		}
+	}
+	broke(fmt.Errorf("the stream broke off: %w", io.ErrUnexpectedEOF), true)
+	broke(fmt.Errorf("the stream broke off before its first event: %w", syscall.ECONNRESET), true)
+	broke(errNoDone, false)
+	broke(fmt.Errorf("the stream broke off: %w", errBrokenChunk), false)
+	broke(fmt.Errorf("the stream broke off: %w", fasthttp.ErrTimeout), false)
 }
 
 // restartConfig is warmConfig with active health checks of the default
