@@ -434,9 +434,10 @@ func (c *call) end() {
 		}
 	}
 	if c.err != nil || c.resp.StatusCode() >= fasthttp.StatusBadRequest || c.broke != nil || c.endedEarly {
-		if own && callSaysRestart(c.err) {
-			// Unreachable or dropping connections: the worker may be
-			// restarting, and come back with empty caches.
+		if own && (callSaysRestart(c.err) || callSaysRestart(c.broke)) {
+			// Unreachable or dropping connections, before the answer or
+			// in the middle of its stream: the worker may be restarting,
+			// and come back with empty caches.
 			suspectRestart(b)
 		}
 		if c != &c.x.prefill || !c.x.decodeStreams.Load() {

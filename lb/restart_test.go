@@ -296,3 +296,70 @@ func TestPrefillRestartSeenByItsProbe(t *testing.T) {
 		t.Errorf("pdlb_cold_pair_retries_total is %s; want 0", got)
 	}
 }
+
+// A decode that drops the connection in the middle of a relayed stream may
+// have restarted, as one that drops it before answering may: its pairs go
+// cold, and the first probe it answers after warms them (issue 20; the
+// stream's failure was kept apart from the call's error, and was no
+// sign). A stream that pdlb ends itself is none: a decode silent for
+// --stream-idle-timeout-secs is slow, not restarted, and a client that
+// left says nothing of the decode.
+func TestStreamDroppedByTheDecodeMakesPairsCold(t *testing.T) {
+	tests := []struct {
+		name     string
+		fault    fake.Fault
+		idle     time.Duration // Config.StreamIdleTimeout, 0 for the default
+		leave    bool          // the client closes its connection after the first event
+		wantEnd  string        // in the error event that ends the stream
+		wantCold bool
+	}{
+		{name: "dropped", fault: fake.Fault{Kind: fake.FaultCut, Events: 2}, wantEnd: "closed the connection in the middle of the stream", wantCold: true},
+		{name: "silent", fault: fake.Fault{Kind: fake.FaultStall, Events: 2}, idle: 200 * time.Millisecond, wantEnd: "sent no event within"},
+		{name: "client gone", fault: fake.Fault{Kind: fake.FaultStall, Events: 2}, leave: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			cfg := restartConfig()
+			cfg.StreamIdleTimeout = tt.idle
+			srv, pr := h.warmPair(t, cfg)
+			d := srv.decodes.backends[0]
+			epoch := d.epoch.Load()
+			if err := h.decode.SetFault(tt.fault); err != nil {
+				t.Fatal(err)
+			}
+			s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 100000}}`)
+			if s.status != fasthttp.StatusOK {
+				t.Fatalf("got status %d; want 200", s.status)
+			}
+			s.next()
+			if tt.leave {
+				_ = s.conn.Close()
+				// The stream goes on, and pdlb finds the client gone.
+				if err := h.decode.SetFault(fake.Fault{}); err != nil {
+					t.Fatal(err)
+				}
+			} else if rest := strings.Join(s.rest(), ""); !strings.Contains(rest, tt.wantEnd) {
+				t.Fatalf("the stream ended with %q; want an error event saying %q", rest, tt.wantEnd)
+			}
+			waitIdle(t, srv)
+			if got, want := h.metric(`pdlb_request_errors_total{reason="client_gone"}`) == "1", tt.leave; got != want {
+				t.Fatalf("the client was seen gone: %t; want %t", got, want)
+			}
+			if moved := d.epoch.Load() != epoch; moved != tt.wantCold {
+				t.Fatalf("the decode's epoch moved: %t; want %t", moved, tt.wantCold)
+			}
+			if cold := !srv.warm.isWarm(pr); cold != tt.wantCold {
+				t.Fatalf("the pair is cold: %t; want %t", cold, tt.wantCold)
+			}
+			if !tt.wantCold {
+				return
+			}
+			if err := h.decode.SetFault(fake.Fault{}); err != nil {
+				t.Fatal(err)
+			}
+			srv.checkOnce(5 * time.Second)
+			waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+		})
+	}
+}
