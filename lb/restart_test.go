@@ -363,3 +363,38 @@ func TestStreamDroppedByTheDecodeMakesPairsCold(t *testing.T) {
 		})
 	}
 }
+
+// A decode that went down through timeouts, which are no sign of a
+// restart, may still have restarted while it was down: the probe that
+// brings it back makes its pairs cold and warms them at once, not at
+// keepWarm's next round, long after (issue 20).
+func TestDecodeBackFromDownIsWarmedAtOnce(t *testing.T) {
+	h := newHarness(t)
+	cfg := restartConfig()
+	cfg.HealthCheck.Timeout = 250 * time.Millisecond
+	cfg.HealthCheck.Fall, cfg.HealthCheck.Rise = 1, 1
+	srv, pr := h.warmPair(t, cfg)
+	d := srv.decodes.backends[0]
+	if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultHang, Health: true}); err != nil {
+		t.Fatal(err)
+	}
+	srv.checkOnce(5 * time.Second)
+	if d.available() {
+		t.Fatalf("the decode is in selection after a probe that failed with %q; Fall is 1", srv.probeError(d))
+	}
+	if !srv.warm.isWarm(pr) {
+		t.Fatal("a probe that timed out made the pair cold")
+	}
+	epoch := d.epoch.Load()
+	if err := h.decode.SetFault(fake.Fault{}); err != nil {
+		t.Fatal(err)
+	}
+	srv.checkOnce(5 * time.Second)
+	if !d.available() {
+		t.Fatalf("the decode is out of selection after a probe it answered (%q); Rise is 1", srv.probeError(d))
+	}
+	if d.epoch.Load() == epoch {
+		t.Fatal("the decode came back from down with its pairs warm")
+	}
+	waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+}
