@@ -105,7 +105,8 @@ func (s *Server) reread(b *Backend) {
 // rewarm starts warming every cold pair of b whose other worker is in
 // selection and whose prefill's bootstrap server is ready: at once, not at
 // keepWarm's next round, and even if a warm-up failed within
-// failedRetryAfter, as one would have while b was away.
+// failedRetryAfter, as one would have while b was away. A pair whose
+// warm-up runs is warmed again when it ends (startAfresh).
 func (w *warmer) rewarm(b *Backend) {
 	switch b.role {
 	case rolePrefill:
@@ -121,6 +122,6 @@ func (w *warmer) rewarm(b *Backend) {
 
 func (w *warmer) rewarmPair(pr *pair) {
 	if !w.isWarm(pr) && w.s.registry.State(pr.p.index).Ready && pr.p.available() && pr.d.available() {
-		w.start(pr)
+		w.startAfresh(pr)
 	}
 }

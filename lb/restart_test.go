@@ -398,3 +398,29 @@ func TestDecodeBackFromDownIsWarmedAtOnce(t *testing.T) {
 	}
 	waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
 }
+
+// A decode that answers its probe after a sign of a restart while a
+// warm-up of its pair runs has the pair warmed again once that warm-up
+// ends: the running one read the decode's epoch before the sign, so the
+// warmth it records is stale (issue 20: the probe's rewarm was lost, and
+// the pair stayed cold until keepWarm's next round, an hour here).
+func TestRewarmWhileAWarmupRuns(t *testing.T) {
+	h := newHarness(t)
+	srv, pr := h.warmPair(t, restartConfig())
+	d := srv.decodes.backends[0]
+	if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
+		t.Fatal(err)
+	}
+	pr.markCold()
+	srv.warm.start(pr)
+	waitFor(t, "the warm-up to be held", func() bool { return h.decode.Stats().FaultsInjected > 0 })
+	suspectRestart(d)              // as a dropped connection does
+	srv.checkOnce(5 * time.Second) // which the decode answers
+	if d.restarted.Load() {
+		t.Fatal("the decode answered its probe, and is still marked restarted")
+	}
+	if err := h.decode.SetFault(fake.Fault{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+}
