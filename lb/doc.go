@@ -297,7 +297,10 @@
 //
 // A pooled connection that a worker dropped is detected on use, and the
 // request is resent once on a new connection, so the first request after
-// an idle period does not fail. Pooled connections are also closed after
+// an idle period does not fail. One that tells the decode a prefill DP
+// rank is not: the decode may have restarted, and the request waits for
+// its pair's warm-up (another decode is tried if the new connection is
+// refused). Pooled connections are also closed after
 // 4 s idle, below the workers' 5 s keep-alive.
 //
 // When one leg fails or times out, the other is cancelled at once (its

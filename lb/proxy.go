@@ -414,11 +414,12 @@ func (c *call) end() {
 		c.peer.cancel.capRead(orphanPrefillGrace)
 	}
 	// A refused key is pdlb's fault, not the worker's, and so is a call
-	// pdlb lacked the descriptors or memory for (issue 19); an abort a client
-	// asked for (/abort_request), which SGLang answers as a failed KV
-	// transfer, is the client's.
+	// pdlb lacked the descriptors or memory for (issue 19), or one it did
+	// not resend for fear of a restart (redial); an abort a client asked
+	// for (/abort_request), which SGLang answers as a failed KV transfer,
+	// is the client's.
 	own := c.cancel.err() == nil && !errors.Is(c.err, errGaveUp) && !errors.Is(c.err, errKeyRefused) &&
-		!c.x.abortedByClient.Load() && !pdlbShortage(c.err)
+		!c.x.abortedByClient.Load() && !pdlbShortage(c.err) && !errors.Is(c.err, errRestartSuspected)
 	switch status := c.resp.StatusCode(); {
 	case c.err == nil && status < fasthttp.StatusInternalServerError && c.broke == nil:
 		b.succeeded() // a 4xx too: the worker works, the request was wrong

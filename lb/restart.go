@@ -2,7 +2,9 @@ package lb
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -124,4 +126,43 @@ func (w *warmer) rewarmPair(pr *pair) {
 	if !w.isWarm(pr) && w.s.registry.State(pr.p.index).Ready && pr.p.available() && pr.d.available() {
 		w.startAfresh(pr)
 	}
+}
+
+// errRestartSuspected ends an attempt whose decode call told the decode a
+// prefill DP rank and found its pooled connection closed (redial).
+var errRestartSuspected = errors.New("the decode closed a pooled connection, and may have restarted without the prefill's info")
+
+// tellsPrefillRank reports whether c is the decode call of an attempt that
+// tells the decode a prefill DP rank (disagg_prefill_dp_rank), and may
+// still be tried again on a warmed pair (exchange.coldRetry).
+func (c *call) tellsPrefillRank() bool {
+	x := c.x
+	return c == &x.decode && x.coldRetry && x.plan.hint
+}
+
+// redial is what a decode call that tells the decode a prefill DP rank
+// does instead of resending the request when its pooled connection was
+// found closed (drop, the error): the decode may be a restarted one, whose
+// pairs are cold now (suspectRestart), and which would fail the request
+// with SGLang's first-request bug after its prefill did the work. It dials
+// a new connection and sends nothing: a decode that cannot be reached is
+// gone, and the call fails as unreachable (another decode is tried); one
+// that can returns errRestartSuspected, and servePD tries again once the
+// pair is warm, the new connection left in the pool for the warm-up. A
+// worker whose keep-alive closed the connection, with no restart, costs
+// the same warm-up, which the pair, cold now, needs anyway.
+func (c *call) redial(hc *fasthttp.HostClient, drop error) error {
+	wait := time.Until(c.deadline)
+	if wait <= 0 {
+		return fasthttp.ErrTimeout
+	}
+	cc, err := hc.AcquireConn(wait, false)
+	if err != nil {
+		if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrTimeout) {
+			return err
+		}
+		return &unreachableError{err}
+	}
+	hc.ReleaseConn(cc)
+	return fmt.Errorf("%w: %w", errRestartSuspected, drop)
 }

@@ -424,3 +424,104 @@ func TestRewarmWhileAWarmupRuns(t *testing.T) {
 	}
 	waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
 }
+
+// A request that tells the decode a prefill DP rank, and finds its pooled
+// connection to the decode closed, is not sent again at once, as other
+// requests are: the decode may have restarted without the prefill's info,
+// and the request waits for the pair's warm-up, its first prefill call
+// aborted and no worker blamed (issue 20: it was resent at once, hint and
+// all, to the restarted decode, which failed it with the first-request
+// bug after the prefill had done the work).
+func TestStaleConnToARestartedDecodeWaitsForTheWarmup(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream %t", stream), func(t *testing.T) {
+			h := newHarness(t)
+			p, _ := h.dpPair()
+			srv, pr := h.startWarm(t, restartConfig())
+			body := seedRequest
+			if stream {
+				body = strings.Replace(body, `"stream": false`, `"stream": true`, 1)
+			}
+			// Requests leave pooled connections to the decode, which die
+			// with it.
+			for range 4 {
+				if r := h.post("/generate", body); r.status != fasthttp.StatusOK {
+					t.Fatalf("before the restart: got %d %s", r.status, r.body)
+				}
+			}
+			if err := h.decode.Close(); err != nil {
+				t.Fatal(err)
+			}
+			h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
+			prefill := srv.prefills.backends[0]
+			for i := range 2 {
+				r := h.post("/generate", body)
+				if r.status != fasthttp.StatusOK || strings.Contains(string(r.body), `"error"`) {
+					t.Fatalf("request %d after the restart: got %d %s", i, r.status, r.body)
+				}
+			}
+			if n := h.decode.Stats().FirstRequestFailures; n != 0 {
+				t.Errorf("%d requests reached the restarted decode with a DP-rank hint before it was warm", n)
+			}
+			if !srv.warm.isWarm(pr) {
+				t.Error("the pair is cold after the requests")
+			}
+			// The first attempt's prefill call was cancelled, if it was
+			// sent at all: the prefill holds nothing for it.
+			waitIdle(t, srv)
+			waitFor(t, "the prefill to hold no request", func() bool { return p.Stats().InFlight == 0 })
+			if n := p.Stats().KVTransfersFailed; n != 0 {
+				t.Errorf("the prefill failed %d KV transfers; want none (an abort is none)", n)
+			}
+			for name, want := range map[string]string{
+				"pdlb_cold_pair_retries_total": "1", // the first request's, which waited for the warm-up
+				"pdlb_retries_total":           "0",
+				`pdlb_backend_errors_total{role="decode",backend="decode-0:30010"}`:   "0",
+				`pdlb_backend_errors_total{role="prefill",backend="prefill-0:30000"}`: "0",
+			} {
+				if got := h.metric(name); got != want {
+					t.Errorf("%s is %s; want %s", name, got, want)
+				}
+			}
+			if !prefill.available() || !srv.decodes.backends[0].available() {
+				t.Error("a worker is out of selection")
+			}
+		})
+	}
+}
+
+// A decode whose pooled connection was closed and that refuses a new one
+// is gone, not restarted: a request that tells it a prefill DP rank goes
+// to another decode at once, as any request does, rather than wait for a
+// warm-up of the pair that cannot be (redial).
+func TestStaleConnToAGoneDecodeTriesAnother(t *testing.T) {
+	h := newHarness(t)
+	h.dpPair()
+	other := h.fake("decode-1:30011", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
+	cfg := restartConfig()
+	cfg.Decode = append(cfg.Decode, "http://decode-1:30011")
+	cfg.DecodePolicy = PolicyRoundRobin
+	srv, _ := h.startWarm(t, cfg)
+	otherPair := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[1])
+	waitFor(t, "the other pair to be warm", func() bool { return srv.warm.isWarm(otherPair) })
+	for range 4 { // pooled connections to both decodes
+		if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
+			t.Fatalf("got %d %s", r.status, r.body)
+		}
+	}
+	if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultRefuse}); err != nil {
+		t.Fatal(err)
+	}
+	srv.decodes.next.Store(0) // the next request goes to decode-0 first
+	if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s; want the other decode's answer", r.status, r.body)
+	}
+	if n := other.Stats().FirstRequestFailures; n != 0 {
+		t.Errorf("%d requests reached the other decode cold", n)
+	}
+	for name, want := range map[string]string{"pdlb_cold_pair_retries_total": "0", "pdlb_retries_total": "1"} {
+		if got := h.metric(name); got != want {
+			t.Errorf("%s is %s; want %s", name, got, want)
+		}
+	}
+}
