@@ -418,8 +418,7 @@ func (c *call) end() {
 	// not resend for fear of a restart (redial); an abort a client asked
 	// for (/abort_request), which SGLang answers as a failed KV transfer,
 	// is the client's.
-	own := c.cancel.err() == nil && !errors.Is(c.err, errGaveUp) && !errors.Is(c.err, errKeyRefused) &&
-		!c.x.abortedByClient.Load() && !pdlbShortage(c.err) && !errors.Is(c.err, errRestartSuspected)
+	own := c.cancel.err() == nil && !c.x.abortedByClient.Load() && (c.err == nil || !notTheWorkers(c.err))
 	switch status := c.resp.StatusCode(); {
 	case c.err == nil && status < fasthttp.StatusInternalServerError && c.broke == nil:
 		b.succeeded() // a 4xx too: the worker works, the request was wrong
@@ -447,6 +446,13 @@ func (c *call) end() {
 	}
 	c.done <- struct{}{}
 	c.x.unref()
+}
+
+// notTheWorkers reports whether err, why a call failed, is pdlb's doing
+// rather than its worker's failure (see call.end).
+func notTheWorkers(err error) bool {
+	return errors.Is(err, errGaveUp) || errors.Is(err, errKeyRefused) || pdlbShortage(err) ||
+		errors.Is(err, errRestartSuspected)
 }
 
 // abort cancels the call, and when the worker may have started on it and the

@@ -164,5 +164,8 @@ func (c *call) redial(hc *fasthttp.HostClient, drop error) error {
 		return &unreachableError{err}
 	}
 	hc.ReleaseConn(cc)
+	if reason := c.cancel.err(); reason != nil {
+		return reason // cancelled while it dialled: that is what ended it
+	}
 	return fmt.Errorf("%w: %w", errRestartSuspected, drop)
 }
