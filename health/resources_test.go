@@ -32,6 +32,7 @@ func TestOutOfResources(t *testing.T) {
 	f(dialError(syscall.ENFILE), true)
 	f(dialError(syscall.ENOBUFS), true)
 	f(dialError(syscall.ENOMEM), true)
+	f(dialError(syscall.EADDRNOTAVAIL), true) // no local port left
 	f(fmt.Errorf("cannot GET /health: %w", dialError(syscall.EMFILE)), true)
 	f(dialError(syscall.ECONNREFUSED), false)
 	f(dialError(syscall.ETIMEDOUT), false)

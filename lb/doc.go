@@ -266,10 +266,11 @@
 // row is taken out of selection until 2 succeed; transitions are logged
 // once. Workers start unknown and are probed at once; until then they
 // count as up. A prefill whose bootstrap server is not ready is out too:
-// no KV transfer can go through it. Any failed probe but a timeout, and any
-// refused or dropped connection, is taken for a sign that the worker may
-// have restarted, even under the failure threshold: its idle connections
-// are dropped and its pairs go cold until warmed again (restart.go).
+// no KV transfer can go through it. Any failed probe but a timeout (or
+// pdlb's own limit), and any refused or dropped connection, is taken for a
+// sign that the worker may have restarted, even under the failure
+// threshold: its idle connections are dropped and its pairs go cold until
+// warmed again (restart.go).
 //
 // Real requests count as well. 5 consecutive failures (transport errors,
 // timeouts, 5xx answers, a stream that broke off before or after its first
@@ -296,7 +297,10 @@
 //
 // A pooled connection that a worker dropped is detected on use, and the
 // request is resent once on a new connection, so the first request after
-// an idle period does not fail. Pooled connections are also closed after
+// an idle period does not fail. One that tells the decode a prefill DP
+// rank is not: the decode may have restarted, and the request waits for
+// its pair's warm-up (another decode is tried if the new connection is
+// refused). Pooled connections are also closed after
 // 4 s idle, below the workers' 5 s keep-alive.
 //
 // When one leg fails or times out, the other is cancelled at once (its

@@ -34,9 +34,11 @@ func (s *Server) buildChecker(log zerolog.Logger) {
 			TLS:  b.hc.IsTLS,
 			OnChange: func(st health.State) {
 				if health.State(b.health.Swap(int32(st))) == health.Down && st == health.Up {
-					// Back from down, maybe restarted with empty caches:
-					// as after dropped connections, its pairs are cold.
-					b.epoch.Add(1)
+					// Back from down, maybe restarted with empty caches,
+					// even if it went down through timeouts, which are no
+					// sign: its pairs are cold, and the probe that brought
+					// it back warms them (probed, which runs next).
+					suspectRestart(b)
 				}
 			},
 			OnProbe: func(err error) { s.probed(b, err) },

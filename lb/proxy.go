@@ -414,11 +414,11 @@ func (c *call) end() {
 		c.peer.cancel.capRead(orphanPrefillGrace)
 	}
 	// A refused key is pdlb's fault, not the worker's, and so is a call
-	// pdlb lacked the descriptors or memory for (issue 19); an abort a client
-	// asked for (/abort_request), which SGLang answers as a failed KV
-	// transfer, is the client's.
-	own := c.cancel.err() == nil && !errors.Is(c.err, errGaveUp) && !errors.Is(c.err, errKeyRefused) &&
-		!c.x.abortedByClient.Load() && !pdlbShortage(c.err)
+	// pdlb lacked the descriptors or memory for (issue 19), or one it did
+	// not resend for fear of a restart (redial); an abort a client asked
+	// for (/abort_request), which SGLang answers as a failed KV transfer,
+	// is the client's.
+	own := c.cancel.err() == nil && !c.x.abortedByClient.Load() && (c.err == nil || !notTheWorkers(c.err))
 	switch status := c.resp.StatusCode(); {
 	case c.err == nil && status < fasthttp.StatusInternalServerError && c.broke == nil:
 		b.succeeded() // a 4xx too: the worker works, the request was wrong
@@ -434,9 +434,10 @@ func (c *call) end() {
 		}
 	}
 	if c.err != nil || c.resp.StatusCode() >= fasthttp.StatusBadRequest || c.broke != nil || c.endedEarly {
-		if own && callSaysRestart(c.err) {
-			// Unreachable or dropping connections: the worker may be
-			// restarting, and come back with empty caches.
+		if own && (callSaysRestart(c.err) || callSaysRestart(c.broke)) {
+			// Unreachable or dropping connections, before the answer or
+			// in the middle of its stream: the worker may be restarting,
+			// and come back with empty caches.
 			suspectRestart(b)
 		}
 		if c != &c.x.prefill || !c.x.decodeStreams.Load() {
@@ -445,6 +446,13 @@ func (c *call) end() {
 	}
 	c.done <- struct{}{}
 	c.x.unref()
+}
+
+// notTheWorkers reports whether err, why a call failed, is pdlb's doing
+// rather than its worker's failure (see call.end).
+func notTheWorkers(err error) bool {
+	return errors.Is(err, errGaveUp) || errors.Is(err, errKeyRefused) || pdlbShortage(err) ||
+		errors.Is(err, errRestartSuspected)
 }
 
 // abort cancels the call, and when the worker may have started on it and the

@@ -252,7 +252,8 @@ func (s *Server) servePD(q *clientRequest) {
 			return
 		case retryCold:
 			// The decode had not cached the prefill's info: it restarted,
-			// or a warm-up missed it. Warm the pair and try again.
+			// or a warm-up missed it; or it may have restarted, and the
+			// request was not sent (redial). Warm the pair and try again.
 			cold = true
 			s.coldRetries.Inc()
 			s.warm.pair(p, d).markCold()
@@ -315,6 +316,9 @@ func (x *exchange) retryOnFailure(decodeBody []byte) outcome {
 	c := x.culprit()
 	if x.abortedByClient.Load() {
 		return outcome{} // the abort's answer is the client's
+	}
+	if errors.Is(c.err, errRestartSuspected) {
+		return outcome{retry: retryCold} // never sent: see redial
 	}
 	if x.rankRetry && x.refusedRank(c) {
 		return outcome{retry: retryStaleRank, backend: c.backend}

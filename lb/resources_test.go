@@ -22,16 +22,20 @@ import (
 // blaming the worker, and neither the worker's breaker, its health state
 // nor its epoch (its pairs' warmth) is touched. Under the flood of issue
 // 19, such failures took both workers out, and clients got 503s for
-// seconds after the flood ended.
+// seconds after the flood ended. So is a call pdlb has no local port left
+// for (EADDRNOTAVAIL), which the restart signs of issue 20 took for the
+// worker's.
 func TestOutOfDescriptorsIsNotTheWorkersFault(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		starved string // the worker pdlb cannot dial
 		body    string
+		errno   syscall.Errno
 	}{
-		{"prefill", "prefill-0:30000", `{"text": "a"}`},
-		{"decode", "decode-0:30010", `{"text": "a"}`},
-		{"decode, stream", "decode-0:30010", `{"text": "a", "stream": true}`},
+		{"prefill", "prefill-0:30000", `{"text": "a"}`, syscall.EMFILE},
+		{"decode", "decode-0:30010", `{"text": "a"}`, syscall.EMFILE},
+		{"decode, stream", "decode-0:30010", `{"text": "a", "stream": true}`, syscall.EMFILE},
+		{"decode, no local port", "decode-0:30010", `{"text": "a"}`, syscall.EADDRNOTAVAIL},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
@@ -39,7 +43,7 @@ func TestOutOfDescriptorsIsNotTheWorkersFault(t *testing.T) {
 			var starved atomic.Bool
 			h.dialFault = func(addr string) error {
 				if starved.Load() && addr == tt.starved {
-					return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}
+					return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", tt.errno)}
 				}
 				return nil
 			}
@@ -57,9 +61,9 @@ func TestOutOfDescriptorsIsNotTheWorkersFault(t *testing.T) {
 			starved.Store(true)
 			r := h.post("/generate", tt.body)
 			msg := gjson.GetBytes(r.body, "error.message").String()
-			if r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(msg, "too many open files") ||
+			if r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(msg, tt.errno.Error()) ||
 				!strings.Contains(msg, tt.starved+", which is not at fault") {
-				t.Fatalf("got %d %s; want a 503 saying pdlb is out of descriptors, not %s", r.status, r.body, tt.starved)
+				t.Fatalf("got %d %s; want a 503 saying pdlb is out of resources (%s), not %s", r.status, r.body, tt.errno, tt.starved)
 			}
 			if got := h.metric(`pdlb_request_errors_total{reason="out_of_resources"}`); got != "1" {
 				t.Errorf("got %q out_of_resources errors; want 1", got)

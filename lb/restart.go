@@ -2,7 +2,9 @@ package lb
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -30,27 +32,37 @@ import (
 //
 // What is no sign: a timeout, as a slow worker is alive and keeps its
 // caches (a busy SGLang answers late; a full accept queue lets a dial time
-// out); pdlb's own shortages (descriptors, memory, its connection limit to
-// the worker), as the worker was never asked; an answer pdlb refused (too
-// large, malformed), as the worker did answer.
+// out); pdlb's own shortages (descriptors, local ports, memory, its
+// connection limit to the worker), as the worker was never asked; an answer
+// pdlb refused (too large, malformed), as the worker did answer.
 
-// callSaysRestart reports whether err, why a call to a worker failed, is a
-// sign that the worker may have restarted: it could not be reached, or it
-// dropped the connection before the answer ended.
+// callSaysRestart reports whether err, why a call to a worker failed or
+// its stream broke off (call.broke), is a sign that the worker may have
+// restarted: it could not be reached, or it dropped the connection before
+// the answer ended.
 func callSaysRestart(err error) bool {
-	if err == nil || pdlbShortage(err) || isTimeout(err) || errors.Is(err, fasthttp.ErrDialTimeout) {
+	if noRestartSign(err) {
 		return false
 	}
 	return isUnreachable(err) || isConnDrop(err) || errors.Is(err, errStaleConn) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // probeSaysRestart reports whether err, why a health probe failed, is a
-// sign that the worker may have restarted: any failure but a timeout. A
-// refused connection says the worker is gone; a 503 that SGLang is starting
-// (it answers so until its warm-up is done). Probes pdlb lacked the
-// resources to send are not reported (health.OutOfResources).
+// sign that the worker may have restarted: any failure but those that say
+// nothing of a restart (noRestartSign). A refused connection says the
+// worker is gone; a 503 that SGLang is starting (it answers so until its
+// warm-up is done). Probes pdlb lacked the resources to send are not
+// reported (health.OutOfResources).
 func probeSaysRestart(err error) bool {
-	return err != nil && !isTimeout(err) && !errors.Is(err, fasthttp.ErrDialTimeout) && !pdlbShortage(err)
+	return !noRestartSign(err)
+}
+
+// noRestartSign reports whether err is nil or says nothing of a restart:
+// a timeout, pdlb's own shortage or connection limit, or an answer too
+// large for pdlb.
+func noRestartSign(err error) bool {
+	return err == nil || isTimeout(err) || errors.Is(err, fasthttp.ErrDialTimeout) || pdlbShortage(err) ||
+		errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrBodyTooLarge)
 }
 
 // suspectRestart acts on a sign that b may have restarted: a decode's
@@ -95,7 +107,8 @@ func (s *Server) reread(b *Backend) {
 // rewarm starts warming every cold pair of b whose other worker is in
 // selection and whose prefill's bootstrap server is ready: at once, not at
 // keepWarm's next round, and even if a warm-up failed within
-// failedRetryAfter, as one would have while b was away.
+// failedRetryAfter, as one would have while b was away. A pair whose
+// warm-up runs is warmed again when it ends (startAfresh).
 func (w *warmer) rewarm(b *Backend) {
 	switch b.role {
 	case rolePrefill:
@@ -111,6 +124,48 @@ func (w *warmer) rewarm(b *Backend) {
 
 func (w *warmer) rewarmPair(pr *pair) {
 	if !w.isWarm(pr) && w.s.registry.State(pr.p.index).Ready && pr.p.available() && pr.d.available() {
-		w.start(pr)
+		w.startAfresh(pr)
 	}
+}
+
+// errRestartSuspected ends an attempt whose decode call told the decode a
+// prefill DP rank and found its pooled connection closed (redial).
+var errRestartSuspected = errors.New("the decode closed a pooled connection, and may have restarted without the prefill's info")
+
+// tellsPrefillRank reports whether c is the decode call of an attempt that
+// tells the decode a prefill DP rank (disagg_prefill_dp_rank), and may
+// still be tried again on a warmed pair (exchange.coldRetry).
+func (c *call) tellsPrefillRank() bool {
+	x := c.x
+	return c == &x.decode && x.coldRetry && x.plan.hint
+}
+
+// redial is what a decode call that tells the decode a prefill DP rank
+// does instead of resending the request when its pooled connection was
+// found closed (drop, the error): the decode may be a restarted one, whose
+// pairs are cold now (suspectRestart), and which would fail the request
+// with SGLang's first-request bug after its prefill did the work. It dials
+// a new connection and sends nothing: a decode that cannot be reached is
+// gone, and the call fails as unreachable (another decode is tried); one
+// that can returns errRestartSuspected, and servePD tries again once the
+// pair is warm, the new connection left in the pool for the warm-up. A
+// worker whose keep-alive closed the connection, with no restart, costs
+// the same warm-up, which the pair, cold now, needs anyway.
+func (c *call) redial(hc *fasthttp.HostClient, drop error) error {
+	wait := time.Until(c.deadline)
+	if wait <= 0 {
+		return fasthttp.ErrTimeout
+	}
+	cc, err := hc.AcquireConn(wait, false)
+	if err != nil {
+		if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrTimeout) {
+			return err
+		}
+		return &unreachableError{err}
+	}
+	hc.ReleaseConn(cc)
+	if reason := c.cancel.err(); reason != nil {
+		return reason // cancelled while it dialled: that is what ended it
+	}
+	return fmt.Errorf("%w: %w", errRestartSuspected, drop)
 }

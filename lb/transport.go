@@ -72,7 +72,8 @@ type callKey struct{}
 //     until its consumer ends the stream (call.endStream), with no goroutine
 //     waiting on it;
 //   - a request that dies on a reused connection before any response byte is
-//     reported as errStaleConn, which retryStaleConn resends once.
+//     reported as errStaleConn, which retryStaleConn resends once (but for
+//     a decode call that tells a prefill DP rank: redial).
 //
 // Requests that carry no *call (the fan-out routes) take fasthttp's default
 // path unchanged.
@@ -221,6 +222,9 @@ func (c *call) failed(hc *fasthttp.HostClient, err error, reused bool) (bool, er
 		// idle ones too (its keep-alive expired, or it restarted), so the
 		// resend must not take another of them.
 		suspectRestart(c.backend)
+		if c.tellsPrefillRank() {
+			return false, c.redial(hc, err)
+		}
 		return true, fmt.Errorf("%w: %w", errStaleConn, err)
 	}
 	if isTimeout(err) {

@@ -49,8 +49,12 @@ type pair struct {
 	// warmth is what the pair was last warmed for; nil when cold.
 	warmth atomic.Pointer[warmth]
 
-	mu       sync.Mutex
-	running  chan struct{} // closed when the running warm-up ends; nil if none runs
+	mu      sync.Mutex
+	running chan struct{} // closed when the running warm-up ends; nil if none runs
+	// again has the running warm-up run once more, if the pair is still
+	// cold when it ends: it read the workers before a sign that one
+	// restarted (startAfresh).
+	again    bool
 	lastErr  error
 	failedAt time.Time // when lastErr was set
 }
@@ -178,21 +182,54 @@ func (w *warmer) start(pr *pair) <-chan struct{} {
 	if pr.running != nil {
 		return pr.running
 	}
+	return w.launch(pr)
+}
+
+// startAfresh starts a warm-up of pr that reads its workers as they are
+// now: at once, or when the running one ends, which read them before (its
+// warmth would be stale: the pair would stay cold, with nothing left to
+// warm it but keepWarm's next round).
+func (w *warmer) startAfresh(pr *pair) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.running != nil {
+		pr.again = true
+		return
+	}
+	w.launch(pr)
+}
+
+// launch starts a warm-up of pr, none running; pr.mu is held.
+func (w *warmer) launch(pr *pair) <-chan struct{} {
 	done := make(chan struct{})
 	pr.running = done
 	w.s.bg.Add(1)
-	go func() {
-		defer w.s.bg.Done()
+	go w.run(pr, done)
+	return done
+}
+
+// run warms pr, once more each time it was asked to meanwhile (again) and
+// the pair is still cold, then closes done.
+func (w *warmer) run(pr *pair, done chan struct{}) {
+	defer w.s.bg.Done()
+	for {
 		err := w.warm(pr)
 		pr.mu.Lock()
-		pr.lastErr, pr.running = err, nil
+		pr.lastErr = err
 		if err != nil {
 			pr.failedAt = w.s.cfg.Now()
 		}
+		again := pr.again && !w.isWarm(pr)
+		pr.again = false
+		if !again {
+			pr.running = nil
+		}
 		pr.mu.Unlock()
-		close(done)
-	}()
-	return done
+		if !again {
+			close(done)
+			return
+		}
+	}
 }
 
 // prewarm starts warming every pair of prefill i.
