@@ -315,18 +315,26 @@ func (w *warmer) generate(pr *pair, st *bootstrap.State, decodeRank int, routed 
 	go x.runPrefill()
 	x.decode.run()
 	<-x.decode.done
-	d := &x.decode
-	var err error
-	switch {
-	case d.err != nil:
-		_, _, msg := d.describe()
-		err = errors.New(msg)
-	case d.resp.StatusCode() != fasthttp.StatusOK:
-		_, _, msg := d.describe()
-		err = errors.New(msg)
-	}
+	err := warmupFailure(x)
 	x.unref()
 	return err
+}
+
+// warmupFailure is why x, a warm-up, failed, nil if it did not. A decode
+// cancelled because its prefill failed gives the prefill's reason (a
+// refused key, a 5xx), not its own cancellation, which would blame it.
+func warmupFailure(x *exchange) error {
+	c := &x.decode
+	var peer *errPeerFailed
+	if errors.As(c.err, &peer) {
+		<-x.prefill.done
+		c = &x.prefill
+	}
+	if c.err == nil && c.resp.StatusCode() == fasthttp.StatusOK {
+		return nil
+	}
+	_, _, msg := c.describe()
+	return errors.New(msg)
 }
 
 // learnDPSize reads the decode's dp_size from its /server_info; 1 when it

@@ -405,3 +405,24 @@ func TestPairWarmedAgainWhenItsDecodeIsBackUp(t *testing.T) {
 		t.Fatalf("%d requests hit the first-request bug", n)
 	}
 }
+
+// A warm-up whose prefill refuses pdlb's key says so: the decode, cancelled
+// because of it, is not blamed. The log named the decode's cancellation
+// and never the prefill's 401.
+func TestWarmupFailureNamesThePrefill(t *testing.T) {
+	h := newHarness(t)
+	h.pair(fake.Config{APIKey: "workers-key"}, fake.Config{})
+	srv := h.start(warmConfig())
+	h.waitBootstrap()
+	pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
+	var err error
+	waitFor(t, "the startup warm-up to fail", func() bool {
+		pr.mu.Lock()
+		defer pr.mu.Unlock()
+		err = pr.lastErr
+		return pr.running == nil && err != nil
+	})
+	if msg := err.Error(); !strings.Contains(msg, "prefill") || !strings.Contains(msg, "401") {
+		t.Fatalf("the warm-up failed with %q; want the prefill's 401", msg)
+	}
+}
