@@ -244,7 +244,8 @@ func TestOpenOperatorRoutes(t *testing.T) {
 // one way and SGLang another reaches them. The body is read as Python
 // reads it: decoded keys, the last of duplicates. Any other body is an
 // operator's: an abort_all, one pydantic takes for true ("yes", 1), an
-// empty rid (SGLang aborts by prefix: every request).
+// empty rid (SGLang aborts by prefix: every request); a body that is no
+// JSON object gets a 400.
 func TestAbortByRIDIsRebuilt(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
@@ -282,10 +283,17 @@ func TestAbortByRIDIsRebuilt(t *testing.T) {
 	for _, body := range []string{
 		`{"abort_all": true}`, `{"rid": "request-1", "abort_all": "yes"}`, `{"rid": "request-1", "abort_all": 1}`,
 		`{"rid": "request-1", "abort_all": false, "abort_all": true}`, `{"rid": "request-1", "rid": ""}`,
-		`{"rid": ""}`, `{"rid": ["request-1", "request-2"]}`, `{"rid": 7}`, `{}`, `[{"rid": "request-1"}]`, `not json`, `{"rid": "request-1"`, ``,
+		`{"rid": ""}`, `{"rid": ["request-1", "request-2"]}`, `{"rid": 7}`, `{}`,
 	} {
 		if r := h.post("/abort_request", body); r.status != fasthttp.StatusForbidden {
 			t.Errorf("%s: got %d %s; want 403, an operator's abort", body, r.status, r.body)
+		}
+	}
+	// A body that is no JSON object names nothing: the client's mistake
+	// (TestAbortRequestBodyMustBeAnObject).
+	for _, body := range []string{`[{"rid": "request-1"}]`, `not json`, `{"rid": "request-1"`, ``} {
+		if r := h.post("/abort_request", body); r.status != fasthttp.StatusBadRequest {
+			t.Errorf("%s: got %d %s; want 400, not a JSON object", body, r.status, r.body)
 		}
 	}
 	mu.Lock()
