@@ -52,7 +52,8 @@ func checkCalls(t *testing.T, where string, send func(method, path, body string,
 					where, c.method, c.path, r.body, r.header.Peek("WWW-Authenticate"))
 			}
 		case fasthttp.StatusForbidden:
-			if !strings.Contains(msg, "--admin-api-key") || !strings.Contains(msg, "loopback") || !strings.Contains(msg, "--prometheus-port") {
+			if !strings.Contains(msg, "--admin-api-key") || !strings.Contains(msg, "loopback") ||
+				!strings.Contains(msg, "--prometheus-port") || !strings.Contains(msg, "--pprof-addr") {
 				t.Errorf("%s: %s %s: got %q; want it to say how to enable the route", where, c.method, c.path, msg)
 			}
 		}
@@ -217,6 +218,39 @@ func TestOperatorRoutesAnswerOperatorsOnly(t *testing.T) {
 	// The admin listener serves the operator routes, not the clients'.
 	if r := admin("POST", "/generate", `{"text": "a"}`, "Authorization", "Bearer client-key"); r.status != fasthttp.StatusNotFound {
 		t.Errorf("admin listener: /generate got %d %s; want 404", r.status, r.body)
+	}
+}
+
+// A caller on loopback whose request carries a forwarding header is told
+// that the header is why loopback did not count: it was told to "call
+// from loopback", which it did (curl -H 'X-Forwarded-For: 1.2.3.4'
+// 127.0.0.1:PORT/bootstrap). Every caller is told of both admin
+// listeners, --pprof-addr's too, which serve the operator routes as
+// --prometheus-port's does.
+func TestForwardedLoopbackCallerIsToldWhy(t *testing.T) {
+	h, srv, _, _ := operatorHarness(t, defaultConfig())
+	loopback := h.loopback(srv)
+	for _, header := range []string{"X-Forwarded-For", "Forwarded", "X-Real-Ip"} {
+		r := loopback("GET", "/bootstrap", "", header, "1.2.3.4")
+		msg := gjson.GetBytes(r.body, "error.message").String()
+		if r.status != fasthttp.StatusForbidden {
+			t.Errorf("%s: got %d %s; want 403", header, r.status, r.body)
+			continue
+		}
+		for _, want := range []string{"came from loopback with a proxy's forwarding header (" + header + ")", "does not trust it as loopback",
+			"--admin-api-key", "--prometheus-port or --pprof-addr listener"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%s: got %q; want it to say %q", header, msg, want)
+			}
+		}
+		if strings.Contains(msg, "call from loopback or") {
+			t.Errorf("%s: got %q; want no advice to call from loopback, where the caller is", header, msg)
+		}
+	}
+	r := h.do("GET", "/bootstrap", "") // in memory: not loopback
+	msg := gjson.GetBytes(r.body, "error.message").String()
+	if r.status != fasthttp.StatusForbidden || !strings.Contains(msg, "call from loopback or on the --prometheus-port or --pprof-addr listener") {
+		t.Errorf("remote: got %d %q; want a 403 naming loopback and both admin listeners", r.status, msg)
 	}
 }
 
