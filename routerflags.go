@@ -66,12 +66,21 @@ func routerFlags() map[string]arity {
 	return flags
 }
 
-// parseArgs parses args into c, the cli parser was built on. The
-// sglang_router flags serve does not define are removed first and returned
-// as ignored; those it must not ignore (checkIgnored), and those removed
-// from sglang_router (checkRemoved), are usage errors.
+// parseArgs parses args into c, the cli parser was built on. `help
+// [COMMAND]` is `[COMMAND] --help` (helpArgs). The sglang_router flags
+// serve does not define are removed first and returned as ignored; those it
+// must not ignore (checkIgnored), those removed from sglang_router
+// (checkRemoved), and worker flags without a URL (checkWorkerURLs) are
+// usage errors.
 func parseArgs(parser *kong.Kong, c *cli, args []string) (*kong.Context, ignoredFlags, error) {
+	args, err := helpArgs(parser, args)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := checkRemoved(parser, args); err != nil {
+		return nil, nil, err
+	}
+	if err := checkWorkerURLs(parser, args); err != nil {
 		return nil, nil, err
 	}
 	kept, ignored := stripRouterFlags(parser, args)
