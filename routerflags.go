@@ -13,10 +13,10 @@ import (
 // pdlb takes the command line of `python -m sglang_router.launch_router
 // --mini-lb`. Scripts pass sglang_router flags that pdlb has no use for; like
 // mini_lb, pdlb must not fail on them. Flags pdlb implements are ordinary
-// kong flags; the others, listed here by how many values they take
-// (PROTOCOL.md §2), are removed before parsing and reported as ignored,
-// except those asking for TLS or authentication (securityFlag), which only
-// mini_lb's line may carry.
+// kong flags; the others, listed here by how many values they take (as
+// sglang_router's router_args.py declares them), are removed before parsing
+// and reported as ignored, except those asking for TLS or authentication
+// (securityFlag), which only mini_lb's line may carry.
 
 // arity is how many values an sglang_router flag takes.
 type arity int
