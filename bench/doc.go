@@ -215,14 +215,14 @@
 // 65 MiB at 1,024 streams and from 229 to 251 MiB at 4,096 (old and new
 // measured in turn).
 //
-// The run of 2026-12-01 (issue 20's end, the machine otherwise idle):
-// scenario 1 0.27 (pair 0.30, pdlb/pair 0.91); scenario 2 0.33 (pair
-// 0.36), pdlb adding 155 µs at p50 (pair 132); scenario 3 0.82 events/s
-// (relay 0.93, pdlb/pair 1.005), peak RSS 64 MiB; scenario 4 0.49 events/s,
-// no errors, peak RSS 279 MiB (old and new builds measured in turn outside
-// make bench: 230-236 MiB both). Side by side against the build before
-// issue 20: 64 clients 0.99-1.03 of its requests/s and 0.97-1.01 of its CPU
-// per request; one client 1.02-1.07 and p50 0.94-0.99.
+// The run of 2026-12-01 (at the end of that day's changes, the machine
+// otherwise idle): scenario 1 0.27 (pair 0.30, pdlb/pair 0.91); scenario 2
+// 0.33 (pair 0.36), pdlb adding 155 µs at p50 (pair 132); scenario 3 0.82
+// events/s (relay 0.93, pdlb/pair 1.005), peak RSS 64 MiB; scenario 4 0.49
+// events/s, no errors, peak RSS 279 MiB (old and new builds measured in turn
+// outside make bench: 230-236 MiB both). Side by side against the build
+// before that day's changes: 64 clients 0.99-1.03 of its requests/s and
+// 0.97-1.01 of its CPU per request; one client 1.02-1.07 and p50 0.94-0.99.
 //
 // Across runs on this machine: scenario 1 0.25-0.31, at 0.87-1.01 of the
 // pairing proxy; scenario 2 0.32-0.40 (75-105 µs added), at 0.95-1.05 of
