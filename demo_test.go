@@ -74,21 +74,33 @@ func TestDemoInterruptedRemovesItsLogs(t *testing.T) {
 	demo.checkCleanedUp(t)
 }
 
-// demo is one run of scripts/demo.sh on its own ports and temporary folder.
+// demo is one run of a script of scripts/ (the demo's, by default) on its
+// own ports and temporary folder.
 type demo struct {
-	base int
-	tmp  string
+	script string
+	env    []string // the script's settings, besides pdlb and the folder
+	base   int
+	tmp    string
 }
 
+// newDemo prepares a run of scripts/demo.sh, with short load runs.
 func newDemo(t *testing.T) *demo {
+	t.Helper()
+	d := newScriptRun(t, "scripts/demo.sh")
+	d.env = []string{"DEMO_BASE_PORT=" + strconv.Itoa(d.base), "DEMO_DURATION=300ms"}
+	return d
+}
+
+// newScriptRun prepares a run of script on free ports (freeDemoPorts).
+func newScriptRun(t *testing.T, script string) *demo {
 	t.Helper()
 	for _, tool := range []string{"bash", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("the demo needs %s: %v", tool, err)
+			t.Skipf("%s needs %s: %v", script, tool, err)
 		}
 	}
 	tmp := t.TempDir()
-	return &demo{base: freeDemoPorts(t), tmp: tmp}
+	return &demo{script: script, base: freeDemoPorts(t), tmp: tmp}
 }
 
 // run runs the demo until it ends. When onMarker is set, it is called
@@ -103,9 +115,8 @@ func (d *demo) run(t *testing.T, marker string, onMarker func(pgid int)) (string
 	// seconds; a hung one is killed with every process it started.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "scripts/demo.sh")
-	cmd.Env = append(os.Environ(), runAsPDLB+"=1", "PDLB="+self, "TMPDIR="+d.tmp,
-		"DEMO_BASE_PORT="+strconv.Itoa(d.base), "DEMO_DURATION=300ms")
+	cmd := exec.CommandContext(ctx, d.script)
+	cmd.Env = append(append(os.Environ(), runAsPDLB+"=1", "PDLB="+self, "TMPDIR="+d.tmp), d.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
@@ -121,14 +132,14 @@ func (d *demo) run(t *testing.T, marker string, onMarker func(pgid int)) (string
 		case <-out.seen:
 			onMarker(cmd.Process.Pid)
 		case err := <-ended:
-			return out.String(), fmt.Errorf("the demo ended before %q: %v", marker, err)
+			return out.String(), fmt.Errorf("%s ended before %q: %v", d.script, marker, err)
 		}
 	}
 	err = <-ended
 	return out.String(), err
 }
 
-// checkCleanedUp checks that the demo removed its temporary folder and
+// checkCleanedUp checks that the script removed its temporary folder and
 // stopped its servers.
 func (d *demo) checkCleanedUp(t *testing.T) {
 	t.Helper()
@@ -137,11 +148,11 @@ func (d *demo) checkCleanedUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range left {
-		t.Errorf("the demo left %s in its temporary folder", e.Name())
+		t.Errorf("%s left %s in its temporary folder", d.script, e.Name())
 	}
 	if c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(d.base))); err == nil {
 		c.Close()
-		t.Errorf("pdlb still serves on %d after the demo ended", d.base)
+		t.Errorf("pdlb still serves on %d after %s ended", d.base, d.script)
 	}
 }
 

@@ -5,8 +5,9 @@
 // featureless pairing proxy (pdlb pair).
 //
 // `pdlb [serve]` runs the load balancer; `serve` is the default command, so
-// mini_lb's line needs none. `pdlb --help` lists the commands, `pdlb serve
-// --help` the load balancer's flags by group. The load balancer itself is
+// mini_lb's line needs none. `pdlb --help` (or `pdlb help`) lists the
+// commands, `pdlb serve --help` (or `pdlb help serve`) the load balancer's
+// flags by group. The load balancer itself is
 // package lb (`go doc ./lb`); the tools are package bench and those under
 // it.
 //

@@ -15,7 +15,7 @@ const maxReadmeLines = 260
 
 // TestReadmeFitsAndLinksStayInTheRepository checks what issue 20 asked of
 // the README: at most about 250 lines, and no link that a fresh clone
-// cannot follow (it pointed to ../shared/, outside the repository).
+// cannot follow (it pointed to files outside the repository).
 func TestReadmeFitsAndLinksStayInTheRepository(t *testing.T) {
 	text, err := os.ReadFile("README.md")
 	if err != nil {

@@ -13,10 +13,10 @@ import (
 // pdlb takes the command line of `python -m sglang_router.launch_router
 // --mini-lb`. Scripts pass sglang_router flags that pdlb has no use for; like
 // mini_lb, pdlb must not fail on them. Flags pdlb implements are ordinary
-// kong flags; the others, listed here by how many values they take
-// (PROTOCOL.md §2), are removed before parsing and reported as ignored,
-// except those asking for TLS or authentication (securityFlag), which only
-// mini_lb's line may carry.
+// kong flags; the others, listed here by how many values they take (as
+// sglang_router's router_args.py declares them), are removed before parsing
+// and reported as ignored, except those asking for TLS or authentication
+// (securityFlag), which only mini_lb's line may carry.
 
 // arity is how many values an sglang_router flag takes.
 type arity int
@@ -66,12 +66,21 @@ func routerFlags() map[string]arity {
 	return flags
 }
 
-// parseArgs parses args into c, the cli parser was built on. The
-// sglang_router flags serve does not define are removed first and returned
-// as ignored; those it must not ignore (checkIgnored), and those removed
-// from sglang_router (checkRemoved), are usage errors.
+// parseArgs parses args into c, the cli parser was built on. `help
+// [COMMAND]` is `[COMMAND] --help` (helpArgs). The sglang_router flags
+// serve does not define are removed first and returned as ignored; those it
+// must not ignore (checkIgnored), those removed from sglang_router
+// (checkRemoved), and worker flags without a URL (checkWorkerURLs) are
+// usage errors.
 func parseArgs(parser *kong.Kong, c *cli, args []string) (*kong.Context, ignoredFlags, error) {
+	args, err := helpArgs(parser, args)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := checkRemoved(parser, args); err != nil {
+		return nil, nil, err
+	}
+	if err := checkWorkerURLs(parser, args); err != nil {
 		return nil, nil, err
 	}
 	kept, ignored := stripRouterFlags(parser, args)

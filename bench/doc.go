@@ -200,29 +200,29 @@
 //	3. 1,024 streams of 32 events  0.93 ev/s    relay/direct 0.98;        event lag p50 0.36 → 2.14 ms (relay 1.83),
 //	                                            pdlb/pair 1.01            p99 3.9 → 21.9 ms (relay 11.2);
 //	                                                                      TTFT p50 25 → 52 ms (relay 38);
-//	                                                                      pdlb peak RSS 57 MiB (65-67 since issue 19)
-//	4. 4,096 such streams          0.53 ev/s                              no errors; pdlb peak RSS 233 MiB (251-257 since issue 19)
+//	                                                                      pdlb peak RSS 57 MiB (65-67 with the defences below)
+//	4. 4,096 such streams          0.53 ev/s                              no errors; pdlb peak RSS 233 MiB (251-257 with them)
 //
-// Issue 19's defences (bodies read as they arrive within a memory budget,
-// connections as a budget, header and abort checks) were measured against
-// the build before them, both in front of the same fake pair in
-// alternating rounds (2026-12-01). With 64 clients, new/old requests/s
-// 0.97-1.05 (mean 1.01 over 7 runs) and CPU per request 0.95-1.05 (mean
-// 0.99); with one client, requests/s 1.01-1.03 and p50 0.97-0.99; in `make
-// bench`, pdlb/pair 0.94 for both. They cost memory at many streams: a
+// The defences against hostile clients (bodies read as they arrive within a
+// memory budget, connections as a budget, header and abort checks) were
+// measured against the build before them, both in front of the same fake
+// pair in alternating rounds (2026-12-01). With 64 clients, new/old
+// requests/s 0.97-1.05 (mean 1.01 over 7 runs) and CPU per request 0.95-1.05
+// (mean 0.99); with one client, requests/s 1.01-1.03 and p50 0.97-0.99; in
+// `make bench`, pdlb/pair 0.94 for both. They cost memory at many streams: a
 // client connection keeps fasthttp's 4 KiB read buffer once it streams
 // request bodies, and body buffers are pooled, so peak RSS went from 57 to
 // 65 MiB at 1,024 streams and from 229 to 251 MiB at 4,096 (old and new
 // measured in turn).
 //
-// The run of 2026-12-01 (issue 20's end, the machine otherwise idle):
-// scenario 1 0.27 (pair 0.30, pdlb/pair 0.91); scenario 2 0.33 (pair
-// 0.36), pdlb adding 155 µs at p50 (pair 132); scenario 3 0.82 events/s
-// (relay 0.93, pdlb/pair 1.005), peak RSS 64 MiB; scenario 4 0.49 events/s,
-// no errors, peak RSS 279 MiB (old and new builds measured in turn outside
-// make bench: 230-236 MiB both). Side by side against the build before
-// issue 20: 64 clients 0.99-1.03 of its requests/s and 0.97-1.01 of its CPU
-// per request; one client 1.02-1.07 and p50 0.94-0.99.
+// The run of 2026-12-01 (at the end of that day's changes, the machine
+// otherwise idle): scenario 1 0.27 (pair 0.30, pdlb/pair 0.91); scenario 2
+// 0.33 (pair 0.36), pdlb adding 155 µs at p50 (pair 132); scenario 3 0.82
+// events/s (relay 0.93, pdlb/pair 1.005), peak RSS 64 MiB; scenario 4 0.49
+// events/s, no errors, peak RSS 279 MiB (old and new builds measured in turn
+// outside make bench: 230-236 MiB both). Side by side against the build
+// before that day's changes: 64 clients 0.99-1.03 of its requests/s and
+// 0.97-1.01 of its CPU per request; one client 1.02-1.07 and p50 0.94-0.99.
 //
 // Across runs on this machine: scenario 1 0.25-0.31, at 0.87-1.01 of the
 // pairing proxy; scenario 2 0.32-0.40 (75-105 µs added), at 0.95-1.05 of

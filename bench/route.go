@@ -16,8 +16,8 @@ const openAIBase = "/v1"
 
 // URLRoute returns the route rawURL's path ends in (a trailing slash
 // aside), or "" when it ends in none or does not parse. A target given as
-// http://host:8000/generate was once sent to /generate/generate, and every
-// request failed with a 404 (issue 20).
+// http://host:8000/generate must not be sent to /generate/generate, where
+// every request fails with a 404.
 func URLRoute(rawURL string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil {

@@ -102,7 +102,8 @@ func newTarget(ctx context.Context, rawURL, route string, dial func(context.Cont
 		MaxConns:           concurrency,
 		MaxConnWaitTimeout: timeout,
 		// Below the 5 s after which SGLang servers drop idle connections
-		// (PROTOCOL.md §7), so a pause never leaves a dead one pooled.
+		// (uvicorn's timeout_keep_alive), so a pause never leaves a dead one
+		// pooled.
 		MaxIdleConnDuration: 3 * time.Second,
 		// Retry only a request that never left: trackedConn refuses to
 		// write on a connection the target closed while it was idle (a

@@ -387,8 +387,8 @@ func (w *worker) drain() string {
 	}
 }
 
-// isError reports whether a JSON answer or event is an error object
-// (PROTOCOL.md §7: `{"error": {...}}`).
+// isError reports whether a JSON answer or event is an error object, as
+// SGLang and pdlb write one: `{"error": {...}}`.
 func isError(v *fastjson.Value) bool {
 	e := v.Get("error")
 	return e != nil && e.Type() != fastjson.TypeNull

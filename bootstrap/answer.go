@@ -7,7 +7,8 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// The bootstrap server's JSON answers (PROTOCOL.md §3), read with fastjson:
+// The bootstrap server's JSON answers (SGLang's CommonKVBootstrapServer, in
+// disaggregation/common/conn.py), read with fastjson:
 // they are small, rare, and come from a server pdlb does not control, so
 // every field is type-checked.
 

@@ -12,7 +12,7 @@ func TestParseInfo(t *testing.T) {
 		got, err := parseInfo([]byte(body))
 		checkInfo(t, body, got, err, want, wantErr)
 	}
-	// The exact answer of a current server (PROTOCOL.md §3).
+	// The exact answer of a current server.
 	f(`{"attn_tp_size": 2, "attn_cp_size": 1, "dp_size": 4, "pp_size": 1, "page_size": 64,
 	 "kv_cache_dtype": "fp8_e4m3", "follow_bootstrap_room": false, "enable_dsa_cache_layer_split": false,
 	 "prefill_http_port": 30000, "target_tp_rank": null, "target_tp_ranks": null,
@@ -50,7 +50,7 @@ func TestParseLegacyInfo(t *testing.T) {
 		Info{DPSize: 2, AttnTPSize: 8, AttnCPSize: 1, PPSize: 1, PageSize: 16, FollowBootstrapRoom: true, Legacy: true}, "")
 	f(`{"prefill_attn_tp_size": 8, "prefill_dp_size": 2, "prefill_pp_size": 1, "prefill_page_size": null}`,
 		Info{DPSize: 2, AttnTPSize: 8, AttnCPSize: 1, PPSize: 1, FollowBootstrapRoom: true, Legacy: true}, "")
-	// Before registration (PROTOCOL.md §3).
+	// Before registration: nulls, with a 200.
 	f(`{"prefill_attn_tp_size": null, "prefill_dp_size": null, "prefill_pp_size": null, "prefill_page_size": null}`,
 		Info{}, "not fully registered yet: prefill_dp_size is null")
 	f(`{"prefill_attn_tp_size": 1, "prefill_dp_size": -2, "prefill_pp_size": 1}`, Info{}, "bad prefill_dp_size")

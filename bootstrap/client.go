@@ -20,8 +20,7 @@ const MaxRanks = 4096
 
 // ErrNotRegistered is wrapped by the errors of a bootstrap server whose
 // prefill ranks have not all registered yet: 503 on the current API, nulls
-// on the legacy one (PROTOCOL.md §3). The prefill is starting; ask again
-// later.
+// on the legacy one. The prefill is starting; ask again later.
 var ErrNotRegistered = errors.New("prefill server not fully registered yet")
 
 const (
@@ -34,7 +33,8 @@ const (
 	maxAnswerSize = 64 << 10
 )
 
-// The parallel-info queries of both API versions (PROTOCOL.md §3).
+// The parallel-info queries of both API versions: the current one, and the
+// legacy one of SGLang before 2026-02-23.
 const (
 	infoQuery       = "/route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1"
 	legacyInfoQuery = "/route?engine_rank=-1&target_dp_group=-1&target_pp_rank=-1"
@@ -52,7 +52,7 @@ type Info struct {
 	// PageSize is the KV cache page size in tokens; 0 when not reported.
 	PageSize int `json:"page_size"`
 	// FollowBootstrapRoom is true when the prefill places a request on DP
-	// rank bootstrap_room % DPSize (PROTOCOL.md §4). The legacy API does not
+	// rank bootstrap_room % DPSize, SGLang's default. The legacy API does not
 	// report it; those servers always did.
 	FollowBootstrapRoom bool `json:"follow_bootstrap_room"`
 	// KVCacheDType is the prefill's kv_cache_dtype; "" on the legacy API.

@@ -29,7 +29,8 @@ type Fields struct {
 	Batch bool
 
 	// PrefillDPRank, when set, replaces disagg_prefill_dp_rank: the prefill
-	// DP rank that holds the KV cache (PROTOCOL.md §5).
+	// DP rank that holds the KV cache (see the package documentation, DP
+	// ranks).
 	PrefillDPRank DPRank
 	// RoutedDPRank, when set, replaces routed_dp_rank and drops its
 	// deprecated alias data_parallel_rank: the DP rank of the worker that

@@ -157,7 +157,7 @@ type State struct {
 
 // Registry follows the bootstrap servers of a set of prefills: it learns
 // each one's bootstrap port, parallel info and rank addresses, and keeps
-// them fresh (shared/DESIGN.md, "The bootstrap registry"). Create it with
+// them fresh (see the package documentation, The registry). Create it with
 // NewRegistry; all methods are safe for concurrent use. Methods taking a
 // target index i panic unless 0 <= i < len(Config.Targets).
 type Registry struct {

@@ -156,6 +156,33 @@ func promptTokens(text, inputIDs, prompt, messages []byte) (int, error) {
 	return 0, nil
 }
 
+// CheckObject returns nil when body is one valid JSON object, optionally
+// surrounded by whitespace, and otherwise the error Parse returns for it,
+// so that a route that reads no generation (an /abort_request) tells a
+// client the same as the generate routes. It does not keep body.
+func CheckObject(body []byte) error {
+	i := skipSpace(body, 0)
+	switch {
+	case i == len(body):
+		return &notObjectError{got: "an empty body", cause: errUnexpectedEnd}
+	case body[i] != '{':
+		return notObject(body, i)
+	}
+	// As Parse: the members first, whose scan says where an object went
+	// wrong as Parse's does and bounds the nesting depth, then the rest.
+	ms, err := newMembers(body)
+	for ok := err == nil; ok; {
+		_, ok, err = ms.next()
+	}
+	if err == nil {
+		err = validate(body)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotJSON, err)
+	}
+	return nil
+}
+
 // notObject returns the error for a body whose first non-space byte, at
 // body[i], does not open an object.
 func notObject(body []byte, i int) error {

@@ -167,7 +167,8 @@ func decodedKeys(t *testing.T, b []byte) []string {
 // decoded, the last duplicate winning. Else a client could show pdlb one
 // request and the workers another (issue 19): a stream relayed as a plain
 // answer, or a disagg_prefill_dp_rank that skips the wait for a warm pair
-// (the first-request bug, PROTOCOL.md §4) and the range check.
+// (the first-request bug: see package bootstrap's documentation) and the
+// range check.
 func TestRoutingKeysReadAsWorkersRead(t *testing.T) {
 	t.Run("stream", func(t *testing.T) {
 		h := newHarness(t)

@@ -198,8 +198,9 @@ type Config struct {
 	AccessLog bool
 
 	// NoPrewarm turns off pair warm-up, for decodes without SGLang's
-	// first-request bug (PROTOCOL.md §4): requests carrying
-	// disagg_prefill_dp_rank then go out without waiting for a warm pair.
+	// first-request bug (see package bootstrap's documentation): requests
+	// carrying disagg_prefill_dp_rank then go out without waiting for a warm
+	// pair.
 	NoPrewarm bool
 	// WarmupTimeout bounds one pair warm-up, and a request's wait for it
 	// (a 503 after). Zero means 30 s.

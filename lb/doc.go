@@ -463,4 +463,12 @@
 //     fallback worker or a decode prefilling locally, not those that found
 //     neither (a 503).
 //   - The process metrics (process_resident_memory_bytes, ...).
+//
+// # SGLang's source
+//
+// Comments that name a file of SGLang's source (tokenizer_manager.py,
+// disaggregation/decode.py) mean the one under python/sglang/srt/ in
+// github.com/sgl-project/sglang; those of sglang_router (mini_lb.py,
+// router_args.py), the one under
+// sgl-model-gateway/bindings/python/src/sglang_router/ there.
 package lb

@@ -25,11 +25,11 @@ const (
 // DPPolicies lists the prefill DP-rank policies.
 var DPPolicies = []string{DPPolicyOff, DPPolicyRoundRobin, DPPolicyLeastInflight}
 
-// dpPlan is where a request's KV cache lives on the prefill side
-// (PROTOCOL.md §5). When rank is set, the room is drawn so that
-// room % size == rank, which keeps SGLang's follow_bootstrap_room placement
-// and the DP-rank fields in agreement; with hint, the prefill is sent
-// routed_dp_rank and disagg_prefill_dp_rank, and the decode
+// dpPlan is where a request's KV cache lives on the prefill side (see package
+// bootstrap's documentation, DP ranks). When rank is set, the room is drawn
+// so that room % size == rank, which keeps SGLang's follow_bootstrap_room
+// placement and the DP-rank fields in agreement; with hint, the prefill is
+// sent routed_dp_rank and disagg_prefill_dp_rank, and the decode
 // disagg_prefill_dp_rank, all equal to rank.
 type dpPlan struct {
 	rank int // -1 when the plan places nothing
@@ -139,7 +139,7 @@ func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadli
 // routed_dp_rank, unless --prefill-dp-policy replaces it, as it does on a
 // prefill with dp_size > 1 (then any such prefill will do, and one without
 // DP only for rank 0). The decode gets the client's routed_dp_rank as it
-// is. SGLang range-checks routed_dp_rank on both (PROTOCOL.md §5).
+// is. SGLang range-checks routed_dp_rank on both (tokenizer_manager.py).
 // Negative ranks are left for planDP and the workers to refuse.
 func (s *Server) rankNeeds(q *clientRequest) (prefill, decode int) {
 	prefill, decode = -1, -1

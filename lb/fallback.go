@@ -9,11 +9,12 @@ import (
 	"pdlb/bootstrap"
 )
 
-// An SGLang decode refuses every request without a bootstrap room
-// (PROTOCOL.md §4): it has no decode-only path. Traffic that should skip
-// remote prefill goes to the fallback pool of aggregated workers, forwarded
-// as the client sent it, or, with --decode-local-prefill, to a decode that
-// prefills it itself (SGLang PR #34773; /generate only).
+// An SGLang decode refuses every request without a bootstrap room (a 400,
+// "Disaggregated request received without bootstrap room id"): it has no
+// decode-only path. Traffic that should skip remote prefill goes to the
+// fallback pool of aggregated workers, forwarded as the client sent it, or,
+// with --decode-local-prefill, to a decode that prefills it itself (SGLang
+// PR #34773; /generate only).
 
 // decodeOnly is why a request skips remote prefill. It labels
 // pdlb_decode_only_total, so the set is closed.

@@ -38,7 +38,8 @@ type harness struct {
 	// decode is the fake decode started by pair.
 	decode *fake.Server
 	// noRoomRefusals is how many requests without a room the decodes may
-	// refuse: none, unless a test provokes it (PROTOCOL.md §4).
+	// refuse: none, unless a test provokes it (SGLang's 400 "Disaggregated
+	// request received without bootstrap room id").
 	noRoomRefusals uint64
 	// wrapListener, when set, wraps pdlb's listener; wrapWorker, each
 	// connection pdlb dials to a worker.

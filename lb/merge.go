@@ -9,12 +9,13 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// The prefill computes what the decode never sees: the logprobs of the
-// prompt tokens, and the routed experts of the prompt. mini_lb merges them
-// into the decode's answer (PROTOCOL.md §2, "Logprob merging"); pdlb does the
-// same by splicing the decode's bytes, so everything else stays as the decode
-// wrote it. A field that is missing or malformed on either side leaves the
-// answer unchanged: a merge must never turn an answer into an error.
+// The prefill computes what the decode never sees: the logprobs of the prompt
+// tokens, and the routed experts of the prompt. mini_lb merges them into the
+// decode's answer (sglang_router's mini_lb.py, _merge_prefill_json and
+// generate_stream); pdlb does the same by splicing the decode's bytes, so
+// everything else stays as the decode wrote it. A field that is missing or
+// malformed on either side leaves the answer unchanged: a merge must never
+// turn an answer into an error.
 
 // splice replaces body[start:end] with with.
 type splice struct {

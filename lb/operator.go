@@ -103,8 +103,7 @@ func (s *Server) permit(ctx *fasthttp.RequestCtx, rt *route, requestID []byte, s
 			s.unauthorized(ctx, rt, requestID, start, what+" is for operators: send the header 'Authorization: Bearer <key>' with pdlb's --admin-api-key")
 			return false
 		case !s.cfg.OpenOperatorRoutes && !adminListener && !fromLoopback(ctx):
-			msg := what + " is for operators: set pdlb's --admin-api-key and send it, or call from loopback or on the --prometheus-port listener"
-			s.refuse(ctx, rt, rt.path, requestID, start, fasthttp.StatusForbidden, reasonForbidden, msg)
+			s.refuse(ctx, rt, rt.path, requestID, start, fasthttp.StatusForbidden, reasonForbidden, forOperatorsOnly(ctx, what))
 			return false
 		}
 		// No admin key: the route's own rule, --api-key's, as mini_lb.
@@ -127,10 +126,42 @@ func keyMatches(auth, want []byte) bool {
 // address and was not forwarded by a proxy, which would make every client
 // look local. A connection without an IP address (in memory) is not.
 func fromLoopback(ctx *fasthttp.RequestCtx) bool {
+	return onLoopback(ctx) && forwardingHeader(&ctx.Request.Header) == ""
+}
+
+// onLoopback reports whether the client's connection comes from a loopback
+// address, whoever it was made for.
+func onLoopback(ctx *fasthttp.RequestCtx) bool {
 	addr, ok := ctx.RemoteAddr().(*net.TCPAddr)
-	if !ok || !addr.IP.IsLoopback() {
-		return false
+	return ok && addr.IP.IsLoopback()
+}
+
+// forwardingHeaders are the headers a proxy adds for the client it
+// forwards.
+var forwardingHeaders = [...]string{"Forwarded", fasthttp.HeaderXForwardedFor, "X-Real-Ip"}
+
+// forwardingHeader returns the name of the first forwarding header h
+// carries, "" if none.
+func forwardingHeader(h *fasthttp.RequestHeader) string {
+	for _, name := range forwardingHeaders {
+		if len(h.Peek(name)) > 0 {
+			return name
+		}
 	}
-	h := &ctx.Request.Header
-	return len(h.Peek("Forwarded")) == 0 && len(h.Peek(fasthttp.HeaderXForwardedFor)) == 0 && len(h.Peek("X-Real-Ip")) == 0
+	return ""
+}
+
+// forOperatorsOnly is the message of the 403 that refuses a caller what
+// (an operator route, or the part of one asked for): how to enable it and,
+// to a caller on loopback, why loopback did not count. Both admin
+// listeners, --prometheus-port's and --pprof-addr's (ServeAdmin), serve
+// the operator routes.
+func forOperatorsOnly(ctx *fasthttp.RequestCtx, what string) string {
+	const listeners = "on the --prometheus-port or --pprof-addr listener"
+	if onLoopback(ctx) {
+		return what + " is for operators: this request came from loopback with a proxy's forwarding header (" +
+			forwardingHeader(&ctx.Request.Header) + "), so pdlb does not trust it as loopback; set pdlb's --admin-api-key and send it, " +
+			"or call " + listeners + ", or from loopback without a proxy"
+	}
+	return what + " is for operators: set pdlb's --admin-api-key and send it, or call from loopback or " + listeners
 }

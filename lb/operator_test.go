@@ -52,7 +52,8 @@ func checkCalls(t *testing.T, where string, send func(method, path, body string,
 					where, c.method, c.path, r.body, r.header.Peek("WWW-Authenticate"))
 			}
 		case fasthttp.StatusForbidden:
-			if !strings.Contains(msg, "--admin-api-key") || !strings.Contains(msg, "loopback") || !strings.Contains(msg, "--prometheus-port") {
+			if !strings.Contains(msg, "--admin-api-key") || !strings.Contains(msg, "loopback") ||
+				!strings.Contains(msg, "--prometheus-port") || !strings.Contains(msg, "--pprof-addr") {
 				t.Errorf("%s: %s %s: got %q; want it to say how to enable the route", where, c.method, c.path, msg)
 			}
 		}
@@ -220,6 +221,39 @@ func TestOperatorRoutesAnswerOperatorsOnly(t *testing.T) {
 	}
 }
 
+// A caller on loopback whose request carries a forwarding header is told
+// that the header is why loopback did not count: it was told to "call
+// from loopback", which it did (curl -H 'X-Forwarded-For: 1.2.3.4'
+// 127.0.0.1:PORT/bootstrap). Every caller is told of both admin
+// listeners, --pprof-addr's too, which serve the operator routes as
+// --prometheus-port's does.
+func TestForwardedLoopbackCallerIsToldWhy(t *testing.T) {
+	h, srv, _, _ := operatorHarness(t, defaultConfig())
+	loopback := h.loopback(srv)
+	for _, header := range []string{"X-Forwarded-For", "Forwarded", "X-Real-Ip"} {
+		r := loopback("GET", "/bootstrap", "", header, "1.2.3.4")
+		msg := gjson.GetBytes(r.body, "error.message").String()
+		if r.status != fasthttp.StatusForbidden {
+			t.Errorf("%s: got %d %s; want 403", header, r.status, r.body)
+			continue
+		}
+		for _, want := range []string{"came from loopback with a proxy's forwarding header (" + header + ")", "does not trust it as loopback",
+			"--admin-api-key", "--prometheus-port or --pprof-addr listener"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%s: got %q; want it to say %q", header, msg, want)
+			}
+		}
+		if strings.Contains(msg, "call from loopback or") {
+			t.Errorf("%s: got %q; want no advice to call from loopback, where the caller is", header, msg)
+		}
+	}
+	r := h.do("GET", "/bootstrap", "") // in memory: not loopback
+	msg := gjson.GetBytes(r.body, "error.message").String()
+	if r.status != fasthttp.StatusForbidden || !strings.Contains(msg, "call from loopback or on the --prometheus-port or --pprof-addr listener") {
+		t.Errorf("remote: got %d %q; want a 403 naming loopback and both admin listeners", r.status, msg)
+	}
+}
+
 // --mini-lb keeps mini_lb's open control routes (--api-key still applies),
 // for repro scripts; an admin key, when set, still rules them.
 func TestOpenOperatorRoutes(t *testing.T) {
@@ -244,7 +278,8 @@ func TestOpenOperatorRoutes(t *testing.T) {
 // one way and SGLang another reaches them. The body is read as Python
 // reads it: decoded keys, the last of duplicates. Any other body is an
 // operator's: an abort_all, one pydantic takes for true ("yes", 1), an
-// empty rid (SGLang aborts by prefix: every request).
+// empty rid (SGLang aborts by prefix: every request); a body that is no
+// JSON object gets a 400.
 func TestAbortByRIDIsRebuilt(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
@@ -282,10 +317,17 @@ func TestAbortByRIDIsRebuilt(t *testing.T) {
 	for _, body := range []string{
 		`{"abort_all": true}`, `{"rid": "request-1", "abort_all": "yes"}`, `{"rid": "request-1", "abort_all": 1}`,
 		`{"rid": "request-1", "abort_all": false, "abort_all": true}`, `{"rid": "request-1", "rid": ""}`,
-		`{"rid": ""}`, `{"rid": ["request-1", "request-2"]}`, `{"rid": 7}`, `{}`, `[{"rid": "request-1"}]`, `not json`, `{"rid": "request-1"`, ``,
+		`{"rid": ""}`, `{"rid": ["request-1", "request-2"]}`, `{"rid": 7}`, `{}`,
 	} {
 		if r := h.post("/abort_request", body); r.status != fasthttp.StatusForbidden {
 			t.Errorf("%s: got %d %s; want 403, an operator's abort", body, r.status, r.body)
+		}
+	}
+	// A body that is no JSON object names nothing: the client's mistake
+	// (TestAbortRequestBodyMustBeAnObject).
+	for _, body := range []string{`[{"rid": "request-1"}]`, `not json`, `{"rid": "request-1"`, ``} {
+		if r := h.post("/abort_request", body); r.status != fasthttp.StatusBadRequest {
+			t.Errorf("%s: got %d %s; want 400, not a JSON object", body, r.status, r.body)
 		}
 	}
 	mu.Lock()

@@ -127,8 +127,9 @@ var (
 )
 
 // headerDPRank is routed_dp_rank on SGLang's OpenAI routes, taken over the
-// body's (PROTOCOL.md §5). pdlb forwards it, so it plans the request with
-// the rank the workers will see, and the prefill sees the rank pdlb picks.
+// body's (see package bootstrap's documentation, DP ranks). pdlb forwards it,
+// so it plans the request with the rank the workers will see, and the prefill
+// sees the rank pdlb picks.
 var headerDPRank = []byte("X-Data-Parallel-Rank")
 
 // applyDPRankHeader takes an X-Data-Parallel-Rank header on an OpenAI route
@@ -372,7 +373,8 @@ func (s *Server) canServeAgain(b *Backend) bool {
 }
 
 // rankRangeMarker is in SGLang's refusal of a routed_dp_rank the worker
-// does not have: "routed_dp_rank=R out of range [0, D)" (PROTOCOL.md §5).
+// does not have: "routed_dp_rank=R out of range [0, D)" (SGLang's
+// tokenizer_manager.py).
 var rankRangeMarker = []byte("_dp_rank=")
 
 // refusedRank reports whether c's worker refused the request's DP rank.

@@ -400,7 +400,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, rt *route, adminListener bool) 
 	if rt.readsBody {
 		var body bodyBuffer
 		defer body.release(s.memory)
-		if !s.readControlBody(ctx, rt, &body, requestID, start) {
+		if !s.readControlBody(ctx, rt, &body, requestID, start) || s.refuseBadControlBody(ctx, rt, requestID, start) {
 			return
 		}
 	}

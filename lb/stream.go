@@ -108,7 +108,7 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 		return outcome{}
 	}
 	// SGLang streams some failures as the first event of a 200 stream
-	// (PROTOCOL.md §4, §7); nothing has reached the client yet, so it may
+	// (isFailureEvent); nothing has reached the client yet, so it may
 	// still be tried again. Out of retries, the worker's events are relayed
 	// as they are, but for a refusal without a room, which pdlb explains.
 	first, failed := x.relay.firstEventFailure()
@@ -160,8 +160,9 @@ func (r *relay) firstEventFailure() ([]byte, bool) {
 }
 
 // isFailureEvent reports whether the SSE event ev is a failure a worker
-// streamed instead of tokens (PROTOCOL.md §4, §7): an error object or an
-// abort with a 5xx status, or the refusal of a request without a room.
+// streamed instead of tokens: an {"error": ...} object, a finish_reason of
+// type "abort" with a 5xx status_code, or the refusal of a request without a
+// room.
 func isFailureEvent(ev []byte) bool {
 	if !bytes.Contains(ev, []byte(`"error"`)) && !bytes.Contains(ev, []byte(`"abort"`)) {
 		return false

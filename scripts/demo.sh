@@ -18,25 +18,8 @@ decode=127.0.0.1:$((base + 2))
 aggregated=127.0.0.1:$((base + 3))
 bootstrap_port=$((base + 998))
 lb=127.0.0.1:$base
-logs=$(mktemp -d)
-
-# finish replaces lib.sh's trap: stop the processes, then remove the logs,
-# also on Ctrl-C or a failure, after showing the end of each log.
-finish() {
-	local status=$?
-	cleanup
-	if [ "$status" -ne 0 ]; then
-		for log in "$logs"/*.log; do
-			[ -f "$log" ] || continue
-			echo "== the end of $(basename "$log")" >&2
-			tail -n 20 "$log" >&2
-		done
-	fi
-	rm -rf "$logs"
-}
-trap finish EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+use_temp_dir
+logs=$TEMP_DIR
 
 start "fake workers" "$logs/fake.log" "$PDLB" fake --prefill "$prefill" --decode "$decode" \
 	--aggregated "$aggregated" --bootstrap-port "$bootstrap_port" --token-delay 2ms --log-format console

@@ -12,6 +12,31 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+# use_temp_dir: make a temporary folder, $TEMP_DIR, for the script's logs
+# and files. When the script ends (on Ctrl-C or a failure too), its
+# processes are stopped, the end of each log in it is shown if it failed,
+# and the folder is removed.
+use_temp_dir() {
+	TEMP_DIR=$(mktemp -d)
+	trap finish EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
+
+# finish replaces cleanup's trap for a script that called use_temp_dir.
+finish() {
+	local status=$?
+	cleanup
+	if [ "$status" -ne 0 ]; then
+		for log in "$TEMP_DIR"/*.log; do
+			[ -f "$log" ] || continue
+			echo "== the end of $(basename "$log")" >&2
+			tail -n 20 "$log" >&2
+		done
+	fi
+	rm -rf "$TEMP_DIR"
+}
+
 # start NAME LOGFILE CMD...: run CMD in the background, logging to LOGFILE.
 start() {
 	local name=$1 log=$2

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Answer and stream-event bodies (PROTOCOL.md §7), written by appending.
+// Answer and stream-event bodies, in SGLang's shapes, written by appending.
 // Token t has id t and text " tok<t>"; prompt token j has the id the body
 // gave in input_ids, else j.
 

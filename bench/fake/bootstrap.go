@@ -8,10 +8,11 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// BootstrapHandler is a prefill's bootstrap server (PROTOCOL.md §3, SGLang
-// disaggregation/common/conn.py), plus the fake-only POST /fake/kv_transfer
-// (kvhttp.go). Its plain-text answers are aiohttp's. On other roles it
-// answers 404 to everything. Start mounts it on the bootstrap address.
+// BootstrapHandler is a prefill's bootstrap server (SGLang's
+// CommonKVBootstrapServer, disaggregation/common/conn.py), plus the fake-only
+// POST /fake/kv_transfer (kvhttp.go). Its plain-text answers are aiohttp's.
+// On other roles it answers 404 to everything. Start mounts it on the
+// bootstrap address.
 func (s *Server) BootstrapHandler(ctx *fasthttp.RequestCtx) {
 	if s.cfg.Role != RolePrefill {
 		writeText(ctx, fasthttp.StatusNotFound, "404: Not Found")
@@ -123,7 +124,7 @@ func (s *Server) parseRanks(ctx *fasthttp.RequestCtx, raw []string) ([4]int, boo
 
 // serveDPRanks keeps the DP rank /register_dp_rank gives a room, and
 // answers /query_dp_ranks with those of the rooms asked for that it has,
-// {"<room>": rank} (PROTOCOL.md §3). The fake's own prefills follow
+// {"<room>": rank}, as SGLang's does. The fake's own prefills follow
 // bootstrap_room % dp_size and register nothing; a client may.
 func (s *Server) serveDPRanks(ctx *fasthttp.RequestCtx) {
 	if !ctx.IsPost() {
@@ -218,7 +219,7 @@ func (s *Server) registeredWorkers() int {
 }
 
 // appendRouteInfo appends the parallel info of the current API, with
-// exactly the keys a real decode accepts (PROTOCOL.md §3).
+// exactly the keys a real decode accepts: it rejects others.
 func (s *Server) appendRouteInfo(dst []byte, apiPort int) []byte {
 	dst = append(dst, `{"attn_tp_size":1,"attn_cp_size":1,"dp_size":`...)
 	dst = strconv.AppendInt(dst, int64(s.cfg.DPSize), 10)

@@ -172,7 +172,8 @@ func TestPrefillInfoFetchedOncePerAddress(t *testing.T) {
 }
 
 // /query_dp_ranks answers the ranks /register_dp_rank gave rooms, for the
-// rooms asked that have one (PROTOCOL.md §3); it answered {} to all.
+// rooms asked that have one, as SGLang's bootstrap server does; it
+// answered {} to all.
 func TestRoomDPRanks(t *testing.T) {
 	t.Parallel()
 	n := NewNetwork()

@@ -33,7 +33,7 @@ const (
 	// DefaultInfoRetries and DefaultInfoRetryInterval are the decode's
 	// _max_ensure_retries and _ensure_retry_interval: how often, and how
 	// far apart, it asks a bootstrap server for parallel info it lacks
-	// (PROTOCOL.md §4, "retried ≥1 s apart, 15 tries").
+	// (disaggregation/decode.py).
 	DefaultInfoRetries       = 15
 	DefaultInfoRetryInterval = time.Second
 	// DefaultMaxHeaderSize is h11's limit on a request header, which
@@ -107,8 +107,8 @@ type Config struct {
 	// Zero means 1.
 	DPSize int
 
-	// FirstRequestBug makes a decode reproduce SGLang between 2026-03-18
-	// and PR #22990 (PROTOCOL.md §4): a request carrying
+	// FirstRequestBug makes a decode reproduce SGLang between 2026-03-18 and
+	// PR #22990 (see package bootstrap's documentation): a request carrying
 	// disagg_prefill_dp_rank fails on a decode DP rank that has not cached
 	// the prefill's parallel info, and does not fill that cache; only a
 	// request without the field, on the same rank, does. False means the
@@ -117,7 +117,7 @@ type Config struct {
 
 	// ConditionalAgg is a decode's
 	// --disaggregation-decode-enable-conditional-agg (SGLang PR #34773, an
-	// open draft; PROTOCOL.md §6): a /generate item marked
+	// open draft): a /generate item marked
 	// "do_local_prefill": true is prefilled by the decode itself, taking
 	// PrefillDelay, and answered as an aggregated server answers, with no KV
 	// transfer (local.go). False means the field is ignored, as by a server
@@ -132,7 +132,7 @@ type Config struct {
 
 	// OldBootstrapAPI makes the bootstrap server answer the /route API of
 	// SGLang before 2026-02-23 (engine_rank, target_dp_group) instead of the
-	// current one (PROTOCOL.md §3). False means the current API.
+	// current one. False means the current API.
 	OldBootstrapAPI bool
 
 	// KVTimeout bounds how long either side of a KV transfer waits for the
@@ -165,9 +165,9 @@ type Config struct {
 	InfoRetryInterval time.Duration
 
 	// IdleTimeout is how long the HTTP API keeps an idle keep-alive
-	// connection; SGLang's uvicorn drops them after about 5 s (PROTOCOL.md
-	// §7), and Server.CloseIdleConnections drops them at once. Zero means
-	// DefaultIdleTimeout.
+	// connection; SGLang's uvicorn drops them after about 5 s (its
+	// timeout_keep_alive), and Server.CloseIdleConnections drops them at
+	// once. Zero means DefaultIdleTimeout.
 	IdleTimeout time.Duration
 
 	// MaxHeaderSize is the largest request header the HTTP API reads;

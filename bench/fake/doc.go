@@ -3,38 +3,40 @@
 // benchmarks run against.
 //
 // A Server plays one Role. A prefill serves the HTTP API and, beside it, a
-// bootstrap server (PROTOCOL.md §3). A decode serves the HTTP API and only
-// finishes a request once the prefill named by the request's bootstrap_host
-// and bootstrap_port has served the same bootstrap_room: the two legs meet in
-// a rendezvous keyed by (bootstrap address, room, prefill DP rank), each side
-// waiting at most Config.KVTimeout. So a load balancer that injects
-// mismatched fields, or sends only one leg, gets the same SGLang-shaped
-// failures a real KV transfer would give. An aggregated server needs no
-// prefill and ignores bootstrap fields.
+// bootstrap server (SGLang's disaggregation/common/conn.py). A decode serves
+// the HTTP API and only finishes a request once the prefill named by the
+// request's bootstrap_host and bootstrap_port has served the same
+// bootstrap_room: the two legs meet in a rendezvous keyed by (bootstrap
+// address, room, prefill DP rank), each side waiting at most
+// Config.KVTimeout. So a load balancer that injects mismatched fields, or
+// sends only one leg, gets the same SGLang-shaped failures a real KV transfer
+// would give. An aggregated server needs no prefill and ignores bootstrap
+// fields.
 //
 // With Config.DPSize > 1 a server has that many data-parallel ranks, as
-// SGLang with --enable-dp-attention (PROTOCOL.md §4, §5): each item goes to
-// its routed_dp_rank, else a prefill follows bootstrap_room % DPSize and the
-// other roles take turns. A prefill refuses a routed rank that contradicts
-// the room unless disagg_prefill_dp_rank is given (SGLang's
-// follow_bootstrap_room conflict), and each decode rank resolves the prefill
-// DP rank with a prefill info cache of its own; Config.FirstRequestBug
-// brings back the bug SGLang PR #22990 fixed in that resolution. So DP
-// fields a real deployment would reject fail here too.
+// SGLang with --enable-dp-attention (see package bootstrap's documentation,
+// DP ranks): each item goes to its routed_dp_rank, else a prefill follows
+// bootstrap_room % DPSize and the other roles take turns. A prefill refuses
+// a routed rank that contradicts the room unless disagg_prefill_dp_rank is
+// given (SGLang's follow_bootstrap_room conflict), and each decode rank
+// resolves the prefill DP rank with a prefill info cache of its own;
+// Config.FirstRequestBug brings back the bug SGLang PR #22990 fixed in that
+// resolution. So DP fields a real deployment would reject fail here too.
 //
 // A decode polls GET /health on the bootstrap server of every prefill whose
 // info it caches, every Config.HeartbeatInterval (5 s), and after
 // Config.HeartbeatMaxFailures (2) failures in a row forgets that info and
 // fails the items still waiting for that prefill's KV with SGLang's "Lost
-// connection with prefill instance" (PROTOCOL.md §4, heartbeat.go). Only
-// then does it see a prefill restarted with another DP size: one back
-// sooner keeps its stale info, as in SGLang.
+// connection with prefill instance" (heartbeat.go). Only then does it see a
+// prefill restarted with another DP size: one back sooner keeps its stale
+// info, as in SGLang.
 //
 // With Config.ConditionalAgg a decode stands for SGLang's draft PR #34773
-// (PROTOCOL.md §6): a /generate item marked "do_local_prefill": true is
-// prefilled by the decode itself and answered as an aggregated server
-// answers, with no KV transfer and no room needed (local.go). Without the
-// flag, and on the other roles and routes, the field is ignored.
+// (decode flag --disaggregation-decode-enable-conditional-agg): a /generate
+// item marked "do_local_prefill": true is prefilled by the decode itself and
+// answered as an aggregated server answers, with no KV transfer and no room
+// needed (local.go). Without the flag, and on the other roles and routes,
+// the field is ignored.
 //
 // Servers are connected by a Network: in memory for tests
 // (fasthttputil.InmemoryListener per address, no ports) or over TCP. The
@@ -92,6 +94,10 @@
 // `pdlb fake` runs these servers as a command: servers of one command meet
 // in memory, servers of separate commands over HTTP. `pdlb fake --help`
 // lists its flags.
+//
+// Comments that name a file of SGLang's source (disaggregation/decode.py,
+// entrypoints/http_server.py) mean the one under python/sglang/srt/ in
+// github.com/sgl-project/sglang.
 //
 // The hot path parses with pooled fastjson parsers and writes JSON by
 // appending bytes, so the fakes are not the bottleneck of a benchmark.

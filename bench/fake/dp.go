@@ -8,13 +8,14 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// DP ranks (PROTOCOL.md §4, §5). A server with DPSize > 1 stands for SGLang
-// run with --dp N --enable-dp-attention: N data-parallel ranks, each its own
-// scheduler process with its own KV manager. Every item goes to one rank, as
-// SGLang's DataParallelController sends it: to its routed_dp_rank when
-// given; else a prefill follows bootstrap_room % DPSize
-// (follow_bootstrap_room, the default of a PD prefill) and a decode or
-// aggregated server takes the ranks in turn (round robin).
+// DP ranks (see package bootstrap's documentation, DP ranks). A server with
+// DPSize > 1 stands for SGLang run with --dp N --enable-dp-attention: N
+// data-parallel ranks, each its own scheduler process with its own KV
+// manager. Every item goes to one rank, as SGLang's DataParallelController
+// sends it: to its routed_dp_rank when given; else a prefill follows
+// bootstrap_room % DPSize (follow_bootstrap_room, the default of a PD
+// prefill) and a decode or aggregated server takes the ranks in turn (round
+// robin).
 //
 // The rank matters twice. A prefill refuses an item whose routed rank
 // contradicts its room, unless disagg_prefill_dp_rank says where the KV is.

@@ -6,7 +6,8 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Error shapes, as SGLang's FastAPI server writes them (PROTOCOL.md §4, §7):
+// Error shapes, as SGLang's FastAPI server (entrypoints/http_server.py and
+// the OpenAI serving code) writes them:
 //   - /generate validation errors: {"error": {"message": ...}}
 //   - OpenAI routes' validation errors: an ErrorResponse of type
 //     "BadRequestError";
@@ -81,8 +82,8 @@ func writeServerError(ctx *fasthttp.RequestCtx, msg string) {
 	writeJSON(ctx, fasthttp.StatusInternalServerError, appendOpenAIError(nil, fasthttp.StatusInternalServerError, "500", msg))
 }
 
-// rejectNoRoom answers a PD request that has an item without a room, the
-// way each route does (PROTOCOL.md §4). An OpenAI stream gets the refusal as
+// rejectNoRoom answers a PD request that has an item without a room, the way
+// each route does (Error shapes, above). An OpenAI stream gets the refusal as
 // an SSE error event, as SGLang's streaming error path writes it.
 func (s *Server) rejectNoRoom(ctx *fasthttp.RequestCtx, r *request, it *item) {
 	msg := noRoomMessage(it.rid)

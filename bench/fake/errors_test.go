@@ -6,7 +6,7 @@ import (
 )
 
 // TestNoRoom checks SGLang's refusal of a PD request without a room, on
-// each route, exactly (PROTOCOL.md §4).
+// each route, exactly.
 func TestNoRoom(t *testing.T) {
 	const msg = "Invalid request: Disaggregated request received without bootstrap room id. req.rid='r1'"
 	openAI := `{"object":"error","message":"` + msg + `","type":"BadRequestError","param":null,"code":400}`

@@ -35,11 +35,12 @@ const (
 
 	// FaultError answers generate requests at once, streamed or not and
 	// whatever their body, with Fault.Status and the body SGLang's
-	// HTTPException handler writes for a 5xx on every route (PROTOCOL.md
-	// §4, §7): {"object":"error","message":Message,"type":"<Status>",
-	// "param":null,"code":Status}. With Fault.Health, /health and
-	// /health_generate answer 503 with an empty body, as SGLang's health
-	// check does when it fails (it knows no other error status).
+	// HTTPException handler writes for a 5xx on every route (in
+	// entrypoints/http_server.py): {"object":"error","message":Message,
+	// "type":"<Status>","param":null,"code":Status}. With Fault.Health,
+	// /health and /health_generate answer 503 with an empty body, as
+	// SGLang's health check does when it fails (it knows no other error
+	// status).
 	FaultError
 
 	// FaultHang holds generate requests arriving while it is set before
@@ -199,8 +200,8 @@ func (s *Server) SetBootstrapDown(down bool) error {
 
 // CloseIdleConnections closes every HTTP API connection not serving a
 // request, as SGLang's uvicorn drops a keep-alive connection idle for about
-// 5 s (PROTOCOL.md §7), but now: a load balancer's next request on one of
-// them fails before any answer, as it does on a pooled connection the
+// 5 s (its timeout_keep_alive), but now: a load balancer's next request on
+// one of them fails before any answer, as it does on a pooled connection the
 // worker dropped. Connections serving a request (a handler or a stream
 // running) are left alone, and stay open after their answer. A connection
 // whose answer is out but not yet reported idle by fasthttp is closed as

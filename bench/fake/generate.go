@@ -119,8 +119,8 @@ func (s *Server) accept(ctx *fasthttp.RequestCtx, rt route, c *call) *request {
 }
 
 // roomless returns the first item without a bootstrap_room when the server
-// is a prefill or decode, which refuse such requests (PROTOCOL.md §4),
-// unless the decode prefills that item itself (PROTOCOL.md §6).
+// is a prefill or decode, which refuse such requests (rejectNoRoom),
+// unless the decode prefills that item itself (local.go).
 func (s *Server) roomless(r *request) *item {
 	if s.cfg.Role == RoleAggregated {
 		return nil
@@ -212,7 +212,8 @@ func (s *Server) steps(r *request) int {
 }
 
 // tokensOf is the number of tokens the server generates for it: a prefill
-// generates none of its own (PROTOCOL.md §7).
+// generates none of its own: its answer ends with finish_reason
+// {"type": "length", "length": 0}.
 func (s *Server) tokensOf(it *item) int {
 	if s.cfg.Role == RolePrefill {
 		return 0

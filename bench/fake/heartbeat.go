@@ -6,9 +6,9 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// A decode forgets a prefill that stops answering its health polls
-// (PROTOCOL.md §4), as SGLang's decode does (CommonKVManager's
-// _start_heartbeat_checker_thread and _handle_node_failure in
+// A decode forgets a prefill that stops answering its health polls, as
+// SGLang's decode does (CommonKVManager's _start_heartbeat_checker_thread
+// and _handle_node_failure in
 // python/sglang/srt/disaggregation/common/conn.py):
 //
 //   - Once a DP rank has cached the parallel info of a prefill, it polls

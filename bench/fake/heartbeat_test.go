@@ -168,8 +168,9 @@ func TestHeartbeatFailsWaitingItems(t *testing.T) {
 
 // A decode asks a bootstrap server that is not ready for the prefill's
 // parallel info InfoRetries times, InfoRetryInterval apart, then fails the
-// request, however long its KV timeout (SGLang's 15 tries 1 s apart,
-// PROTOCOL.md §4); the fake used to ask every 100 ms until the timeout.
+// request, however long its KV timeout (SGLang's 15 tries 1 s apart, in
+// disaggregation/decode.py); the fake used to ask every 100 ms until the
+// timeout.
 func TestPrefillInfoTries(t *testing.T) {
 	n := NewNetwork()
 	var asks atomic.Int32

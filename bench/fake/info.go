@@ -7,7 +7,8 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// The HTTP API's routes besides generation (PROTOCOL.md §2, §7).
+// The HTTP API's routes besides generation (SGLang's
+// entrypoints/http_server.py).
 
 // version is what /server_info reports as SGLang's version.
 const version = "0.0.0-fake"

@@ -65,7 +65,7 @@ var alreadyMet = func() *meeting {
 
 // arrive enters room k on side sd. It returns a meeting to wait on, or nil
 // if a request of the same side already waits in the room: two requests in
-// flight with one room corrupt each other's transfer (PROTOCOL.md §2).
+// flight with one room corrupt each other's transfer.
 func (r *rendezvous) arrive(k roomKey, sd side) *meeting {
 	r.mu.Lock()
 	defer r.mu.Unlock()

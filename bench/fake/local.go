@@ -6,8 +6,8 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// Local prefill on a decode (PROTOCOL.md §6): SGLang PR #34773, an open
-// draft, adds the decode flag --disaggregation-decode-enable-conditional-agg
+// Local prefill on a decode: SGLang PR #34773, an open draft, adds the
+// decode flag --disaggregation-decode-enable-conditional-agg
 // (Config.ConditionalAgg) and the request field do_local_prefill, so a
 // router can send a request to a decode alone and have it prefilled there.
 // The fake follows the draft where its description is explicit and the rest
@@ -15,7 +15,7 @@ import (
 //
 //   - Only /generate takes the field: the draft adds it to GenerateReqInput
 //     alone, so the OpenAI routes ignore it and refuse a roomless request
-//     with the usual 400 (PROTOCOL.md §4). A decode without the flag, and
+//     with the usual 400 (rejectNoRoom). A decode without the flag, and
 //     every other role, ignore it too.
 //   - The marker chooses the path, bootstrap fields or not: in the draft "a
 //     marked request uses the decode worker's normal prefill scheduler,

@@ -11,20 +11,22 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// The decode's prefill info cache, SGLang's prefill_info_table (PROTOCOL.md
-// §4). Each DP rank of a decode is its own scheduler process with its own KV
-// manager, so each has its own table: on the first request a decode DP rank
-// gets for a bootstrap address, that rank fetches the prefill's parallel
-// info from its bootstrap server and keeps it. While the prefill is not
-// fully registered (503, or nulls on the old API), or unreachable, the fetch
-// is tried Config.InfoRetries times, Config.InfoRetryInterval apart, within
-// the item's deadline; a failure is not cached, so the next request tries
-// again. The rank keeps the info until its bootstrap server
-// fails Config.HeartbeatMaxFailures health polls in a row (heartbeat.go).
-// SGLang's first-request bug consults disagg_prefill_dp_rank before this
-// cache (dp.go).
+// The decode's prefill info cache, SGLang's prefill_info_table
+// (disaggregation/decode.py: _resolve_prefill_dp_rank reads it,
+// _ensure_prefill_info fills it). Each DP rank of a decode is its own
+// scheduler process with its own KV manager, so each has its own table: on
+// the first request a decode DP rank gets for a bootstrap address, that rank
+// fetches the prefill's parallel info from its bootstrap server and keeps it.
+// While the prefill is not fully registered (503, or nulls on the old API),
+// or unreachable, the fetch is tried Config.InfoRetries times,
+// Config.InfoRetryInterval apart, within the item's deadline; a failure is
+// not cached, so the next request tries again. The rank keeps the info until
+// its bootstrap server fails Config.HeartbeatMaxFailures health polls in a
+// row (heartbeat.go). SGLang's first-request bug consults
+// disagg_prefill_dp_rank before this cache (dp.go).
 
-// The two forms of the parallel-info query (PROTOCOL.md §3).
+// The two forms of the parallel-info query: the current one, and SGLang's
+// before 2026-02-23 (Config.OldBootstrapAPI).
 const (
 	routeInfoQuery    = "/route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1"
 	oldRouteInfoQuery = "/route?engine_rank=-1&target_dp_group=-1&target_pp_rank=-1"

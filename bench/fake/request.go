@@ -36,7 +36,7 @@ type request struct {
 
 // item is one generation of a request: a prompt of a batch, or one of its
 // n samples. Item i of a request with a scalar bootstrap_room uses room+i,
-// on both legs alike (PROTOCOL.md §2); items are ordered prompt-major.
+// on both legs alike, as SGLang does; items are ordered prompt-major.
 type item struct {
 	rid           string
 	index         int
@@ -71,7 +71,7 @@ type prompt struct {
 }
 
 // HeaderDPRank is the header SGLang's OpenAI routes take as routed_dp_rank,
-// over the body's (PROTOCOL.md §5).
+// over the body's.
 const HeaderDPRank = "X-Data-Parallel-Rank"
 
 // applyDPRankHeader gives every item of an OpenAI request the rank of an

@@ -173,14 +173,14 @@ func (s *Server) slots() []*slot {
 	return []*slot{s.api, s.boot}
 }
 
-// Handler is the HTTP API (PROTOCOL.md §2 and §7): POST /generate,
-// /v1/completions and /v1/chat/completions; GET /health, /health_generate,
-// /server_info, /get_server_info, /model_info, /get_model_info and
-// /v1/models; POST /flush_cache and /abort_request; GET StatsPath with
-// Config.StatsRoute, whatever Config.APIKey. It may be mounted on any
-// fasthttp server; Start mounts it on its own. Faults act on it wherever it
-// is mounted, except FaultRefuse and CloseIdleConnections, which need the
-// listener of Start; so does noticing a client that goes away.
+// Handler is the HTTP API (SGLang's entrypoints/http_server.py): POST
+// /generate, /v1/completions and /v1/chat/completions; GET /health,
+// /health_generate, /server_info, /get_server_info, /model_info,
+// /get_model_info and /v1/models; POST /flush_cache and /abort_request; GET
+// StatsPath with Config.StatsRoute, whatever Config.APIKey. It may be mounted
+// on any fasthttp server; Start mounts it on its own. Faults act on it
+// wherever it is mounted, except FaultRefuse and CloseIdleConnections, which
+// need the listener of Start; so does noticing a client that goes away.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	markBusy(ctx.Conn())
 	defer markIdle(ctx.Conn())

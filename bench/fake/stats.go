@@ -23,7 +23,8 @@ type Stats struct {
 	GenerateRequests uint64
 
 	// RejectedNoRoom counts generate requests a prefill or decode refused
-	// because an item had no bootstrap_room (PROTOCOL.md §4).
+	// because an item had no bootstrap_room, with SGLang's 400
+	// "Disaggregated request received without bootstrap room id".
 	RejectedNoRoom uint64
 
 	// KVTransfersOK and KVTransfersFailed count request items whose KV
@@ -36,7 +37,7 @@ type Stats struct {
 	KVTransfersFailed uint64
 
 	// LocalPrefills counts request items a decode with Config.ConditionalAgg
-	// prefilled itself (do_local_prefill, PROTOCOL.md §6), once their
+	// prefilled itself (do_local_prefill, SGLang PR #34773), once their
 	// prefill is done: aborted ones do not count. They count in neither
 	// KVTransfersOK nor KVTransfersFailed.
 	LocalPrefills uint64

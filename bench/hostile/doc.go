@@ -1,7 +1,6 @@
-// Package hostile is the hostile-client suite of issue 19 ("No client can
-// take the service from the others"): each attack of the issue, bounded in
-// time, run against a real pdlb process while a steady well-behaved load
-// runs beside it.
+// Package hostile is the hostile-client suite: no client can take the
+// service from the others. Each attack, bounded in time, runs against a real
+// pdlb process while a steady well-behaved load runs beside it.
 //
 // TestHostile builds pdlb once, then for each attack starts fake SGLang
 // workers (`pdlb fake`: a prefill, a decode and an aggregated fallback) and
@@ -26,8 +25,8 @@
 // branch's build, say); the fakes are always this tree's.
 //
 // The suite is skipped unless PDLB_HOSTILE is "short" (CI: about a minute
-// and a half) or "full" (the sizes of the issue); `make hostile-short` and
-// `make hostile` run it. The flags the fixes of issue 19 add are listed in
+// and a half) or "full" (the attacks at full size); `make hostile-short` and
+// `make hostile` run it. The flags the defences add are listed in
 // flags_test.go: a pdlb that lacks one runs without it, and the attack that
-// needs it shows the failure the fix is for.
+// needs it shows the failure the defence is for.
 package hostile

@@ -1,0 +1,36 @@
+package lb
+
+import (
+	"bytes"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bootstrap"
+)
+
+// A control route that reads its body (/abort_request) takes a JSON
+// object, as SGLang's pydantic models do. A body that is none ('{', a
+// form's rid=..., nothing at all) is the client's mistake, and gets the
+// generate routes' 400 at once: it cannot say whether the caller names one
+// request or all of them, so it decides no operator check (a 403 that
+// blamed the caller for an abort_all it never sent), and the workers are
+// not asked to make sense of it (a loopback caller got their 400s back as
+// "2 of 2 backends refused /abort_request").
+
+// refuseBadControlBody answers a request to rt whose body is not a JSON
+// object with a 400 and reports true; false leaves the request to be
+// served. A request with another method than rt's is left for the 405.
+func (s *Server) refuseBadControlBody(ctx *fasthttp.RequestCtx, rt *route, requestID []byte, start time.Time) bool {
+	if !rt.readsBody || string(ctx.Method()) != rt.method {
+		return false
+	}
+	// A leading byte-order mark is taken, as by the generate routes and
+	// Python's json.loads.
+	err := bootstrap.CheckObject(bytes.TrimPrefix(ctx.PostBody(), utf8BOM))
+	if err == nil {
+		return false
+	}
+	s.refuse(ctx, rt, rt.path, requestID, start, fasthttp.StatusBadRequest, reasonInvalidRequest, badBodyMessage(ctx, err))
+	return true
+}
