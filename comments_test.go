@@ -17,20 +17,9 @@ import (
 // or the fact itself.
 var outsideDocs = []string{"PROTOCOL.md", "DESIGN.md", "ROUTING.md", "STYLE.md", "../shared/"}
 
-// pendingOutsideDocs are references in files that other branches were
-// editing when the rest were replaced, each by its file and a piece of
-// its comment. Once such a reference is gone, its entry must go too, and
-// the test says so.
-var pendingOutsideDocs = map[string]string{
-	"lb/warm.go":    "cache the prefill's parallel info (PROTOCOL.md §4",
-	"lb/proxy.go":   "(the first-request bug, PROTOCOL.md §4)",
-	"lb/restart.go": "(PROTOCOL.md §4, bench/fake/heartbeat.go)",
-}
-
 // No comment of the repository's Go files names a document outside it
 // (issue 20: some 60 did, from the fakes' doc to bootstrap's Registry).
 func TestCommentsNameNoDocumentOutsideTheRepository(t *testing.T) {
-	pendingSeen := map[string]bool{}
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		switch {
 		case err != nil:
@@ -45,10 +34,6 @@ func TestCommentsNameNoDocumentOutsideTheRepository(t *testing.T) {
 			return err
 		}
 		for _, c := range commentsNaming(path, src, outsideDocs) {
-			if piece, ok := pendingOutsideDocs[filepath.ToSlash(path)]; ok && strings.Contains(c.text, piece) {
-				pendingSeen[filepath.ToSlash(path)] = true
-				continue
-			}
 			t.Errorf("%s:%d: a comment names %s, which a clone does not have: name SGLang's source file and function, "+
 				"a package's documentation, or the fact itself", path, c.line, c.name)
 		}
@@ -56,11 +41,6 @@ func TestCommentsNameNoDocumentOutsideTheRepository(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	for path, piece := range pendingOutsideDocs {
-		if !pendingSeen[path] {
-			t.Errorf("%s no longer has the comment %q: remove it from pendingOutsideDocs", path, piece)
-		}
 	}
 }
 

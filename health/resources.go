@@ -13,7 +13,7 @@ import (
 // TIME_WAIT). Such a failure happens before any byte reaches the target,
 // so it says nothing of the target's health. Under a flood of client
 // connections a probe that counted it would take every healthy worker
-// out, and keep them out for Rise rounds after the flood (issue 19).
+// out, and keep them out for Rise rounds after the flood.
 func OutOfResources(err error) bool {
 	if err == nil {
 		return false

@@ -549,7 +549,7 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 }
 
 // coldPair reports whether the decode's failure says it has not cached the
-// prefill's parallel info (the first-request bug, PROTOCOL.md §4) while one
+// prefill's parallel info (the first-request bug: see package bootstrap's documentation) while one
 // more attempt is allowed.
 func (x *exchange) coldPair(failure []byte) bool {
 	return x.coldRetry && bytes.Contains(failure, coldPairMarker)

@@ -12,7 +12,7 @@ import (
 // A worker that restarts comes back with empty caches: a decode without the
 // prefill info that SGLang's first-request bug needs (warm.go). One that
 // restarts faster than its health checks' Fall threshold is never seen as
-// down (issue 20: a decode stopped for 12 s fails two probes of three), so
+// down (a decode stopped for 12 s fails two probes of three), so
 // pdlb takes every sign of a restart for one: a failed probe, a refused
 // connection, a connection dropped. The worker's epoch grows, which makes a
 // decode's pairs cold, so that a request carrying disagg_prefill_dp_rank
@@ -21,7 +21,7 @@ import (
 //
 // A prefill's restart matters to its pairs only once the decodes have
 // forgotten it, which takes them two failed heartbeats 5 s apart
-// (PROTOCOL.md §4, bench/fake/heartbeat.go). The registry, which reads the
+// (SGLang's disaggregation/common/conn.py; bench/fake/heartbeat.go). The registry, which reads the
 // prefill's bootstrap server every BootstrapRefresh, gives it a new
 // generation when a read falls in the outage, and another when it is ready
 // again, which makes its pairs cold and then warms them. A read can miss
