@@ -320,18 +320,22 @@ func (w *warmer) generate(pr *pair, st *bootstrap.State, decodeRank int, routed 
 	return err
 }
 
-// warmupFailure is why x, a warm-up, failed, nil if it did not. A decode
-// cancelled because its prefill failed gives the prefill's reason (a
-// refused key, a 5xx), not its own cancellation, which would blame it.
+// warmupFailure is why x, a warm-up, failed, nil if it did not: the decode
+// alone says whether it did, as only its answer shows it cached the
+// prefill's info. A decode cancelled because its prefill failed gives the
+// prefill's reason (a refused key, a 5xx, an abort), not its own
+// cancellation, which would blame it.
 func warmupFailure(x *exchange) error {
 	c := &x.decode
-	var peer *errPeerFailed
-	if errors.As(c.err, &peer) {
-		<-x.prefill.done
-		c = &x.prefill
-	}
 	if c.err == nil && c.resp.StatusCode() == fasthttp.StatusOK {
 		return nil
+	}
+	var peer *errPeerFailed
+	if errors.As(c.err, &peer) && peer.role == rolePrefill {
+		<-x.prefill.done
+		if x.prefill.err != nil || x.prefill.resp.StatusCode() != fasthttp.StatusOK {
+			c = &x.prefill
+		}
 	}
 	_, _, msg := c.describe()
 	return errors.New(msg)

@@ -426,3 +426,38 @@ func TestWarmupFailureNamesThePrefill(t *testing.T) {
 		t.Fatalf("the warm-up failed with %q; want the prefill's 401", msg)
 	}
 }
+
+// A warm-up whose prefill ends early with a 200 (aborted, as by an
+// operator's abort_all) cancels the decode before it ran: that is no
+// warmth, though neither leg failed with an error.
+func TestWarmupWhosePrefillWasAbortedIsNoWarmth(t *testing.T) {
+	h := newHarness(t)
+	p, d := h.pair(fake.Config{}, fake.Config{FirstRequestBug: true})
+	if err := d.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
+		t.Fatal(err)
+	}
+	srv := h.start(warmConfig())
+	h.waitBootstrap()
+	pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
+	waitFor(t, "the warm-up to be held", func() bool { return d.Stats().FaultsInjected > 0 && p.Stats().InFlight > 0 })
+	cl := &fasthttp.HostClient{Addr: "prefill-0:30000", Dial: h.nw.Dial}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://prefill-0:30000/abort_request")
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetBodyString(`{"abort_all": true}`)
+	if err := cl.DoTimeout(req, resp, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cl.CloseIdleConnections()
+	waitFor(t, "the warm-up to end", func() bool {
+		pr.mu.Lock()
+		defer pr.mu.Unlock()
+		return pr.running == nil
+	})
+	if srv.warm.isWarm(pr) {
+		t.Errorf("the pair is warm though the decode never ran the warm-up (decode generate requests: %d)", d.Stats().GenerateRequests)
+	}
+	_ = d.SetFault(fake.Fault{})
+}
