@@ -26,9 +26,16 @@ func (s *Server) refuseBadControlBody(ctx *fasthttp.RequestCtx, rt *route, reque
 		return false
 	}
 	// A leading byte-order mark is taken, as by the generate routes and
-	// Python's json.loads.
-	err := bootstrap.CheckObject(bytes.TrimPrefix(ctx.PostBody(), utf8BOM))
+	// Python's json.loads, and dropped here, so that the route's rules, its
+	// handler and the workers read the same object (a rid behind a mark
+	// was read as no rid: an abort_all). A copy, as the body may be
+	// fasthttp's buffer, which SetBodyRaw gives back; such bodies are rare.
+	body := ctx.PostBody()
+	err := bootstrap.CheckObject(bytes.TrimPrefix(body, utf8BOM))
 	if err == nil {
+		if bytes.HasPrefix(body, utf8BOM) {
+			ctx.Request.SetBodyRaw(bytes.Clone(body[len(utf8BOM):]))
+		}
 		return false
 	}
 	s.refuse(ctx, rt, rt.path, requestID, start, fasthttp.StatusBadRequest, reasonInvalidRequest, badBodyMessage(ctx, err))

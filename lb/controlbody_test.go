@@ -57,3 +57,19 @@ func TestAbortRequestBodyMustBeAnObject(t *testing.T) {
 		t.Errorf("GET /abort_request: got %d %s; want 403", r.status, r.body)
 	}
 }
+
+// A rid behind a UTF-8 byte-order mark names one request, as without it:
+// the check took the mark, and the rules after it read the body as naming
+// none, an abort_all, which a client got a 403 for.
+func TestAbortByRIDBehindAByteOrderMark(t *testing.T) {
+	h, _, p, d := operatorHarness(t, defaultConfig())
+	r := h.do("POST", "/abort_request", "\xef\xbb\xbf"+`{"rid": "abcdefghijklmnop"}`, "Content-Type", "application/json")
+	if r.status != fasthttp.StatusOK {
+		t.Fatalf("got %d %s; want 200, an abort by rid", r.status, r.body)
+	}
+	for _, w := range []*fake.Server{p, d} {
+		if st := w.Stats(); st.AbortRequest != 1 {
+			t.Errorf("a worker got %d aborts; want 1", st.AbortRequest)
+		}
+	}
+}
