@@ -26,6 +26,8 @@ use_temp_dir() {
 # finish replaces cleanup's trap for a script that called use_temp_dir.
 finish() {
 	local status=$?
+	# A second Ctrl-C while the processes drain must not cut the clean-up.
+	trap '' INT TERM
 	cleanup
 	if [ "$status" -ne 0 ]; then
 		for log in "$TEMP_DIR"/*.log; do
