@@ -11,9 +11,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mattn/go-isatty"
-
 	"pdlb/bench"
+
+	"pdlb/internal/cli"
 )
 
 // benchCmd sends load to an endpoint, or to several in turn, and reports
@@ -88,7 +88,7 @@ type report interface {
 func (c *benchCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	cfg, err := c.config()
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	cfg.Progress, cfg.ProgressLines = progressOn(stderr, c.Quiet)
 	table, jsonOut, err := c.outputs(stdout, stderr)
@@ -103,13 +103,13 @@ func (c *benchCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if len(c.Compare) > 0 {
 		cmp, err := c.compare(ctx, cfg)
 		if err != nil {
-			return usageError{err}
+			return cli.UsageError{Err: err}
 		}
 		rep, reports = cmp, cmp.Reports
 	} else {
 		r, err := bench.Run(ctx, cfg)
 		if err != nil {
-			return usageError{err}
+			return cli.UsageError{Err: err}
 		}
 		rep, reports = r, []*bench.Report{r}
 	}
@@ -242,7 +242,7 @@ func outcome(ctx context.Context, reports []*bench.Report) error {
 // catchSignals returns a context the first SIGINT or SIGTERM cancels, with
 // a signalError as its cause, so the run stops and prints what it has. A
 // second one calls exit at once, as that can take a while (requests are
-// cut, but a stuck write can hold them); one within sameSignalWindow of the
+// cut, but a stuck write can hold them); one within cli.SameSignalWindow of the
 // first is the first delivered twice. stop gives the signals back their
 // default action.
 func catchSignals(exit func(code int)) (ctx context.Context, stop func()) {
@@ -260,7 +260,7 @@ func catchSignals(exit func(code int)) (ctx context.Context, stop func()) {
 				case first.IsZero():
 					first = time.Now()
 					cancel(se)
-				case time.Since(first) >= sameSignalWindow:
+				case time.Since(first) >= cli.SameSignalWindow:
 					exit(se.exitCode())
 					return
 				}
@@ -361,14 +361,7 @@ func progressOn(stderr io.Writer, quiet bool) (w io.Writer, lines bool) {
 		return nil, false
 	}
 	f, ok := stderr.(*os.File)
-	return stderr, !ok || !isTerminal(f)
-}
-
-// isTerminal reports whether f is a terminal, where a redrawn progress line
-// or colour makes sense (in a log file they are noise). It asks the
-// terminal driver, as the file's mode would call /dev/null one too.
-func isTerminal(f *os.File) bool {
-	return isatty.IsTerminal(f.Fd())
+	return stderr, !ok || !cli.IsTerminal(f)
 }
 
 // checkRoute refuses a --route that a target's URL contradicts by ending in

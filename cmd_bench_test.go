@@ -17,6 +17,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bench"
+
+	"pdlb/internal/cli"
 )
 
 // serveBench runs a fake /generate endpoint on a loopback port and returns
@@ -163,7 +165,7 @@ func TestCatchSignals(t *testing.T) {
 	if !errors.As(context.Cause(ctx), &se) || se.exitCode() != 130 {
 		t.Fatalf("got cause %v; want SIGINT", context.Cause(ctx))
 	}
-	time.Sleep(sameSignalWindow) // not the first delivered twice
+	time.Sleep(cli.SameSignalWindow) // not the first delivered twice
 	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}

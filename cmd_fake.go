@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"pdlb/bench/fake"
+
+	"pdlb/internal/cli"
 )
 
 // fakeCmd runs fake SGLang servers that speak the PD protocol as real ones
@@ -39,7 +41,7 @@ type fakeCmd struct {
 	StatsRoute           bool          `help:"Serve the fake's counters as JSON on GET /fake/stats, a route SGLang does not have (for tests that run the fake in another process)."`
 	Canary               string        `help:"Count, in /fake/stats' Canaries, the requests that carry this string in a header or the body: tests plant it where a load balancer must not pass it on." placeholder:"STRING"`
 
-	logFlags
+	cli.LogFlags
 }
 
 // Validate requires at least one server.
@@ -55,7 +57,7 @@ func (c *fakeCmd) Validate() error {
 
 // Run starts the servers and serves until SIGINT or SIGTERM.
 func (c *fakeCmd) Run() error {
-	log := c.logger(os.Stderr)
+	log := c.Logger(os.Stderr)
 	nw := fake.NewTCPNetwork()
 	var servers []*fake.Server
 	defer func() {
@@ -74,17 +76,17 @@ func (c *fakeCmd) Run() error {
 		log.Info().Str("role", string(role)).Str("addr", addr).Int("bootstrap_port", cfg.BootstrapPort).Msg("fake server up")
 		return nil
 	}
-	for i, addr := range listItems(c.Prefill) {
+	for i, addr := range cli.ListItems(c.Prefill) {
 		if err := start(fake.RolePrefill, addr, c.BootstrapPort+i); err != nil {
 			return err
 		}
 	}
-	for _, addr := range listItems(c.Decode) {
+	for _, addr := range cli.ListItems(c.Decode) {
 		if err := start(fake.RoleDecode, addr, c.BootstrapPort); err != nil {
 			return err
 		}
 	}
-	for _, addr := range listItems(c.Aggregated) {
+	for _, addr := range cli.ListItems(c.Aggregated) {
 		if err := start(fake.RoleAggregated, addr, c.BootstrapPort); err != nil {
 			return err
 		}

@@ -5,6 +5,8 @@ import (
 	"net"
 
 	"pdlb/bench/pair"
+
+	"pdlb/internal/cli"
 )
 
 // pairCmd serves a featureless pairing proxy: the reference pdlb is
@@ -18,7 +20,7 @@ type pairCmd struct {
 
 func (c *pairCmd) Run() error {
 	cfg := pair.Config{Prefill: c.Prefill, Decode: c.Decode, BootstrapPort: c.BootstrapPort}
-	return runUntilSignal(c.Listen, func(ctx context.Context, ln net.Listener) error {
+	return cli.RunUntilSignal(c.Listen, func(ctx context.Context, ln net.Listener) error {
 		return pair.Serve(ctx, ln, cfg)
 	})
 }

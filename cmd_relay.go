@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"os/signal"
-	"syscall"
 
 	"pdlb/bench/relay"
+
+	"pdlb/internal/cli"
 )
 
 // relayCmd pipes TCP connections to one address with nothing on the way:
@@ -18,23 +17,11 @@ type relayCmd struct {
 }
 
 func (c *relayCmd) Run() error {
-	return runUntilSignal(c.Listen, func(ctx context.Context, ln net.Listener) error {
+	return cli.RunUntilSignal(c.Listen, func(ctx context.Context, ln net.Listener) error {
 		go func() {
 			<-ctx.Done()
 			ln.Close()
 		}()
 		return relay.Serve(ln, c.To)
 	})
-}
-
-// runUntilSignal runs serve on a listener on addr, with a context that is
-// done on SIGINT or SIGTERM: the baselines' way of running.
-func runUntilSignal(addr string, serve func(context.Context, net.Listener) error) error {
-	ln, err := listen(addr)
-	if err != nil {
-		return fmt.Errorf("cannot listen: %w", err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	return serve(ctx, ln)
 }

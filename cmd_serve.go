@@ -20,6 +20,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"pdlb/lb"
+
+	"pdlb/internal/cli"
 )
 
 // serveCmd runs the load balancer. Flag names follow sglang_router's, so a
@@ -80,7 +82,7 @@ type serveCmd struct {
 	MaxBatchSize          int   `help:"Most items a /generate batch may hold (a list of text or input_ids); larger ones get a 400." default:"4096" group:"limits"`
 	MaxAbortsPerSecond    int   `help:"Most /abort_request calls a second pdlb sends one worker for requests it gave up on (one a request, a batch included); beyond, they are dropped and counted in pdlb_abort_requests_dropped_total, and the worker aborts those requests itself when it sees their connections closed." default:"100" group:"limits"`
 
-	logFlags         `group:"observability"`
+	cli.LogFlags     `group:"observability"`
 	AccessLog        bool     `help:"Log one line per request (refusals and control routes included), at info level whatever --log-level." group:"observability"`
 	RequestIDHeaders []string `help:"Headers to take a client's request ID from, the first present wins (sglang_router's --request-id-headers); pdlb answers it, and passes it to the workers, as X-Request-Id." default:"X-Request-Id" placeholder:"NAME" sep:"," group:"observability"`
 	PrometheusHost   string   `help:"Address of the extra /metrics listener enabled by --prometheus-port." default:"0.0.0.0" group:"observability"`
@@ -170,7 +172,7 @@ func (c *serveCmd) checkListenAddrs() error {
 	if err != nil {
 		return fmt.Errorf("--pprof-addr %q is not HOST:PORT, such as 127.0.0.1:6060: %w", c.PprofAddr, err)
 	}
-	if _, ok := parsePort(port); !ok {
+	if _, ok := cli.ParsePort(port); !ok {
 		return fmt.Errorf("--pprof-addr %q: %q is not a port from 1 to 65535", c.PprofAddr, port)
 	}
 	if strings.ContainsAny(host, "[]") {
@@ -194,32 +196,6 @@ func checkHost(flag, host, portFlag string) error {
 	return nil
 }
 
-// listen listens on addr, HOST:PORT. Go listens on IPv6 as well for an
-// unspecified IPv4 host (0.0.0.0), where uvicorn, and so mini_lb, listen on
-// IPv4 only: an IPv4 host means IPv4 here too.
-func listen(addr string) (net.Listener, error) {
-	network := "tcp"
-	if host, _, err := net.SplitHostPort(addr); err == nil {
-		if ip, err := netip.ParseAddr(host); err == nil && ip.Is4() {
-			network = "tcp4"
-		}
-	}
-	return net.Listen(network, addr)
-}
-
-// listItems trims each of a list flag's values and drops the empty ones:
-// "a, b" is a natural way to write a comma-separated list, "a,,b" a slip,
-// and --prefill's lists are read the same way.
-func listItems(vs []string) []string {
-	out := vs[:0]
-	for _, v := range vs {
-		if v = strings.TrimSpace(v); v != "" {
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
 // config converts the flags into an lb.Config, with warnings for what pdlb
 // accepted but does not do.
 func (c *serveCmd) config() (lb.Config, []string) {
@@ -238,12 +214,12 @@ func (c *serveCmd) config() (lb.Config, []string) {
 	attempts := max(c.RetryMaxRetries, 1)
 	cfg := lb.Config{
 		Prefill:               c.Prefill,
-		Decode:                listItems(c.Decode),
-		Fallback:              listItems(c.Fallback),
+		Decode:                cli.ListItems(c.Decode),
+		Fallback:              cli.ListItems(c.Fallback),
 		APIKey:                c.APIKey,
 		AdminAPIKey:           c.AdminAPIKey,
 		OpenOperatorRoutes:    c.MiniLB,
-		RequestIDHeaders:      listItems(c.RequestIDHeaders),
+		RequestIDHeaders:      cli.ListItems(c.RequestIDHeaders),
 		PrefillPolicy:         base,
 		DecodePolicy:          base,
 		FallbackPolicy:        base,
@@ -345,7 +321,7 @@ func isLoopbackHost(host string) bool {
 
 // Run serves until SIGINT or SIGTERM, then drains for the grace period.
 func (c *serveCmd) Run(ignored ignoredFlags) error {
-	log := c.logger(os.Stderr)
+	log := c.Logger(os.Stderr)
 	cfg, warnings := c.config()
 	for _, f := range ignored {
 		log.Warn().Str("flag", f).Msg(ignoredWarning(f))
@@ -359,9 +335,9 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 	applyProcessSettings(cfg.MaxBodyMemory)
 	srv, err := lb.New(cfg, log)
 	if err != nil {
-		return usageError{err} // the configuration is all New can refuse
+		return cli.UsageError{Err: err} // the configuration is all New can refuse
 	}
-	ln, err := listen(net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
+	ln, err := cli.Listen(net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
 	if err != nil {
 		return fmt.Errorf("cannot listen: %w", err)
 	}
@@ -436,7 +412,7 @@ func applyGCPercent() {
 // serveAdmin serves the admin routes (/metrics, and profiles with pprof) on
 // addr in the background.
 func serveAdmin(srv *lb.Server, addr string, pprof bool, log zerolog.Logger) error {
-	ln, err := listen(addr)
+	ln, err := cli.Listen(addr)
 	if err != nil {
 		return err
 	}
@@ -450,7 +426,7 @@ func serveAdmin(srv *lb.Server, addr string, pprof bool, log zerolog.Logger) err
 
 // serveUntilSignal serves until the first of sigs, then drains for grace.
 // Another signal during the drain ends it at once: an operator's second
-// Ctrl-C or TERM means now (but see sameSignalWindow). It returns the exit
+// Ctrl-C or TERM means now (but see cli.SameSignalWindow). It returns the exit
 // status: 0 when every request finished, 1 when some were cut, at the grace
 // period's end or by the second signal.
 func serveUntilSignal(srv *lb.Server, ln net.Listener, grace time.Duration, sigs <-chan os.Signal, log zerolog.Logger) (int, error) {
@@ -484,7 +460,7 @@ func serveUntilSignal(srv *lb.Server, ln net.Listener, grace time.Duration, sigs
 			log.Info().Msg("stopped")
 			return 0, nil
 		case sig = <-sigs:
-			if time.Since(first) < sameSignalWindow {
+			if time.Since(first) < cli.SameSignalWindow {
 				continue // the first signal, delivered twice
 			}
 			log.Warn().Str("signal", sig.String()).Msg("exiting at once: a second signal during the drain")
@@ -492,12 +468,6 @@ func serveUntilSignal(srv *lb.Server, ln net.Listener, grace time.Duration, sigs
 		}
 	}
 }
-
-// sameSignalWindow is how soon after a stop signal another one is the same
-// signal again, not a second: GNU timeout, and anything else that signals
-// its child and then the child's whole process group, delivers one stop
-// twice, microseconds apart. A person's second Ctrl-C comes later.
-const sameSignalWindow = 250 * time.Millisecond
 
 func isPolicy(p string) bool { return contains(lb.Policies, p) }
 
@@ -583,14 +553,8 @@ func parseBootstrapPort(url, s string) (int, error) {
 	if strings.EqualFold(s, "none") {
 		return 0, nil
 	}
-	if n, ok := parsePort(s); ok {
+	if n, ok := cli.ParsePort(s); ok {
 		return n, nil
 	}
-	return 0, fmt.Errorf("invalid bootstrap port %q for prefill %s: expected %s, or none", s, url, wantPort)
-}
-
-// parsePort reads a TCP port from 1 to 65535.
-func parsePort(s string) (int, bool) {
-	n, err := strconv.Atoi(s)
-	return n, err == nil && n > 0 && n <= 65535
+	return 0, fmt.Errorf("invalid bootstrap port %q for prefill %s: expected %s, or none", s, url, cli.WantPort)
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/alecthomas/kong"
+
+	"pdlb/internal/cli"
 )
 
 // `pdlb help [COMMAND]` prints what `pdlb [COMMAND] --help` prints, as `go
@@ -29,7 +31,7 @@ func helpArgs(parser *kong.Kong, args []string) ([]string, error) {
 		names = append(names, child.Name)
 	}
 	if len(args) > 2 {
-		return nil, usageError{fmt.Errorf("help takes one command at most: pdlb help [%s]", strings.Join(names, "|"))}
+		return nil, cli.UsageError{Err: fmt.Errorf("help takes one command at most: pdlb help [%s]", strings.Join(names, "|"))}
 	}
-	return nil, usageError{fmt.Errorf("no help for %q: pdlb's commands are %s", args[1], strings.Join(names, ", "))}
+	return nil, cli.UsageError{Err: fmt.Errorf("no help for %q: pdlb's commands are %s", args[1], strings.Join(names, ", "))}
 }

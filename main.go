@@ -9,15 +9,16 @@ import (
 	"strings"
 
 	"github.com/alecthomas/kong"
-	"github.com/rs/zerolog"
+
+	"pdlb/internal/cli"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-// cli is pdlb's command line. serve is the default command, so the mini_lb
+// commands is pdlb's command line. serve is the default command, so the mini_lb
 // line `pdlb --prefill URL --decode URL` needs no subcommand.
-type cli struct {
+type commands struct {
 	Serve   serveCmd         `cmd:"" default:"withargs" help:"Run the load balancer (the default command)."`
 	Fake    fakeCmd          `cmd:"" help:"Run fake SGLang servers (prefill, decode, aggregated) for tests and demos."`
 	Bench   benchCmd         `cmd:"" help:"Send load to an endpoint and report throughput and latency."`
@@ -37,7 +38,7 @@ func main() {
 // runMain is main with its arguments, output and exit given, for tests.
 // exit ends the process; if it returns, so does runMain.
 func runMain(args []string, stdout, stderr io.Writer, exit func(int)) {
-	var c cli
+	var c commands
 	parser, err := newParser(&c, stdout, stderr, kong.Exit(exit))
 	if err != nil {
 		panic("BUG: invalid command line model: " + err.Error())
@@ -46,11 +47,11 @@ func runMain(args []string, stdout, stderr io.Writer, exit func(int)) {
 	if err != nil {
 		parser.Errorf("%s", err)
 		fmt.Fprintln(parser.Stderr, usageHint(err))
-		parser.Exit(usageError{}.ExitCode())
+		parser.Exit(cli.UsageError{}.ExitCode())
 		return
 	}
 	err = kctx.Run(ignoredFlags(ignored))
-	var ue usageError
+	var ue cli.UsageError
 	if errors.As(err, &ue) {
 		// A command line the command itself refused, once parsed.
 		parser.Errorf("%s", err)
@@ -60,16 +61,6 @@ func runMain(args []string, stdout, stderr io.Writer, exit func(int)) {
 	}
 	kctx.FatalIfErrorf(err)
 }
-
-// usageError is a command line that pdlb cannot run: an unknown flag, a
-// bad value, a missing worker. It exits with status 2, as mini_lb's
-// argparse does, so that a script can tell it from a failure at run time
-// (status 1).
-type usageError struct{ error }
-
-func (usageError) ExitCode() int { return 2 }
-
-func (e usageError) Unwrap() error { return e.error }
 
 // usageHint follows a command line kong refuses: a tool's error points to
 // its own help. Serve is the default command, so its flags are not in the
@@ -91,7 +82,7 @@ func commandHint(cmd *kong.Node) string {
 	return `Run "pdlb serve --help" for the load balancer's flags, "pdlb COMMAND --help" for a tool's.`
 }
 
-func newParser(c *cli, stdout, stderr io.Writer, options ...kong.Option) (*kong.Kong, error) {
+func newParser(c *commands, stdout, stderr io.Writer, options ...kong.Option) (*kong.Kong, error) {
 	return kong.New(c, slices.Concat([]kong.Option{
 		kong.Name("pdlb"),
 		kong.Description("A fast load balancer for SGLang prefill/decode disaggregation, and a drop-in for mini_lb:\n" +
@@ -103,7 +94,7 @@ func newParser(c *cli, stdout, stderr io.Writer, options ...kong.Option) (*kong.
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true, WrapUpperBound: 100}),
 		kong.ExplicitGroups(serveGroups()),
 		kong.ValueFormatter(helpValue),
-	}, numberMappers(), options)...)
+	}, cli.NumberMappers(), options)...)
 }
 
 // envars names each flag's environment variable: PDLB_<FLAG> for the load
@@ -136,31 +127,4 @@ func envars() kong.Option {
 		}
 		return nil
 	})
-}
-
-// logFlags are shared by every command.
-type logFlags struct {
-	LogLevel  string `help:"Log level: debug, info, warn (or warning) or error (or critical)." default:"info" enum:"debug,info,warn,warning,error,critical"`
-	LogFormat string `help:"Log format: json, or console for people." default:"json" enum:"json,console"`
-}
-
-// logTimeFormat is RFC 3339 to the millisecond: lines of one second
-// (an ejection, the retry it caused, their access lines) must sort.
-const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
-
-// logger builds the root logger all components derive theirs from.
-func (f *logFlags) logger(w io.Writer) zerolog.Logger {
-	// zerolog's time format is a process global; only main sets it.
-	zerolog.TimeFieldFormat = logTimeFormat
-	if f.LogFormat == "console" {
-		// Colour codes are for a terminal; in a file they are noise.
-		file, ok := w.(*os.File)
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !ok || !isTerminal(file)}
-	}
-	// warning and critical are sglang_router's names.
-	level, err := zerolog.ParseLevel(strings.NewReplacer("warning", "warn", "critical", "error").Replace(f.LogLevel))
-	if err != nil {
-		panic(fmt.Sprintf("BUG: kong let through log level %q", f.LogLevel))
-	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger()
 }

@@ -4,24 +4,22 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"path/filepath"
 	"reflect"
-	"regexp"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"pdlb/lb"
+
+	"pdlb/internal/cli"
 )
 
 // parse parses args as main does, without running the command.
-func parse(t *testing.T, args ...string) (*cli, ignoredFlags, error) {
+func parse(t *testing.T, args ...string) (*commands, ignoredFlags, error) {
 	t.Helper()
-	var c cli
+	var c commands
 	var out bytes.Buffer
 	parser, err := newParser(&c, &out, &out)
 	if err != nil {
@@ -305,7 +303,7 @@ func TestParseToolListsFromTheEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := listItems(c.Fake.Decode); !reflect.DeepEqual(got, []string{"127.0.0.1:1", "127.0.0.1:2"}) {
+	if got := cli.ListItems(c.Fake.Decode); !reflect.DeepEqual(got, []string{"127.0.0.1:1", "127.0.0.1:2"}) {
 		t.Errorf("fake decodes %q; want two", got)
 	}
 	if c, _, err = parse(t, "bench"); err != nil {
@@ -487,7 +485,7 @@ func TestParseBadBootstrapPorts(t *testing.T) {
 }
 
 func TestParseSubcommandsKeepTheirFlags(t *testing.T) {
-	var c cli
+	var c commands
 	var out bytes.Buffer
 	parser, err := newParser(&c, &out, &out)
 	if err != nil {
@@ -559,40 +557,6 @@ func TestParsePair(t *testing.T) {
 	}
 }
 
-// JSON log lines are timed to the millisecond; console lines written to
-// anything but a terminal carry no colour codes.
-func TestLogFormats(t *testing.T) {
-	var out bytes.Buffer
-	log := (&logFlags{LogLevel: "info", LogFormat: "json"}).logger(&out)
-	log.Info().Msg("a")
-	if !regexp.MustCompile(`^\{"level":"info","time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(Z|[+-]\d\d:\d\d)","message":"a"\}\n$`).Match(out.Bytes()) {
-		t.Errorf("got %q; want a time to the millisecond", out.String())
-	}
-	f, err := os.Create(filepath.Join(t.TempDir(), "log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	// sglang_router's level names: warning is warn, critical error.
-	out.Reset()
-	log = (&logFlags{LogLevel: "critical", LogFormat: "json"}).logger(&out)
-	log.Warn().Msg("hidden")
-	log.Error().Msg("shown")
-	if strings.Contains(out.String(), "hidden") || !strings.Contains(out.String(), "shown") {
-		t.Errorf("--log-level critical logged %q; want errors only", out.String())
-	}
-
-	log = (&logFlags{LogLevel: "info", LogFormat: "console"}).logger(f)
-	log.Warn().Str("k", "v").Msg("b")
-	written, err := os.ReadFile(f.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bytes.Contains(written, []byte("\x1b[")) || !bytes.Contains(written, []byte("WRN b k=v")) {
-		t.Errorf("got %q; want a console line without colour codes", written)
-	}
-}
-
 // A usage error found after parsing exits with status 2, as argparse's do,
 // not 1, the status of a failure at run time.
 func TestUsageErrorsExitWithStatus2(t *testing.T) {
@@ -661,34 +625,6 @@ func TestListenAddressesAreCheckedAtParse(t *testing.T) {
 		if _, _, err := parse(t, append(workers, args...)...); err != nil {
 			t.Errorf("%q: got error %v; want none", args, err)
 		}
-	}
-}
-
-// 0.0.0.0 listens on IPv4 only, as it does for uvicorn; :: on both.
-func TestListenHonoursTheAddressFamily(t *testing.T) {
-	reachableOverIPv6 := func(addr string) bool {
-		ln, err := listen(addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-		conn, err := net.DialTimeout("tcp6", net.JoinHostPort("::1", port), time.Second)
-		if err == nil {
-			conn.Close()
-		}
-		return err == nil
-	}
-	if ln, err := net.Listen("tcp6", "[::1]:0"); err != nil {
-		t.Skipf("no IPv6 loopback here: %v", err)
-	} else {
-		ln.Close()
-	}
-	if !reachableOverIPv6("[::]:0") {
-		t.Fatal("[::] was not reachable over IPv6")
-	}
-	if reachableOverIPv6("0.0.0.0:0") {
-		t.Error("0.0.0.0 was reachable over IPv6; want IPv4 only")
 	}
 }
 

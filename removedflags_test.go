@@ -40,7 +40,7 @@ func TestRemovedFlagsNameTheirReplacement(t *testing.T) {
 	}
 	// A removed flag is neither one pdlb implements nor one sglang_router
 	// still has: those run.
-	var c cli
+	var c commands
 	parser, err := newParser(&c, &bytes.Buffer{}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)

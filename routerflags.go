@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/alecthomas/kong"
+
+	"pdlb/internal/cli"
 )
 
 // pdlb takes the command line of `python -m sglang_router.launch_router
@@ -66,13 +68,13 @@ func routerFlags() map[string]arity {
 	return flags
 }
 
-// parseArgs parses args into c, the cli parser was built on. `help
+// parseArgs parses args into c, the commands parser was built on. `help
 // [COMMAND]` is `[COMMAND] --help` (helpArgs). The sglang_router flags
 // serve does not define are removed first and returned as ignored; those it
 // must not ignore (checkIgnored), those removed from sglang_router
 // (checkRemoved), and worker flags without a URL (checkWorkerURLs) are
 // usage errors.
-func parseArgs(parser *kong.Kong, c *cli, args []string) (*kong.Context, ignoredFlags, error) {
+func parseArgs(parser *kong.Kong, c *commands, args []string) (*kong.Context, ignoredFlags, error) {
 	args, err := helpArgs(parser, args)
 	if err != nil {
 		return nil, nil, err
@@ -127,7 +129,7 @@ func checkRemoved(parser *kong.Kong, args []string) error {
 		}
 		name, _, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
 		if instead, ok := removed[name]; ok && strings.HasPrefix(arg, "--") {
-			return usageError{fmt.Errorf("--%s was removed: %s", name, instead)}
+			return cli.UsageError{Err: fmt.Errorf("--%s was removed: %s", name, instead)}
 		}
 	}
 	return nil
@@ -301,7 +303,7 @@ func (c *serveCmd) checkIgnored(ignored ignoredFlags) error {
 		msg.WriteString(strings.Join(flags[loss], ", ") + ": " + loss.refused + "; " + loss.instead + "\n")
 	}
 	msg.WriteString("(mini_lb ignores these flags: with --mini-lb, pdlb ignores them too, with a warning)")
-	return usageError{errors.New(msg.String())}
+	return cli.UsageError{Err: errors.New(msg.String())}
 }
 
 // ignoredWarning is the warning logged for an sglang_router flag that
