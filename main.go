@@ -10,6 +10,8 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"pdlb/bench/pair"
+	"pdlb/bench/relay"
 	"pdlb/internal/cli"
 )
 
@@ -22,8 +24,8 @@ type commands struct {
 	Serve   serveCmd         `cmd:"" default:"withargs" help:"Run the load balancer (the default command)."`
 	Fake    fakeCmd          `cmd:"" help:"Run fake SGLang servers (prefill, decode, aggregated) for tests and demos."`
 	Bench   benchCmd         `cmd:"" help:"Send load to an endpoint and report throughput and latency."`
-	Relay   relayCmd         `cmd:"" help:"Pipe TCP connections to one address with nothing on the way: the floor of any proxy, a baseline for benchmarks."`
-	Pair    pairCmd          `cmd:"" help:"Pair one prefill and one decode with nothing else (no health checks, metrics, retries; streams passed on as read): a baseline for benchmarks."`
+	Relay   relay.Command    `cmd:"" help:"Pipe TCP connections to one address with nothing on the way: the floor of any proxy, a baseline for benchmarks."`
+	Pair    pair.Command     `cmd:"" help:"Pair one prefill and one decode with nothing else (no health checks, metrics, retries; streams passed on as read): a baseline for benchmarks."`
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }
 

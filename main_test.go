@@ -531,32 +531,6 @@ func TestGCPercentDefaultsUnlessGOGCIsSet(t *testing.T) {
 	}
 }
 
-func TestParseRelay(t *testing.T) {
-	c, _, err := parse(t, "relay", "--listen", "127.0.0.1:1", "--to", "127.0.0.1:2")
-	if err != nil {
-		t.Fatalf("cannot parse the relay line: %s", err)
-	}
-	if c.Relay.Listen != "127.0.0.1:1" || c.Relay.To != "127.0.0.1:2" {
-		t.Errorf("relay got --listen %q --to %q", c.Relay.Listen, c.Relay.To)
-	}
-	if _, _, err := parse(t, "relay", "--listen", "127.0.0.1:1"); err == nil {
-		t.Error("relay without --to parsed; want an error")
-	}
-}
-
-func TestParsePair(t *testing.T) {
-	c, _, err := parse(t, "pair", "--listen", "127.0.0.1:1", "--prefill", "127.0.0.1:2", "--decode", "127.0.0.1:3")
-	if err != nil {
-		t.Fatalf("cannot parse the pair line: %s", err)
-	}
-	if got := c.Pair; got.Listen != "127.0.0.1:1" || got.Prefill != "127.0.0.1:2" || got.Decode != "127.0.0.1:3" || got.BootstrapPort != 8998 {
-		t.Errorf("pair got %+v", got)
-	}
-	if _, _, err := parse(t, "pair", "--listen", "127.0.0.1:1", "--prefill", "127.0.0.1:2"); err == nil {
-		t.Error("pair without --decode parsed; want an error")
-	}
-}
-
 // A usage error found after parsing exits with status 2, as argparse's do,
 // not 1, the status of a failure at run time.
 func TestUsageErrorsExitWithStatus2(t *testing.T) {
