@@ -10,6 +10,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"pdlb/bench/fake"
 	"pdlb/bench/pair"
 	"pdlb/bench/relay"
 	"pdlb/internal/cli"
@@ -22,7 +23,7 @@ var version = "dev"
 // line `pdlb --prefill URL --decode URL` needs no subcommand.
 type commands struct {
 	Serve   serveCmd         `cmd:"" default:"withargs" help:"Run the load balancer (the default command)."`
-	Fake    fakeCmd          `cmd:"" help:"Run fake SGLang servers (prefill, decode, aggregated) for tests and demos."`
+	Fake    fake.Command     `cmd:"" help:"Run fake SGLang servers (prefill, decode, aggregated) for tests and demos."`
 	Bench   benchCmd         `cmd:"" help:"Send load to an endpoint and report throughput and latency."`
 	Relay   relay.Command    `cmd:"" help:"Pipe TCP connections to one address with nothing on the way: the floor of any proxy, a baseline for benchmarks."`
 	Pair    pair.Command     `cmd:"" help:"Pair one prefill and one decode with nothing else (no health checks, metrics, retries; streams passed on as read): a baseline for benchmarks."`
