@@ -93,3 +93,21 @@ func TestWorkerFlagWithoutURL(t *testing.T) {
 		}
 	}
 }
+
+// `pdlb bench --help` shows examples, each a command line pdlb takes, and
+// placeholders that say what a flag wants.
+func TestBenchHelp(t *testing.T) {
+	var out bytes.Buffer
+	code := -1
+	runMain([]string{"bench", "--help"}, &out, &out, func(c int) {
+		if code == -1 { // exit returns here, and the parse goes on
+			code = c
+		}
+	})
+	help := out.String()
+	for _, want := range []string{"Examples:", "  -c, --concurrency=N ", "  -n, --requests=N ", "  --route=PATH ", "  --give-up-after=3s "} {
+		if code != 0 || !strings.Contains(help, want) {
+			t.Fatalf("got status %d, help\n%s\nwant 0 and %q", code, help, want)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"pdlb/bench"
 	"pdlb/bench/fake"
 	"pdlb/bench/pair"
 	"pdlb/bench/relay"
@@ -24,7 +25,7 @@ var version = "dev"
 type commands struct {
 	Serve   serveCmd         `cmd:"" default:"withargs" help:"Run the load balancer (the default command)."`
 	Fake    fake.Command     `cmd:"" help:"Run fake SGLang servers (prefill, decode, aggregated) for tests and demos."`
-	Bench   benchCmd         `cmd:"" help:"Send load to an endpoint and report throughput and latency."`
+	Bench   bench.Command    `cmd:"" help:"Send load to an endpoint and report throughput and latency."`
 	Relay   relay.Command    `cmd:"" help:"Pipe TCP connections to one address with nothing on the way: the floor of any proxy, a baseline for benchmarks."`
 	Pair    pair.Command     `cmd:"" help:"Pair one prefill and one decode with nothing else (no health checks, metrics, retries; streams passed on as read): a baseline for benchmarks."`
 	Version kong.VersionFlag `help:"Print the version and exit."`
@@ -53,7 +54,7 @@ func runMain(args []string, stdout, stderr io.Writer, exit func(int)) {
 		parser.Exit(cli.UsageError{}.ExitCode())
 		return
 	}
-	err = kctx.Run(ignoredFlags(ignored))
+	err = kctx.Run(ignoredFlags(ignored), cli.Exit(exit))
 	var ue cli.UsageError
 	if errors.As(err, &ue) {
 		// A command line the command itself refused, once parsed.
