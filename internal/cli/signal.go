@@ -9,10 +9,6 @@ import (
 	"time"
 )
 
-// Exit ends the process with a status. main binds its own into every
-// command's Run, so that no command calls os.Exit and tests can replace it.
-type Exit func(code int)
-
 // SameSignalWindow is how soon after a stop signal another one is the same
 // signal again, not a second: GNU timeout, and anything else that signals
 // its child and then the child's whole process group, delivers one stop

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"cmp"
@@ -24,9 +24,10 @@ import (
 	"pdlb/internal/cli"
 )
 
-// serveCmd runs the load balancer. Flag names follow sglang_router's, so a
+// Command is `pdlb serve`, pdlb's default command: it runs the load
+// balancer. Flag names follow sglang_router's, so a
 // mini_lb command line works unchanged.
-type serveCmd struct {
+type Command struct {
 	Prefill  prefillFlags `help:"A prefill worker URL, optionally followed by its bootstrap port or 'none'; repeat for more. Without a port pdlb asks the worker's /server_info, and sends null until it knows." placeholder:"URL [PORT]" group:"workers"`
 	Decode   []string     `help:"A decode worker URL; repeat for more (or list them with commas)." placeholder:"URL" sep:"," group:"workers"`
 	Fallback []string     `help:"An aggregated (non-PD) SGLang worker for decode-only traffic, which gets the client's body unchanged; repeat for more (or list them with commas)." placeholder:"URL" sep:"," group:"workers"`
@@ -103,7 +104,7 @@ var routerOnlyPolicies = []string{"cache_aware", "bucket", "consistent_hashing",
 const minHeaderSize = 1024
 
 // Validate checks what kong's tags cannot.
-func (c *serveCmd) Validate() error {
+func (c *Command) Validate() error {
 	if c.RequestTimeoutSecs <= 0 {
 		return errors.New("--request-timeout-secs must be positive")
 	}
@@ -158,7 +159,7 @@ func (c *serveCmd) Validate() error {
 // checkListenAddrs refuses the listen addresses that cannot be listened
 // on whatever the machine: found when pdlb starts, they were failures at
 // run time (status 1) rather than usage errors.
-func (c *serveCmd) checkListenAddrs() error {
+func (c *Command) checkListenAddrs() error {
 	if err := checkHost("--host", c.Host, "--port"); err != nil {
 		return err
 	}
@@ -198,7 +199,7 @@ func checkHost(flag, host, portFlag string) error {
 
 // config converts the flags into an lb.Config, with warnings for what pdlb
 // accepted but does not do.
-func (c *serveCmd) config() (lb.Config, []string) {
+func (c *Command) config() (lb.Config, []string) {
 	var warnings []string
 	policy := func(flag, p string) string {
 		if isRouterOnlyPolicy(p) {
@@ -291,7 +292,7 @@ func (c *serveCmd) config() (lb.Config, []string) {
 // operator routes, with no admin key, on an address other clients may
 // reach: --prometheus-host's default is 0.0.0.0, where metrics scrapers
 // come from.
-func (c *serveCmd) openAdminWarning() string {
+func (c *Command) openAdminWarning() string {
 	if c.AdminAPIKey != "" || c.MiniLB { // keyed, or open everywhere (openRoutesWarning)
 		return ""
 	}
@@ -319,8 +320,9 @@ func isLoopbackHost(host string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// Run serves until SIGINT or SIGTERM, then drains for the grace period.
-func (c *serveCmd) Run(ignored ignoredFlags) error {
+// Run serves until SIGINT or SIGTERM, then drains for the grace period. A
+// drain that cut requests ends the process through exit, with status 1.
+func (c *Command) Run(ignored IgnoredFlags, exit cli.Exit, version cli.Version) error {
 	log := c.Logger(os.Stderr)
 	cfg, warnings := c.config()
 	for _, f := range ignored {
@@ -351,7 +353,7 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 			return fmt.Errorf("cannot listen for --pprof-addr: %w", err)
 		}
 	}
-	log.Info().Str("version", version).Msg("pdlb starting")
+	log.Info().Str("version", string(version)).Msg("pdlb starting")
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	status, err := serveUntilSignal(srv, ln, time.Duration(c.ShutdownGracePeriodSecs)*time.Second, sigs, log)
@@ -359,7 +361,7 @@ func (c *serveCmd) Run(ignored ignoredFlags) error {
 		return err
 	}
 	if status != 0 {
-		os.Exit(status) // serveUntilSignal has logged why
+		exit(status) // serveUntilSignal has logged why
 	}
 	return nil
 }
