@@ -323,21 +323,11 @@ func (c *Command) config() (Config, error) {
 		}
 		cfg.Duration = *c.Duration
 	}
-	for _, h := range c.Header {
-		name, value, ok := strings.Cut(h, ":")
-		if name = strings.TrimSpace(name); !ok || name == "" || strings.ContainsAny(name, " \t") {
-			return cfg, fmt.Errorf("--header %q: want 'NAME: VALUE'", h)
-		}
-		cfg.Headers = append(cfg.Headers, [2]string{name, strings.TrimSpace(value)})
+	headers, err := c.headers()
+	if err != nil {
+		return cfg, err
 	}
-	if c.APIKey != "" {
-		for _, h := range cfg.Headers {
-			if strings.EqualFold(h[0], "Authorization") {
-				return cfg, errors.New("--api-key and --header 'Authorization: ...' both set the Authorization header; give one")
-			}
-		}
-		cfg.Headers = append(cfg.Headers, [2]string{"Authorization", "Bearer " + c.APIKey})
-	}
+	cfg.Headers = headers
 	if c.Prompts != "" {
 		f, err := os.Open(c.Prompts)
 		if err != nil {
@@ -349,6 +339,27 @@ func (c *Command) config() (Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// headers are the --header flags' and --api-key's headers, in order.
+func (c *Command) headers() ([][2]string, error) {
+	var headers [][2]string
+	for _, h := range c.Header {
+		name, value, ok := strings.Cut(h, ":")
+		if name = strings.TrimSpace(name); !ok || name == "" || strings.ContainsAny(name, " \t") {
+			return nil, fmt.Errorf("--header %q: want 'NAME: VALUE'", h)
+		}
+		headers = append(headers, [2]string{name, strings.TrimSpace(value)})
+	}
+	if c.APIKey != "" {
+		for _, h := range headers {
+			if strings.EqualFold(h[0], "Authorization") {
+				return nil, errors.New("--api-key and --header 'Authorization: ...' both set the Authorization header; give one")
+			}
+		}
+		headers = append(headers, [2]string{"Authorization", "Bearer " + c.APIKey})
+	}
+	return headers, nil
 }
 
 // progressOn returns where the progress display goes, and whether as a
