@@ -1,27 +1,18 @@
 package serve
 
 import (
-	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-	"github.com/alecthomas/kong"
-	"github.com/rs/zerolog"
-
-	"pdlb/lb"
-
 	"pdlb/internal/cli"
+	"pdlb/lb"
 )
 
 // Command is `pdlb serve`, pdlb's default command: it runs the load
@@ -95,10 +86,6 @@ type Command struct {
 	JSONLog          bool `help:"Accepted for sglang_router compatibility (JSON is the default log format)." group:"compat"`
 }
 
-// routerOnlyPolicies are sglang_router policies pdlb does not implement; like
-// mini_lb, pdlb uses random instead of failing.
-var routerOnlyPolicies = []string{"cache_aware", "bucket", "consistent_hashing", "prefix_hash", "manual"}
-
 // minHeaderSize is the smallest --max-header-size: below it, every request
 // would get a 431.
 const minHeaderSize = 1024
@@ -149,175 +136,14 @@ func (c *Command) Validate() error {
 		return errors.New("--pd-min-prompt-tokens cannot be negative")
 	}
 	for _, p := range []string{c.Policy, c.PrefillPolicy, c.DecodePolicy, c.FallbackPolicy} {
-		if p != "" && !isPolicy(p) && !isRouterOnlyPolicy(p) {
-			return fmt.Errorf("unknown policy %q; want one of %s", p, strings.Join(lb.Policies, ", "))
+		if p == "" || isRouterOnlyPolicy(p) {
+			continue
+		}
+		if err := lb.CheckPolicy(p); err != nil {
+			return err
 		}
 	}
 	return nil
-}
-
-// checkListenAddrs refuses the listen addresses that cannot be listened
-// on whatever the machine: found when pdlb starts, they were failures at
-// run time (status 1) rather than usage errors.
-func (c *Command) checkListenAddrs() error {
-	if err := checkHost("--host", c.Host, "--port"); err != nil {
-		return err
-	}
-	if err := checkHost("--prometheus-host", c.PrometheusHost, "--prometheus-port"); err != nil {
-		return err
-	}
-	if c.PprofAddr == "" {
-		return nil
-	}
-	host, port, err := net.SplitHostPort(c.PprofAddr)
-	if err != nil {
-		return fmt.Errorf("--pprof-addr %q is not HOST:PORT, such as 127.0.0.1:6060: %w", c.PprofAddr, err)
-	}
-	if _, ok := cli.ParsePort(port); !ok {
-		return fmt.Errorf("--pprof-addr %q: %q is not a port from 1 to 65535", c.PprofAddr, port)
-	}
-	if strings.ContainsAny(host, "[]") {
-		return fmt.Errorf("--pprof-addr %q is not HOST:PORT, such as 127.0.0.1:6060 or [::1]:6060", c.PprofAddr)
-	}
-	return nil
-}
-
-// checkHost refuses a host flag's value that holds a port, or brackets, as
-// "0.0.0.0:9000" or "[::]" do: pdlb joins it to portFlag's port, and could
-// listen on neither. A colon belongs to an IPv6 address only.
-func checkHost(flag, host, portFlag string) error {
-	if strings.ContainsAny(host, "[]") {
-		return fmt.Errorf("%s %q is not a host: write an IPv6 address without brackets", flag, host)
-	}
-	if strings.Contains(host, ":") {
-		if _, err := netip.ParseAddr(host); err != nil {
-			return fmt.Errorf("%s %q is not a host: give the port with %s", flag, host, portFlag)
-		}
-	}
-	return nil
-}
-
-// config converts the flags into an lb.Config, with warnings for what pdlb
-// accepted but does not do.
-func (c *Command) config() (lb.Config, []string) {
-	var warnings []string
-	policy := func(flag, p string) string {
-		if isRouterOnlyPolicy(p) {
-			warnings = append(warnings, fmt.Sprintf("%s %s is not implemented by pdlb; using random", flag, p))
-			return lb.PolicyRandom
-		}
-		return p
-	}
-	base := policy("--policy", c.Policy)
-	// sglang_router's retry_max_retries counts every attempt, the first
-	// included (retry.rs: max(1), is_last = attempt+1 >= max); lb counts
-	// the ones after it.
-	attempts := max(c.RetryMaxRetries, 1)
-	cfg := lb.Config{
-		Prefill:               c.Prefill,
-		Decode:                cli.ListItems(c.Decode),
-		Fallback:              cli.ListItems(c.Fallback),
-		APIKey:                c.APIKey,
-		AdminAPIKey:           c.AdminAPIKey,
-		OpenOperatorRoutes:    c.MiniLB,
-		RequestIDHeaders:      cli.ListItems(c.RequestIDHeaders),
-		PrefillPolicy:         base,
-		DecodePolicy:          base,
-		FallbackPolicy:        base,
-		PDMinPromptTokens:     c.PDMinPromptTokens,
-		FirstByteTimeout:      time.Duration(c.FirstByteTimeoutSecs) * time.Second,
-		StreamIdleTimeout:     time.Duration(c.StreamIdleTimeoutSecs) * time.Second,
-		ClientWriteTimeout:    time.Duration(c.ClientWriteTimeoutSecs) * time.Second,
-		ClientStallTimeout:    time.Duration(c.ClientStallTimeoutSecs) * time.Second,
-		ClientReadTimeout:     time.Duration(c.ClientReadTimeoutSecs) * time.Second,
-		ClientIdleTimeout:     time.Duration(c.ClientIdleTimeoutSecs) * time.Second,
-		MaxConnections:        c.MaxConnections,
-		MaxHeaderSize:         c.MaxHeaderSize,
-		MaxRetries:            attempts - 1,
-		DisableRetries:        c.DisableRetries || attempts == 1,
-		MaxConcurrentRequests: max(c.MaxConcurrentRequests, 0),
-		QueueSize:             cmp.Or(c.QueueSize, -1), // lb's zero is its default
-		QueueTimeout:          time.Duration(c.QueueTimeoutSecs) * time.Second,
-		HealthCheck: lb.HealthCheckConfig{
-			Disable:  c.DisableHealthCheck,
-			Path:     c.HealthCheckEndpoint,
-			Interval: time.Duration(c.HealthCheckIntervalSecs) * time.Second,
-			Timeout:  time.Duration(c.HealthCheckTimeoutSecs) * time.Second,
-			Rise:     c.HealthSuccessThreshold,
-			Fall:     c.HealthFailureThreshold,
-		},
-		Breaker: lb.BreakerConfig{
-			Disable:    c.DisableCircuitBreaker,
-			Threshold:  c.CbFailureThreshold,
-			MinBackoff: time.Duration(c.CbTimeoutDurationSecs) * time.Second,
-			MaxBackoff: time.Duration(c.CbMaxBackoffSecs) * time.Second,
-		},
-		DecodeLocalPrefill: c.DecodeLocalPrefill,
-		RequestTimeout:     time.Duration(c.RequestTimeoutSecs) * time.Second,
-		MaxRequestBodySize: c.MaxPayloadSize,
-		MaxBodyMemory:      c.MaxBodyMemory,
-		MaxBatchSize:       c.MaxBatchSize,
-		IdleConnTimeout:    time.Duration(c.PoolIdleTimeoutSecs * float64(time.Second)),
-		ConnectTimeout:     time.Duration(c.ConnectTimeoutSecs * float64(time.Second)),
-		MaxConnsPerBackend: c.MaxConnsPerBackend,
-		MaxAbortsPerSecond: c.MaxAbortsPerSecond,
-		AccessLog:          c.AccessLog,
-		PrefillDPPolicy:    c.PrefillDPPolicy,
-		NoPrewarm:          c.NoPrewarm,
-		WarmupTimeout:      time.Duration(c.WarmupTimeoutSecs) * time.Second,
-	}
-	if c.PDMinPromptTokens > 0 && len(cfg.Fallback) == 0 {
-		which := "prompts"
-		if c.DecodeLocalPrefill {
-			which = "prompts on the OpenAI routes (which --decode-local-prefill does not cover)"
-		}
-		warnings = append(warnings, fmt.Sprintf("--pd-min-prompt-tokens %d without --fallback: %s estimated shorter get a 503, having nowhere to go", c.PDMinPromptTokens, which))
-	}
-	if c.PrefillPolicy != "" {
-		cfg.PrefillPolicy = policy("--prefill-policy", c.PrefillPolicy)
-	}
-	if c.DecodePolicy != "" {
-		cfg.DecodePolicy = policy("--decode-policy", c.DecodePolicy)
-	}
-	if c.FallbackPolicy != "" {
-		cfg.FallbackPolicy = policy("--fallback-policy", c.FallbackPolicy)
-	}
-	if w := c.openAdminWarning(); w != "" {
-		warnings = append(warnings, w)
-	}
-	return cfg, warnings
-}
-
-// openAdminWarning is the warning of an admin listener that serves the
-// operator routes, with no admin key, on an address other clients may
-// reach: --prometheus-host's default is 0.0.0.0, where metrics scrapers
-// come from.
-func (c *Command) openAdminWarning() string {
-	if c.AdminAPIKey != "" || c.MiniLB { // keyed, or open everywhere (openRoutesWarning)
-		return ""
-	}
-	var open []string
-	if c.PrometheusPort > 0 && !isLoopbackHost(c.PrometheusHost) {
-		open = append(open, "--prometheus-port's on "+c.PrometheusHost)
-	}
-	if host, _, err := net.SplitHostPort(c.PprofAddr); err == nil && !isLoopbackHost(host) {
-		open = append(open, "--pprof-addr's on "+c.PprofAddr)
-	}
-	if len(open) == 0 {
-		return ""
-	}
-	return "the operator routes (/flush_cache, /bootstrap, /abort_request with abort_all) answer without a key on the admin listener " +
-		strings.Join(open, " and ") + ", to anyone who reaches it: set --admin-api-key, or bind it to 127.0.0.1"
-}
-
-// isLoopbackHost reports whether host, a listen address's host, takes
-// connections from this machine only.
-func isLoopbackHost(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
 }
 
 // Run serves until SIGINT or SIGTERM, then drains for the grace period. A
@@ -364,199 +190,4 @@ func (c *Command) Run(ignored IgnoredFlags, exit cli.Exit, version cli.Version) 
 		exit(status) // serveUntilSignal has logged why
 	}
 	return nil
-}
-
-// defaultGCPercent is pdlb's garbage collection target unless GOGC sets one.
-// pdlb's live heap is small next to its goroutine stacks, and Go's GOGC=100
-// lets the heap grow by the heap and the stacks together before collecting:
-// at 1,024 streams pdlb's RSS went from 64 MiB to 74 MiB within a minute and
-// was still growing, and stacks grown by the first burst are only shrunk
-// when a collection comes. At 50 the same minute ended at 67 MiB, and the
-// extra collections did not show in the non-stream throughput (README,
-// Performance).
-const defaultGCPercent = 50
-
-// applyProcessSettings applies what pdlb sets for the whole process: the
-// garbage collection target and memory limit (for bodies of at most
-// bodyMemory bytes at once), and # HELP and # TYPE lines on /metrics, which
-// the metrics library keeps in a global: without them Prometheus takes
-// every series for untyped.
-func applyProcessSettings(bodyMemory int64) {
-	applyGCPercent()
-	applyMemoryLimit(bodyMemory)
-	metrics.ExposeMetadata(true)
-}
-
-// memoryOverhead is what pdlb's memory limit allows beyond its body memory:
-// the runtime, connections, streams (4,096 streams take about 250 MiB).
-const memoryOverhead = 512 << 20
-
-// applyMemoryLimit sets the runtime's soft memory limit to the body memory
-// and memoryOverhead, unless the GOMEMLIMIT environment variable chose one.
-// The body memory bounds the bodies held, not the garbage of those let go:
-// a burst of large answers, each grown by doubling, left pdlb at 1.75 GB
-// with 1 GiB of body memory before its next collection. Near the limit, the
-// collector runs sooner.
-func applyMemoryLimit(bodyMemory int64) {
-	if os.Getenv("GOMEMLIMIT") == "" { // as the runtime reads it
-		debug.SetMemoryLimit(bodyMemory + memoryOverhead)
-	}
-}
-
-// applyGCPercent sets defaultGCPercent unless the GOGC environment variable
-// chose a target, which the Go runtime has applied already.
-func applyGCPercent() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(defaultGCPercent)
-	}
-}
-
-// serveAdmin serves the admin routes (/metrics, and profiles with pprof) on
-// addr in the background.
-func serveAdmin(srv *lb.Server, addr string, pprof bool, log zerolog.Logger) error {
-	ln, err := cli.Listen(addr)
-	if err != nil {
-		return err
-	}
-	go func() {
-		if err := srv.ServeAdmin(ln, pprof); err != nil {
-			log.Error().Err(err).Str("addr", addr).Msg("an admin listener stopped")
-		}
-	}()
-	return nil
-}
-
-// serveUntilSignal serves until the first of sigs, then drains for grace.
-// Another signal during the drain ends it at once: an operator's second
-// Ctrl-C or TERM means now (but see cli.SameSignalWindow). It returns the exit
-// status: 0 when every request finished, 1 when some were cut, at the grace
-// period's end or by the second signal.
-func serveUntilSignal(srv *lb.Server, ln net.Listener, grace time.Duration, sigs <-chan os.Signal, log zerolog.Logger) (int, error) {
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	var sig os.Signal
-	select {
-	case err := <-served:
-		return 0, err
-	case sig = <-sigs:
-	}
-	first := time.Now()
-	log.Info().Str("signal", sig.String()).Dur("grace", grace).
-		Msg("shutting down: draining requests in flight; a second signal exits at once")
-	drain, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	shut := make(chan error, 1)
-	go func() { shut <- srv.Shutdown(drain) }()
-	for {
-		select {
-		case err := <-shut:
-			var cut *lb.CutError
-			switch {
-			case errors.As(err, &cut):
-				log.Warn().Int("cut", cut.Requests).Msg("stopped, with requests cut at the end of the grace period")
-				return 1, nil
-			case err != nil:
-				log.Warn().Err(err).Msg("stopped")
-				return 1, nil
-			}
-			log.Info().Msg("stopped")
-			return 0, nil
-		case sig = <-sigs:
-			if time.Since(first) < cli.SameSignalWindow {
-				continue // the first signal, delivered twice
-			}
-			log.Warn().Str("signal", sig.String()).Msg("exiting at once: a second signal during the drain")
-			return 1, nil
-		}
-	}
-}
-
-func isPolicy(p string) bool { return contains(lb.Policies, p) }
-
-func isRouterOnlyPolicy(p string) bool { return contains(routerOnlyPolicies, p) }
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
-// prefillFlags collects --prefill URL [PORT]. As in mini_lb's argparse
-// (nargs="+"), the port token is optional, so the type reads kong's scanner
-// itself: it takes the next token too when that is a port or "none".
-// From the environment, PDLB_PREFILL holds "URL [PORT]" entries separated by
-// commas.
-type prefillFlags []lb.PrefillSpec
-
-func (p *prefillFlags) Decode(ctx *kong.DecodeContext) error {
-	tok, err := ctx.Scan.PopValue("prefill URL")
-	if err != nil {
-		return err
-	}
-	raw := fmt.Sprint(tok.Value)
-	if strings.ContainsAny(raw, ", ") {
-		return p.decodeList(raw)
-	}
-	spec := lb.PrefillSpec{URL: raw}
-	if next := ctx.Scan.Peek(); isBootstrapPortToken(next) {
-		ctx.Scan.Pop()
-		port, err := parseBootstrapPort(raw, fmt.Sprint(next.Value))
-		if err != nil {
-			return err
-		}
-		spec.BootstrapPort = port
-	}
-	*p = append(*p, spec)
-	return nil
-}
-
-// isBootstrapPortToken reports whether tok, the one after a prefill URL,
-// is its bootstrap port: anything but a flag. Serve takes no positional
-// arguments, so a token that is not a flag can only be the port, and a bad
-// one is a bad port. A hyphen and a digit is a negative number, as
-// argparse reads it, not a short flag.
-func isBootstrapPortToken(tok kong.Token) bool {
-	if tok.IsValue() {
-		return true
-	}
-	s, ok := tok.Value.(string)
-	return ok && tok.Type == kong.UntypedToken && len(s) > 1 && s[0] == '-' && s[1] >= '0' && s[1] <= '9'
-}
-
-func (p *prefillFlags) decodeList(list string) error {
-	for _, entry := range strings.Split(list, ",") {
-		fields := strings.Fields(entry)
-		switch len(fields) {
-		case 0:
-			continue
-		case 1:
-			*p = append(*p, lb.PrefillSpec{URL: fields[0]})
-		case 2:
-			port, err := parseBootstrapPort(fields[0], fields[1])
-			if err != nil {
-				return err
-			}
-			*p = append(*p, lb.PrefillSpec{URL: fields[0], BootstrapPort: port})
-		default:
-			return fmt.Errorf("invalid prefill %q: want URL [PORT|none]", entry)
-		}
-	}
-	return nil
-}
-
-// parseBootstrapPort reads the token after the prefill URL url: a port, or
-// "none" (port 0). The error names both, as sglang_router's
-// _parse_prefill_urls does ("Invalid bootstrap port: abc. Must be a number
-// or 'none'").
-func parseBootstrapPort(url, s string) (int, error) {
-	if strings.EqualFold(s, "none") {
-		return 0, nil
-	}
-	if n, ok := cli.ParsePort(s); ok {
-		return n, nil
-	}
-	return 0, fmt.Errorf("invalid bootstrap port %q for prefill %s: expected %s, or none", s, url, cli.WantPort)
 }
