@@ -35,8 +35,8 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-// commands is pdlb's command line. serve is the default command, so the mini_lb
-// line `pdlb --prefill URL --decode URL` needs no subcommand.
+// commands is pdlb's command line. serve is the default command, so the
+// mini_lb line `pdlb --prefill URL --decode URL` needs no subcommand.
 type commands struct {
 	Serve   serve.Command    `cmd:"" default:"withargs" help:"Run the load balancer (the default command)."`
 	Fake    fake.Command     `cmd:"" help:"Run fake SGLang servers (prefill, decode, aggregated) for tests and demos."`
@@ -123,13 +123,12 @@ func parseArgs(parser *kong.Kong, c *commands, args []string) (*kong.Context, se
 	return serve.Parse(parser, &c.Serve, args)
 }
 
-// `pdlb help [COMMAND]` prints what `pdlb [COMMAND] --help` prints, as `go
-// help` and `kubectl help` do. serve is the default command, so kong took
-// "help" for a stray argument of serve's ("unexpected argument help").
-
 // helpArgs returns args with `help [COMMAND]` rewritten as `[COMMAND]
-// --help`, and any other args unchanged. A topic that is not a command of
-// parser is a usage error that lists them.
+// --help`, and any other args unchanged, so that `pdlb help [COMMAND]`
+// prints what `pdlb [COMMAND] --help` prints, as `go help` and `kubectl
+// help` do: serve is the default command, so kong took "help" for a stray
+// argument of serve's ("unexpected argument help"). A topic that is not a
+// command of parser is a usage error that lists them.
 func helpArgs(parser *kong.Kong, args []string) ([]string, error) {
 	if len(args) == 0 || args[0] != "help" {
 		return args, nil
