@@ -1,3 +1,17 @@
+// Command pdlb is a load balancer for SGLang prefill/decode disaggregated
+// serving, a drop-in replacement for sglang_router's mini_lb. It also ships
+// the fake SGLang servers (pdlb fake), the load generator (pdlb bench), and
+// the baselines it is measured against: a bare TCP relay (pdlb relay) and a
+// featureless pairing proxy (pdlb pair).
+//
+// `pdlb [serve]` runs the load balancer; `serve` is the default command, so
+// mini_lb's line needs none. `pdlb --help` (or `pdlb help`) lists the
+// commands, `pdlb serve --help` (or `pdlb help serve`) the load balancer's
+// flags by group. This package only wires the commands together: each
+// lives in the package that does its work, the load balancer's command
+// line (mini_lb's, the environment, its flags beyond their help) in
+// package serve under lb (`go doc pdlb/lb/serve`), the load balancer
+// itself in package lb, the tools in package bench and those under it.
 package main
 
 import (
@@ -9,26 +23,28 @@ import (
 	"strings"
 
 	"github.com/alecthomas/kong"
-	"github.com/rs/zerolog"
+
+	"pdlb/bench"
+	"pdlb/bench/fake"
+	"pdlb/bench/pair"
+	"pdlb/bench/relay"
+	"pdlb/internal/cli"
+	"pdlb/lb/serve"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-// cli is pdlb's command line. serve is the default command, so the mini_lb
-// line `pdlb --prefill URL --decode URL` needs no subcommand.
-type cli struct {
-	Serve   serveCmd         `cmd:"" default:"withargs" help:"Run the load balancer (the default command)."`
-	Fake    fakeCmd          `cmd:"" help:"Run fake SGLang servers (prefill, decode, aggregated) for tests and demos."`
-	Bench   benchCmd         `cmd:"" help:"Send load to an endpoint and report throughput and latency."`
-	Relay   relayCmd         `cmd:"" help:"Pipe TCP connections to one address with nothing on the way: the floor of any proxy, a baseline for benchmarks."`
-	Pair    pairCmd          `cmd:"" help:"Pair one prefill and one decode with nothing else (no health checks, metrics, retries; streams passed on as read): a baseline for benchmarks."`
+// commands is pdlb's command line. serve is the default command, so the
+// mini_lb line `pdlb --prefill URL --decode URL` needs no subcommand.
+type commands struct {
+	Serve   serve.Command    `cmd:"" default:"withargs" help:"Run the load balancer (the default command)."`
+	Fake    fake.Command     `cmd:"" help:"Run fake SGLang servers (prefill, decode, aggregated) for tests and demos."`
+	Bench   bench.Command    `cmd:"" help:"Send load to an endpoint and report throughput and latency."`
+	Relay   relay.Command    `cmd:"" help:"Pipe TCP connections to one address with nothing on the way: the floor of any proxy, a baseline for benchmarks."`
+	Pair    pair.Command     `cmd:"" help:"Pair one prefill and one decode with nothing else (no health checks, metrics, retries; streams passed on as read): a baseline for benchmarks."`
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }
-
-// ignoredFlags are the sglang_router flags removed before parsing, bound
-// into the commands' Run so serve can warn about them.
-type ignoredFlags []string
 
 func main() {
 	runMain(os.Args[1:], os.Stdout, os.Stderr, os.Exit)
@@ -37,7 +53,7 @@ func main() {
 // runMain is main with its arguments, output and exit given, for tests.
 // exit ends the process; if it returns, so does runMain.
 func runMain(args []string, stdout, stderr io.Writer, exit func(int)) {
-	var c cli
+	var c commands
 	parser, err := newParser(&c, stdout, stderr, kong.Exit(exit))
 	if err != nil {
 		panic("BUG: invalid command line model: " + err.Error())
@@ -46,11 +62,11 @@ func runMain(args []string, stdout, stderr io.Writer, exit func(int)) {
 	if err != nil {
 		parser.Errorf("%s", err)
 		fmt.Fprintln(parser.Stderr, usageHint(err))
-		parser.Exit(usageError{}.ExitCode())
+		parser.Exit(cli.UsageError{}.ExitCode())
 		return
 	}
-	err = kctx.Run(ignoredFlags(ignored))
-	var ue usageError
+	err = kctx.Run(ignored, cli.Exit(exit), cli.Version(version))
+	var ue cli.UsageError
 	if errors.As(err, &ue) {
 		// A command line the command itself refused, once parsed.
 		parser.Errorf("%s", err)
@@ -60,16 +76,6 @@ func runMain(args []string, stdout, stderr io.Writer, exit func(int)) {
 	}
 	kctx.FatalIfErrorf(err)
 }
-
-// usageError is a command line that pdlb cannot run: an unknown flag, a
-// bad value, a missing worker. It exits with status 2, as mini_lb's
-// argparse does, so that a script can tell it from a failure at run time
-// (status 1).
-type usageError struct{ error }
-
-func (usageError) ExitCode() int { return 2 }
-
-func (e usageError) Unwrap() error { return e.error }
 
 // usageHint follows a command line kong refuses: a tool's error points to
 // its own help. Serve is the default command, so its flags are not in the
@@ -91,76 +97,54 @@ func commandHint(cmd *kong.Node) string {
 	return `Run "pdlb serve --help" for the load balancer's flags, "pdlb COMMAND --help" for a tool's.`
 }
 
-func newParser(c *cli, stdout, stderr io.Writer, options ...kong.Option) (*kong.Kong, error) {
+// newParser builds the parser of c, with options after pdlb's own.
+func newParser(c *commands, stdout, stderr io.Writer, options ...kong.Option) (*kong.Kong, error) {
 	return kong.New(c, slices.Concat([]kong.Option{
 		kong.Name("pdlb"),
 		kong.Description("A fast load balancer for SGLang prefill/decode disaggregation, and a drop-in for mini_lb:\n" +
 			"  pdlb --prefill http://P:30000 [BOOTSTRAP_PORT] --decode http://D:30010 --host 0.0.0.0 --port 8000\n" +
 			"Every flag can also be set by environment variable: PDLB_<FLAG> (e.g. PDLB_REQUEST_TIMEOUT_SECS)."),
-		envars(),
+		cli.Envars("serve"),
 		kong.Vars{"version": version},
 		kong.Writers(stdout, stderr),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true, WrapUpperBound: 100}),
-		kong.ExplicitGroups(serveGroups()),
-		kong.ValueFormatter(helpValue),
-	}, numberMappers(), options)...)
+	}, serve.HelpOptions(), cli.NumberMappers(), options)...)
 }
 
-// envars names each flag's environment variable: PDLB_<FLAG> for the load
-// balancer, PDLB_<COMMAND>_<FLAG> for the tools, so that `pdlb --prefill` and
-// `pdlb fake --prefill` do not read the same variable.
-func envars() kong.Option {
-	set := func(f *kong.Flag, parts ...string) {
-		if f.Name == "help" || f.Name == "version" {
-			// Not settings: PDLB_VERSION, a common image label, would
-			// otherwise make every run print the version and exit.
-			f.Envs, f.Tag.Envs = nil, nil
-			return
-		}
-		env := strings.ToUpper(strings.ReplaceAll(strings.Join(append(parts, f.Name), "_"), "-", "_"))
-		f.Envs = []string{env}
-		f.Tag.Envs = f.Envs
-	}
-	return kong.PostBuild(func(k *kong.Kong) error {
-		for _, f := range k.Model.Flags {
-			set(f, "pdlb")
-		}
-		for _, cmd := range k.Model.Children {
-			for _, f := range cmd.Flags {
-				if cmd.Name == "serve" {
-					set(f, "pdlb")
-				} else {
-					set(f, "pdlb", cmd.Name)
-				}
-			}
-		}
-		return nil
-	})
-}
-
-// logFlags are shared by every command.
-type logFlags struct {
-	LogLevel  string `help:"Log level: debug, info, warn (or warning) or error (or critical)." default:"info" enum:"debug,info,warn,warning,error,critical"`
-	LogFormat string `help:"Log format: json, or console for people." default:"json" enum:"json,console"`
-}
-
-// logTimeFormat is RFC 3339 to the millisecond: lines of one second
-// (an ejection, the retry it caused, their access lines) must sort.
-const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
-
-// logger builds the root logger all components derive theirs from.
-func (f *logFlags) logger(w io.Writer) zerolog.Logger {
-	// zerolog's time format is a process global; only main sets it.
-	zerolog.TimeFieldFormat = logTimeFormat
-	if f.LogFormat == "console" {
-		// Colour codes are for a terminal; in a file they are noise.
-		file, ok := w.(*os.File)
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !ok || !isTerminal(file)}
-	}
-	// warning and critical are sglang_router's names.
-	level, err := zerolog.ParseLevel(strings.NewReplacer("warning", "warn", "critical", "error").Replace(f.LogLevel))
+// parseArgs parses args into c, the commands parser was built on: `help
+// [COMMAND]` is `[COMMAND] --help` (helpArgs), and serve reads
+// sglang_router's command line (serve.Parse), returning the flags it
+// ignored.
+func parseArgs(parser *kong.Kong, c *commands, args []string) (*kong.Context, serve.IgnoredFlags, error) {
+	args, err := helpArgs(parser, args)
 	if err != nil {
-		panic(fmt.Sprintf("BUG: kong let through log level %q", f.LogLevel))
+		return nil, nil, err
 	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+	return serve.Parse(parser, &c.Serve, args)
+}
+
+// helpArgs returns args with `help [COMMAND]` rewritten as `[COMMAND]
+// --help`, and any other args unchanged, so that `pdlb help [COMMAND]`
+// prints what `pdlb [COMMAND] --help` prints, as `go help` and `kubectl
+// help` do: serve is the default command, so kong took "help" for a stray
+// argument of serve's ("unexpected argument help"). A topic that is not a
+// command of parser is a usage error that lists them.
+func helpArgs(parser *kong.Kong, args []string) ([]string, error) {
+	if len(args) == 0 || args[0] != "help" {
+		return args, nil
+	}
+	if len(args) == 1 {
+		return []string{"--help"}, nil
+	}
+	var names []string
+	for _, child := range parser.Model.Children {
+		if child.Name == args[1] && len(args) == 2 {
+			return []string{child.Name, "--help"}, nil
+		}
+		names = append(names, child.Name)
+	}
+	if len(args) > 2 {
+		return nil, cli.UsageError{Err: fmt.Errorf("help takes one command at most: pdlb help [%s]", strings.Join(names, "|"))}
+	}
+	return nil, cli.UsageError{Err: fmt.Errorf("no help for %q: pdlb's commands are %s", args[1], strings.Join(names, ", "))}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"pdlb/lb/serve"
 )
 
 // A bad number names the flag and what it takes, not the Go type kong
@@ -76,15 +78,15 @@ func TestNumberFlagsAreDecimal(t *testing.T) {
 func TestNumberFlagsReadAsPythonDoes(t *testing.T) {
 	for _, tc := range []struct {
 		flag, value string
-		got         func(*serveCmd) float64
+		got         func(*serve.Command) float64
 		want        float64
 	}{
-		{"--request-timeout-secs", "1_800", func(s *serveCmd) float64 { return float64(s.RequestTimeoutSecs) }, 1800},
-		{"--port", " 8_000 ", func(s *serveCmd) float64 { return float64(s.Port) }, 8000},
-		{"--port", "+8000", func(s *serveCmd) float64 { return float64(s.Port) }, 8000},
-		{"--prometheus-port", "00", func(s *serveCmd) float64 { return float64(s.PrometheusPort) }, 0},
-		{"--prometheus-port", "-0", func(s *serveCmd) float64 { return float64(s.PrometheusPort) }, 0},
-		{"--connect-timeout-secs", "1_0.5", func(s *serveCmd) float64 { return s.ConnectTimeoutSecs }, 10.5},
+		{"--request-timeout-secs", "1_800", func(s *serve.Command) float64 { return float64(s.RequestTimeoutSecs) }, 1800},
+		{"--port", " 8_000 ", func(s *serve.Command) float64 { return float64(s.Port) }, 8000},
+		{"--port", "+8000", func(s *serve.Command) float64 { return float64(s.Port) }, 8000},
+		{"--prometheus-port", "00", func(s *serve.Command) float64 { return float64(s.PrometheusPort) }, 0},
+		{"--prometheus-port", "-0", func(s *serve.Command) float64 { return float64(s.PrometheusPort) }, 0},
+		{"--connect-timeout-secs", "1_0.5", func(s *serve.Command) float64 { return s.ConnectTimeoutSecs }, 10.5},
 	} {
 		c, _, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", tc.flag, tc.value)
 		if err != nil {

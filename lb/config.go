@@ -28,6 +28,15 @@ const (
 // Policies lists the selection policies pdlb implements.
 var Policies = []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo}
 
+// CheckPolicy refuses p unless it is one of Policies: the one check of a
+// policy's name, which Config's validation and the serve command's share.
+func CheckPolicy(p string) error {
+	if !slices.Contains(Policies, p) {
+		return fmt.Errorf("unknown policy %q; want one of %s", p, strings.Join(Policies, ", "))
+	}
+	return nil
+}
+
 // PrefillSpec names one prefill worker.
 type PrefillSpec struct {
 	// URL is the worker's HTTP API, e.g. "http://10.0.0.5:30000".
@@ -402,8 +411,11 @@ func (c *Config) Validate() error {
 		}
 	}
 	for _, p := range []string{c.PrefillPolicy, c.DecodePolicy, c.FallbackPolicy} {
-		if p != "" && !slices.Contains(Policies, p) {
-			return fmt.Errorf("unknown policy %q; want one of %v", p, Policies)
+		if p == "" {
+			continue
+		}
+		if err := CheckPolicy(p); err != nil {
+			return err
 		}
 	}
 	if err := c.checkBodyMemory(); err != nil {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -11,14 +11,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mattn/go-isatty"
-
-	"pdlb/bench"
+	"pdlb/internal/cli"
 )
 
-// benchCmd sends load to an endpoint, or to several in turn, and reports
-// what it measured.
-type benchCmd struct {
+// Command is `pdlb bench`: it sends load to an endpoint, or to several in
+// turn, and reports what it measured.
+type Command struct {
 	URL     string        `arg:"" optional:"" help:"The target (pdlb, mini_lb, a router or a worker): its base URL (http://HOST:PORT, or with a path prefix), or the URL of the route to call (http://HOST:PORT/v1/completions). Or use --compare." placeholder:"URL"`
 	Compare []string      `help:"Send the same load to each target in turn, in rounds, and print their figures side by side with each one's ratio to the first; repeat for each target (or list them with commas)." placeholder:"NAME=URL" sep:","`
 	Round   time.Duration `help:"Longest turn of one target with --compare: each target's --duration is cut into rounds no longer than this." default:"2s"`
@@ -33,13 +31,13 @@ type benchCmd struct {
 	Duration *time.Duration `help:"Measured time after the warm-up (more than 0), per target with --compare (default 10s when --requests is 0)." short:"d"`
 	Warmup   time.Duration  `help:"Time at the start (of each target's first round with --compare) whose requests are left out of the figures."`
 
-	MaxNewTokens bench.Dist `help:"Output tokens asked for per request: N, or drawn per request from uniform:MIN:MAX, normal:MEAN:SD or lognormal:MEAN:SD (N, MAX and MEAN at most 1048576; draws rounded and kept within 1-1048576)." default:"16"`
-	PromptWords  bench.Dist `help:"Prompt length in words, as --max-new-tokens (ignored with --prompts)." default:"32"`
-	Prompts      string     `help:"Send the prompts of this JSON Lines file round robin, verbatim: an object a line with a \"prompt\" string or a \"messages\" list, and optionally \"max_new_tokens\" or \"max_tokens\"." placeholder:"FILE"`
-	Seed         uint64     `help:"Seed for prompt text, drawn sizes and open-loop arrivals." placeholder:"N"`
-	Model        string     `help:"The model field on OpenAI routes." default:"default"`
-	Header       []string   `help:"Send this header with every request; repeat for more." placeholder:"'NAME: VALUE'" short:"H" sep:"none"`
-	APIKey       string     `help:"Send 'Authorization: Bearer KEY' with every request, for a target behind an API key (SGLang's, pdlb's or an OpenAI-style server's --api-key)." placeholder:"KEY"`
+	MaxNewTokens Dist     `help:"Output tokens asked for per request: N, or drawn per request from uniform:MIN:MAX, normal:MEAN:SD or lognormal:MEAN:SD (N, MAX and MEAN at most 1048576; draws rounded and kept within 1-1048576)." default:"16"`
+	PromptWords  Dist     `help:"Prompt length in words, as --max-new-tokens (ignored with --prompts)." default:"32"`
+	Prompts      string   `help:"Send the prompts of this JSON Lines file round robin, verbatim: an object a line with a \"prompt\" string or a \"messages\" list, and optionally \"max_new_tokens\" or \"max_tokens\"." placeholder:"FILE"`
+	Seed         uint64   `help:"Seed for prompt text, drawn sizes and open-loop arrivals." placeholder:"N"`
+	Model        string   `help:"The model field on OpenAI routes." default:"default"`
+	Header       []string `help:"Send this header with every request; repeat for more." placeholder:"'NAME: VALUE'" short:"H" sep:"none"`
+	APIKey       string   `help:"Send 'Authorization: Bearer KEY' with every request, for a target behind an API key (SGLang's, pdlb's or an OpenAI-style server's --api-key)." placeholder:"KEY"`
 
 	Timeout     time.Duration `help:"Longest a request may take (0: no limit)." default:"60s"`
 	GiveUpAfter time.Duration `help:"Stop the run when no request to a target has succeeded for this long of its own time (at least 5 failed, and none that started earlier is still in flight), and say what they failed with (0: never, e.g. to load a server through a restart)." default:"3s"`
@@ -48,7 +46,7 @@ type benchCmd struct {
 }
 
 // Help shows examples under the command's summary.
-func (c *benchCmd) Help() string {
+func (c *Command) Help() string {
 	return `The load is a closed loop (-c clients) or an open one (--rate), for a time (-d) or a number of requests (-n). The progress shows on standard error, the report on standard output. Examples:
 
   pdlb bench http://127.0.0.1:8000 -c 16 -d 30s
@@ -57,7 +55,7 @@ func (c *benchCmd) Help() string {
 }
 
 // Validate requires one way of naming the target.
-func (c *benchCmd) Validate() error {
+func (c *Command) Validate() error {
 	switch {
 	case c.URL == "" && len(c.Compare) == 0:
 		return errors.New("give the target's URL, or --compare NAME=URL for each target")
@@ -71,24 +69,25 @@ func (c *benchCmd) Validate() error {
 // fails after the report when the run was interrupted (exit status 128 +
 // the signal, as shells report a process killed by it) or when some target
 // answered no request successfully, so that a script, or a mistyped port,
-// cannot take either for a good run.
-func (c *benchCmd) Run() error {
-	ctx, stop := catchSignals(os.Exit)
+// cannot take either for a good run. A second signal ends the process
+// through exit, main's.
+func (c *Command) Run(exit cli.Exit) error {
+	ctx, stop := catchSignals(exit)
 	defer stop()
 	return c.run(ctx, os.Stdout, os.Stderr)
 }
 
-// report is what Run prints: a *bench.Report or a *bench.Comparison.
+// report is what Run prints: a *Report or a *Comparison.
 type report interface {
 	WriteText(io.Writer) error
 	WriteJSON(io.Writer) error
 }
 
 // run does Run's work, writing to stdout and stderr.
-func (c *benchCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
+func (c *Command) run(ctx context.Context, stdout, stderr io.Writer) error {
 	cfg, err := c.config()
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	cfg.Progress, cfg.ProgressLines = progressOn(stderr, c.Quiet)
 	table, jsonOut, err := c.outputs(stdout, stderr)
@@ -97,21 +96,21 @@ func (c *benchCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	defer jsonOut.Close()
 	var rep report
-	var reports []*bench.Report
+	var reports []*Report
 	// Run and Compare refuse a configuration before any load, and fail
 	// for nothing else: their errors are usage errors.
 	if len(c.Compare) > 0 {
 		cmp, err := c.compare(ctx, cfg)
 		if err != nil {
-			return usageError{err}
+			return cli.UsageError{Err: err}
 		}
 		rep, reports = cmp, cmp.Reports
 	} else {
-		r, err := bench.Run(ctx, cfg)
+		r, err := Run(ctx, cfg)
 		if err != nil {
-			return usageError{err}
+			return cli.UsageError{Err: err}
 		}
-		rep, reports = r, []*bench.Report{r}
+		rep, reports = r, []*Report{r}
 	}
 	if err := rep.WriteText(table); err != nil {
 		return err
@@ -124,20 +123,20 @@ func (c *benchCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 			return fmt.Errorf("cannot write the JSON report: %w", err)
 		}
 	}
-	return outcome(ctx, reports)
+	return runFailure(ctx, reports)
 }
 
 // compare runs the load on the --compare targets in turn.
-func (c *benchCmd) compare(ctx context.Context, cfg bench.Config) (*bench.Comparison, error) {
-	targets := make([]bench.Target, len(c.Compare))
+func (c *Command) compare(ctx context.Context, cfg Config) (*Comparison, error) {
+	targets := make([]Target, len(c.Compare))
 	for i, s := range c.Compare {
-		t, err := bench.ParseTarget(strings.TrimSpace(s))
+		t, err := ParseTarget(strings.TrimSpace(s))
 		if err != nil {
 			return nil, fmt.Errorf("--compare: %w", err)
 		}
 		targets[i] = t
 	}
-	return bench.Compare(ctx, cfg, targets)
+	return Compare(ctx, cfg, targets)
 }
 
 // outputs returns where the table goes and the JSON report's file, if any.
@@ -145,7 +144,7 @@ func (c *benchCmd) compare(ctx context.Context, cfg bench.Config) (*bench.Compar
 // path fails before any load rather than losing a long run's report. With
 // '-' the JSON takes standard output and the table moves to standard
 // error, so the output is JSON alone and a person still sees the table.
-func (c *benchCmd) outputs(stdout, stderr io.Writer) (table io.Writer, jsonOut *jsonFile, err error) {
+func (c *Command) outputs(stdout, stderr io.Writer) (table io.Writer, jsonOut *jsonFile, err error) {
 	switch c.JSON {
 	case "":
 		return stdout, nil, nil
@@ -204,10 +203,10 @@ func (e signalError) Error() string {
 // number (130 for SIGINT, 143 for SIGTERM).
 func (e signalError) exitCode() int { return 128 + int(e.sig) }
 
-// outcome returns the error a finished run exits with, after its report:
+// runFailure returns the error a finished run exits with, after its report:
 // the interrupting signal's, or one when the run gave a target up or a
 // target had no request succeed.
-func outcome(ctx context.Context, reports []*bench.Report) error {
+func runFailure(ctx context.Context, reports []*Report) error {
 	var se signalError
 	if errors.As(context.Cause(ctx), &se) {
 		return &exitError{msg: se.Error(), code: se.exitCode()}
@@ -242,7 +241,7 @@ func outcome(ctx context.Context, reports []*bench.Report) error {
 // catchSignals returns a context the first SIGINT or SIGTERM cancels, with
 // a signalError as its cause, so the run stops and prints what it has. A
 // second one calls exit at once, as that can take a while (requests are
-// cut, but a stuck write can hold them); one within sameSignalWindow of the
+// cut, but a stuck write can hold them); one within cli.SameSignalWindow of the
 // first is the first delivered twice. stop gives the signals back their
 // default action.
 func catchSignals(exit func(code int)) (ctx context.Context, stop func()) {
@@ -260,7 +259,7 @@ func catchSignals(exit func(code int)) (ctx context.Context, stop func()) {
 				case first.IsZero():
 					first = time.Now()
 					cancel(se)
-				case time.Since(first) >= sameSignalWindow:
+				case time.Since(first) >= cli.SameSignalWindow:
 					exit(se.exitCode())
 					return
 				}
@@ -277,8 +276,8 @@ func catchSignals(exit func(code int)) (ctx context.Context, stop func()) {
 }
 
 // config converts the flags, reading the prompt file if any.
-func (c *benchCmd) config() (bench.Config, error) {
-	cfg := bench.Config{
+func (c *Command) config() (Config, error) {
+	cfg := Config{
 		URL:          c.URL,
 		Stream:       c.Stream,
 		MaxInflight:  c.MaxInflight,
@@ -292,11 +291,11 @@ func (c *benchCmd) config() (bench.Config, error) {
 		Timeout:      c.Timeout,
 	}
 	if c.Timeout == 0 {
-		cfg.Timeout = bench.NoTimeout // bench.Config's zero is its default, 60 s
+		cfg.Timeout = NoTimeout // Config's zero is its default, 60 s
 	}
 	cfg.GiveUpAfter = c.GiveUpAfter
 	if c.GiveUpAfter == 0 {
-		cfg.GiveUpAfter = bench.NoGiveUp // as for the timeout
+		cfg.GiveUpAfter = NoGiveUp // as for the timeout
 	}
 	if c.Route != nil {
 		if err := c.checkRoute(*c.Route); err != nil {
@@ -304,7 +303,7 @@ func (c *benchCmd) config() (bench.Config, error) {
 		}
 		cfg.Route = *c.Route
 	}
-	// nil: not given, the default. Given, a zero, which bench.Config
+	// nil: not given, the default. Given, a zero, which Config
 	// would read as its default, is a mistake.
 	if c.Concurrency != nil {
 		if *c.Concurrency < 1 {
@@ -324,32 +323,43 @@ func (c *benchCmd) config() (bench.Config, error) {
 		}
 		cfg.Duration = *c.Duration
 	}
-	for _, h := range c.Header {
-		name, value, ok := strings.Cut(h, ":")
-		if name = strings.TrimSpace(name); !ok || name == "" || strings.ContainsAny(name, " \t") {
-			return cfg, fmt.Errorf("--header %q: want 'NAME: VALUE'", h)
-		}
-		cfg.Headers = append(cfg.Headers, [2]string{name, strings.TrimSpace(value)})
+	headers, err := c.headers()
+	if err != nil {
+		return cfg, err
 	}
-	if c.APIKey != "" {
-		for _, h := range cfg.Headers {
-			if strings.EqualFold(h[0], "Authorization") {
-				return cfg, errors.New("--api-key and --header 'Authorization: ...' both set the Authorization header; give one")
-			}
-		}
-		cfg.Headers = append(cfg.Headers, [2]string{"Authorization", "Bearer " + c.APIKey})
-	}
+	cfg.Headers = headers
 	if c.Prompts != "" {
 		f, err := os.Open(c.Prompts)
 		if err != nil {
 			return cfg, fmt.Errorf("cannot read prompts: %w", err)
 		}
 		defer f.Close()
-		if cfg.Prompts, err = bench.ReadPrompts(f); err != nil {
+		if cfg.Prompts, err = ReadPrompts(f); err != nil {
 			return cfg, fmt.Errorf("cannot read prompts from %s: %w", c.Prompts, err)
 		}
 	}
 	return cfg, nil
+}
+
+// headers are the --header flags' and --api-key's headers, in order.
+func (c *Command) headers() ([][2]string, error) {
+	var headers [][2]string
+	for _, h := range c.Header {
+		name, value, ok := strings.Cut(h, ":")
+		if name = strings.TrimSpace(name); !ok || name == "" || strings.ContainsAny(name, " \t") {
+			return nil, fmt.Errorf("--header %q: want 'NAME: VALUE'", h)
+		}
+		headers = append(headers, [2]string{name, strings.TrimSpace(value)})
+	}
+	if c.APIKey != "" {
+		for _, h := range headers {
+			if strings.EqualFold(h[0], "Authorization") {
+				return nil, errors.New("--api-key and --header 'Authorization: ...' both set the Authorization header; give one")
+			}
+		}
+		headers = append(headers, [2]string{"Authorization", "Bearer " + c.APIKey})
+	}
+	return headers, nil
 }
 
 // progressOn returns where the progress display goes, and whether as a
@@ -361,27 +371,20 @@ func progressOn(stderr io.Writer, quiet bool) (w io.Writer, lines bool) {
 		return nil, false
 	}
 	f, ok := stderr.(*os.File)
-	return stderr, !ok || !isTerminal(f)
-}
-
-// isTerminal reports whether f is a terminal, where a redrawn progress line
-// or colour makes sense (in a log file they are noise). It asks the
-// terminal driver, as the file's mode would call /dev/null one too.
-func isTerminal(f *os.File) bool {
-	return isatty.IsTerminal(f.Fd())
+	return stderr, !ok || !cli.IsTerminal(f)
 }
 
 // checkRoute refuses a --route that a target's URL contradicts by ending in
-// another route (bench.Run would too, without naming the flag).
-func (c *benchCmd) checkRoute(route string) error {
+// another route (Run would too, without naming the flag).
+func (c *Command) checkRoute(route string) error {
 	urls := []string{c.URL}
 	for _, s := range c.Compare {
-		if t, err := bench.ParseTarget(strings.TrimSpace(s)); err == nil {
+		if t, err := ParseTarget(strings.TrimSpace(s)); err == nil {
 			urls = append(urls, t.URL)
 		}
 	}
 	for _, u := range urls {
-		if own := bench.URLRoute(u); own != "" && own != route {
+		if own := URLRoute(u); own != "" && own != route {
 			return fmt.Errorf("the URL %s ends in the route %s, but --route is %s: drop the route from the URL, or --route", u, own, route)
 		}
 	}

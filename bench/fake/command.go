@@ -1,4 +1,4 @@
-package main
+package fake
 
 import (
 	"context"
@@ -9,13 +9,13 @@ import (
 	"syscall"
 	"time"
 
-	"pdlb/bench/fake"
+	"pdlb/internal/cli"
 )
 
-// fakeCmd runs fake SGLang servers that speak the PD protocol as real ones
-// do, bugs included. Servers started by one command meet for their KV
+// Command is `pdlb fake`: it runs fake SGLang servers that speak the PD
+// protocol as real ones do, bugs included. Servers started by one command meet for their KV
 // transfers in memory; servers of separate commands meet over HTTP.
-type fakeCmd struct {
+type Command struct {
 	Prefill    []string `help:"Serve a fake prefill on this address; its bootstrap server listens on the same host at --bootstrap-port (plus one for each further prefill); repeat for more (or list them with commas)." placeholder:"HOST:PORT" sep:","`
 	Decode     []string `help:"Serve a fake decode on this address; repeat for more (or list them with commas)." placeholder:"HOST:PORT" sep:","`
 	Aggregated []string `help:"Serve a fake aggregated (non-disaggregated) server on this address; repeat for more (or list them with commas)." placeholder:"HOST:PORT" sep:","`
@@ -39,11 +39,11 @@ type fakeCmd struct {
 	StatsRoute           bool          `help:"Serve the fake's counters as JSON on GET /fake/stats, a route SGLang does not have (for tests that run the fake in another process)."`
 	Canary               string        `help:"Count, in /fake/stats' Canaries, the requests that carry this string in a header or the body: tests plant it where a load balancer must not pass it on." placeholder:"STRING"`
 
-	logFlags
+	cli.LogFlags
 }
 
 // Validate requires at least one server.
-func (c *fakeCmd) Validate() error {
+func (c *Command) Validate() error {
 	if len(c.Prefill)+len(c.Decode)+len(c.Aggregated) == 0 {
 		return errors.New("nothing to serve: give --prefill, --decode or --aggregated addresses")
 	}
@@ -54,19 +54,19 @@ func (c *fakeCmd) Validate() error {
 }
 
 // Run starts the servers and serves until SIGINT or SIGTERM.
-func (c *fakeCmd) Run() error {
-	log := c.logger(os.Stderr)
-	nw := fake.NewTCPNetwork()
-	var servers []*fake.Server
+func (c *Command) Run() error {
+	log := c.Logger(os.Stderr)
+	nw := NewTCPNetwork()
+	var servers []*Server
 	defer func() {
 		for _, s := range servers {
 			_ = s.Close()
 		}
 	}()
-	start := func(role fake.Role, addr string, bootstrapPort int) error {
+	start := func(role Role, addr string, bootstrapPort int) error {
 		cfg := c.config(role, bootstrapPort)
 		cfg.Log = log.With().Str("fake", string(role)).Str("addr", addr).Logger()
-		s := fake.New(cfg)
+		s := New(cfg)
 		if err := s.Start(nw, addr); err != nil {
 			return fmt.Errorf("cannot start the fake %s on %s: %w", role, addr, err)
 		}
@@ -74,18 +74,18 @@ func (c *fakeCmd) Run() error {
 		log.Info().Str("role", string(role)).Str("addr", addr).Int("bootstrap_port", cfg.BootstrapPort).Msg("fake server up")
 		return nil
 	}
-	for i, addr := range listItems(c.Prefill) {
-		if err := start(fake.RolePrefill, addr, c.BootstrapPort+i); err != nil {
+	for i, addr := range cli.ListItems(c.Prefill) {
+		if err := start(RolePrefill, addr, c.BootstrapPort+i); err != nil {
 			return err
 		}
 	}
-	for _, addr := range listItems(c.Decode) {
-		if err := start(fake.RoleDecode, addr, c.BootstrapPort); err != nil {
+	for _, addr := range cli.ListItems(c.Decode) {
+		if err := start(RoleDecode, addr, c.BootstrapPort); err != nil {
 			return err
 		}
 	}
-	for _, addr := range listItems(c.Aggregated) {
-		if err := start(fake.RoleAggregated, addr, c.BootstrapPort); err != nil {
+	for _, addr := range cli.ListItems(c.Aggregated) {
+		if err := start(RoleAggregated, addr, c.BootstrapPort); err != nil {
 			return err
 		}
 	}
@@ -96,8 +96,8 @@ func (c *fakeCmd) Run() error {
 	return nil
 }
 
-func (c *fakeCmd) config(role fake.Role, bootstrapPort int) fake.Config {
-	return fake.Config{
+func (c *Command) config(role Role, bootstrapPort int) Config {
+	return Config{
 		Role:             role,
 		Model:            c.Model,
 		APIKey:           c.APIKey,

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"io"
@@ -15,6 +15,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"pdlb/lb"
+
+	"pdlb/internal/cli"
 )
 
 // serving is a pdlb run by serveUntilSignal.
@@ -155,7 +157,7 @@ func TestServeSecondSignalExitsAtOnce(t *testing.T) {
 	select {
 	case code := <-s.status:
 		t.Fatalf("exited with status %d; want a signal delivered twice at once taken for one", code)
-	case <-time.After(sameSignalWindow + 50*time.Millisecond):
+	case <-time.After(cli.SameSignalWindow + 50*time.Millisecond):
 	}
 	s.sigs <- syscall.SIGINT
 	if code := s.wait(t); code != 1 {

@@ -1,15 +1,13 @@
-// Command pdlb is a load balancer for SGLang prefill/decode disaggregated
-// serving, a drop-in replacement for sglang_router's mini_lb. It also ships
-// the fake SGLang servers (pdlb fake), the load generator (pdlb bench), and
-// the baselines it is measured against: a bare TCP relay (pdlb relay) and a
-// featureless pairing proxy (pdlb pair).
+// Package serve is `pdlb serve`, pdlb's default command: the load
+// balancer's command line, which is sglang_router's (`python -m
+// sglang_router.launch_router --mini-lb`), turned into an lb.Config; and
+// the process around lb.Server: its listeners, its garbage collector and
+// memory limit, and its drain on SIGINT or SIGTERM. The load balancer
+// itself is package lb (`go doc pdlb/lb`).
 //
 // `pdlb [serve]` runs the load balancer; `serve` is the default command, so
-// mini_lb's line needs none. `pdlb --help` (or `pdlb help`) lists the
-// commands, `pdlb serve --help` (or `pdlb help serve`) the load balancer's
-// flags by group. The load balancer itself is
-// package lb (`go doc ./lb`); the tools are package bench and those under
-// it.
+// mini_lb's line needs none. `pdlb serve --help` (or `pdlb help serve`)
+// lists its flags by group.
 //
 // # The mini_lb command line
 //
@@ -111,4 +109,4 @@
 //     coloured only on a terminal.
 //   - --pd-disaggregation and --json-log are accepted for compatibility,
 //     with no effect.
-package main
+package serve

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -15,14 +15,14 @@ import (
 // user wants to know what the flag takes (issue 20). kong puts the flag's
 // name in front of each error.
 
-// wantPort is what a port flag takes, as its errors say.
-const wantPort = "a port number 1-65535"
+// WantPort is what a port flag takes, as its errors say.
+const WantPort = "a port number 1-65535"
 
-// numberMappers are the options that read numbers: integers and floats by
+// NumberMappers are the options that read numbers: integers and floats by
 // kind, ports (a flag tagged type:"port", or type:"port-or-zero" where 0
 // turns a listener off) by name. Integers are decimal, as argparse's
 // int() reads them: kong's "08000" was an octal number gone wrong.
-func numberMappers() []kong.Option {
+func NumberMappers() []kong.Option {
 	return []kong.Option{
 		kong.KindMapper(reflect.Int, intMapper(strconv.IntSize)),
 		kong.KindMapper(reflect.Int64, intMapper(64)),
@@ -138,14 +138,20 @@ func portMapper(zero bool) kong.MapperFunc {
 			target.SetInt(0)
 			return nil
 		}
-		n, ok := parsePort(pythonNumber(s))
+		n, ok := ParsePort(pythonNumber(s))
 		if !ok {
 			if zero {
-				return fmt.Errorf("expected %s, or 0 for none, got %q", wantPort, s)
+				return fmt.Errorf("expected %s, or 0 for none, got %q", WantPort, s)
 			}
-			return fmt.Errorf("expected %s, got %q", wantPort, s)
+			return fmt.Errorf("expected %s, got %q", WantPort, s)
 		}
 		target.SetInt(int64(n))
 		return nil
 	}
+}
+
+// ParsePort reads a TCP port from 1 to 65535.
+func ParsePort(s string) (int, bool) {
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n > 0 && n <= 65535
 }

@@ -1,10 +1,12 @@
-package main
+package serve
 
 import (
 	"fmt"
 	"strings"
 
 	"github.com/alecthomas/kong"
+
+	"pdlb/internal/cli"
 )
 
 // workerURLExamples are serve's flags that take a worker URL, each with a
@@ -34,7 +36,7 @@ func checkWorkerURLs(parser *kong.Kong, args []string) error {
 			continue
 		}
 		if hasValue && value == "" || !hasValue && (i+1 == len(args) || strings.HasPrefix(args[i+1], "-")) {
-			return usageError{fmt.Errorf("--%s needs a worker URL, e.g. %s", name, example)}
+			return cli.UsageError{Err: fmt.Errorf("--%s needs a worker URL, e.g. %s", name, example)}
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"strings"
@@ -6,8 +6,15 @@ import (
 	"github.com/alecthomas/kong"
 )
 
+// HelpOptions are the options serve's help needs of the parser it is a
+// command of: its flags' groups, and help texts without the environment
+// variables that serve's help names by a rule.
+func HelpOptions() []kong.Option {
+	return []kong.Option{kong.ExplicitGroups(serveGroups()), kong.ValueFormatter(helpValue)}
+}
+
 // serveGroups are the headings of `pdlb serve --help`, in the order the
-// flags of serveCmd come in: one heading a concern, as the README lists
+// flags of Command come in: one heading a concern, as the README lists
 // them, so that sixty flags read as nine short lists (issue 20). Every
 // serve flag names one in its group tag; TestEveryServeFlagHasAGroup holds
 // a new flag to it.
@@ -37,7 +44,7 @@ func serveGroups() []kong.Group {
 
 // Help is serve's help under its usage line: what every flag shares, said
 // once rather than beside each of them.
-func (c *serveCmd) Help() string {
+func (c *Command) Help() string {
 	return "The flags follow sglang_router's, so a mini_lb command line runs unchanged. Each can also be set by an " +
 		"environment variable, PDLB_ and its name in capitals (--request-timeout-secs: PDLB_REQUEST_TIMEOUT_SECS); " +
 		"a list flag's variable takes its items separated by commas."
@@ -53,8 +60,8 @@ func helpValue(v *kong.Value) string {
 	return kong.DefaultHelpValueFormatter(v)
 }
 
-// serveEnv is the environment variable of the serve flag name, as envars
-// names it.
+// serveEnv is the environment variable of the serve flag name, as
+// cli.Envars names it.
 func serveEnv(name string) string {
 	return "PDLB_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }

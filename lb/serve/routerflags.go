@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/alecthomas/kong"
+
+	"pdlb/internal/cli"
 )
 
 // pdlb takes the command line of `python -m sglang_router.launch_router
@@ -66,17 +68,13 @@ func routerFlags() map[string]arity {
 	return flags
 }
 
-// parseArgs parses args into c, the cli parser was built on. `help
-// [COMMAND]` is `[COMMAND] --help` (helpArgs). The sglang_router flags
-// serve does not define are removed first and returned as ignored; those it
-// must not ignore (checkIgnored), those removed from sglang_router
-// (checkRemoved), and worker flags without a URL (checkWorkerURLs) are
-// usage errors.
-func parseArgs(parser *kong.Kong, c *cli, args []string) (*kong.Context, ignoredFlags, error) {
-	args, err := helpArgs(parser, args)
-	if err != nil {
-		return nil, nil, err
-	}
+// Parse parses args, a command line of parser, into c, serve's command in
+// it. The sglang_router flags serve does not define are removed first and
+// returned as ignored; those it must not ignore (checkIgnored), those
+// removed from sglang_router (checkRemoved), and worker flags without a URL
+// (checkWorkerURLs) are usage errors. The arguments of parser's other
+// commands are theirs.
+func Parse(parser *kong.Kong, c *Command, args []string) (*kong.Context, IgnoredFlags, error) {
 	if err := checkRemoved(parser, args); err != nil {
 		return nil, nil, err
 	}
@@ -88,11 +86,15 @@ func parseArgs(parser *kong.Kong, c *cli, args []string) (*kong.Context, ignored
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := c.Serve.checkIgnored(ignored); err != nil {
+	if err := c.checkIgnored(ignored); err != nil {
 		return nil, nil, err
 	}
 	return kctx, ignored, nil
 }
+
+// IgnoredFlags are the sglang_router flags Parse removed, bound into the
+// commands' Run so that serve can warn about them.
+type IgnoredFlags []string
 
 // removedFlags are the flags of older sglang_router and mini_lb command
 // lines that current sglang_router refuses, by name (without "--"), with
@@ -127,7 +129,7 @@ func checkRemoved(parser *kong.Kong, args []string) error {
 		}
 		name, _, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
 		if instead, ok := removed[name]; ok && strings.HasPrefix(arg, "--") {
-			return usageError{fmt.Errorf("--%s was removed: %s", name, instead)}
+			return cli.UsageError{Err: fmt.Errorf("--%s was removed: %s", name, instead)}
 		}
 	}
 	return nil
@@ -277,7 +279,7 @@ func securityFlag(name string) (loss securityLoss, ok bool) {
 // mini_lb ignores them too, but sglang_router's own router does them, and
 // its line (`launch_router --pd-disaggregation`) run by pdlb would have
 // lost them in silence.
-func (c *serveCmd) checkIgnored(ignored ignoredFlags) error {
+func (c *Command) checkIgnored(ignored IgnoredFlags) error {
 	if c.MiniLB {
 		return nil
 	}
@@ -301,7 +303,7 @@ func (c *serveCmd) checkIgnored(ignored ignoredFlags) error {
 		msg.WriteString(strings.Join(flags[loss], ", ") + ": " + loss.refused + "; " + loss.instead + "\n")
 	}
 	msg.WriteString("(mini_lb ignores these flags: with --mini-lb, pdlb ignores them too, with a warning)")
-	return usageError{errors.New(msg.String())}
+	return cli.UsageError{Err: errors.New(msg.String())}
 }
 
 // ignoredWarning is the warning logged for an sglang_router flag that
@@ -316,7 +318,7 @@ func ignoredWarning(flag string) string {
 // openRoutesWarning is the warning of a --mini-lb line without an admin key:
 // it keeps mini_lb's open control routes, which any client can use to act
 // on every other's requests.
-func (c *serveCmd) openRoutesWarning() string {
+func (c *Command) openRoutesWarning() string {
 	if !c.MiniLB || c.AdminAPIKey != "" {
 		return ""
 	}

@@ -1,10 +1,11 @@
-package main
+package bench
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,9 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/valyala/fasthttp"
 
-	"pdlb/bench"
+	"pdlb/internal/cli"
 )
 
 // serveBench runs a fake /generate endpoint on a loopback port and returns
@@ -41,12 +43,12 @@ func serveBench(t *testing.T) (string, *atomic.Int32) {
 // runBench parses args as `pdlb bench ARGS` and runs it with ctx.
 func runBench(t *testing.T, ctx context.Context, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	c, _, err := parse(t, append([]string{"bench", "-q", "--timeout", "5s"}, args...)...)
+	c, err := parse(t, append([]string{"-q", "--timeout", "5s"}, args...)...)
 	if err != nil {
 		t.Fatalf("cannot parse %q: %v", args, err)
 	}
 	var out, errOut bytes.Buffer
-	err = c.Bench.run(ctx, &out, &errOut)
+	err = c.run(ctx, &out, &errOut)
 	return out.String(), errOut.String(), err
 }
 
@@ -163,7 +165,7 @@ func TestCatchSignals(t *testing.T) {
 	if !errors.As(context.Cause(ctx), &se) || se.exitCode() != 130 {
 		t.Fatalf("got cause %v; want SIGINT", context.Cause(ctx))
 	}
-	time.Sleep(sameSignalWindow) // not the first delivered twice
+	time.Sleep(cli.SameSignalWindow) // not the first delivered twice
 	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -244,14 +246,14 @@ func TestBenchConcurrency(t *testing.T) {
 		}
 	}
 	cfg := benchDefaults(t)
-	if cfg.Concurrency != 0 { // bench.Config's zero: its default, 1 client
+	if cfg.Concurrency != 0 { // Config's zero: its default, 1 client
 		t.Errorf("no -c gave Concurrency %d; want 0, the default", cfg.Concurrency)
 	}
 }
 
 // An explicit --rate or --duration of 0 or less is a mistake, refused
 // before any load: --rate 0 ran a closed loop, -d 0s ran for 10 s. Not
-// given, they are bench.Config's zero, its default.
+// given, they are Config's zero, its default.
 func TestBenchRateAndDuration(t *testing.T) {
 	for _, args := range [][]string{
 		{"--rate", "0"}, {"--rate=-2"}, {"--rate", "NaN"}, {"-d", "0s"}, {"--duration=-1s"},
@@ -265,25 +267,25 @@ func TestBenchRateAndDuration(t *testing.T) {
 	if cfg.Rate != 0 || cfg.Duration != 0 {
 		t.Errorf("no --rate, no -d gave Rate %v, Duration %v; want 0, 0, the defaults", cfg.Rate, cfg.Duration)
 	}
-	c, _, err := parse(t, "bench", "http://127.0.0.1:1", "--rate", "2.5", "-d", "3s")
+	c, err := parse(t, "http://127.0.0.1:1", "--rate", "2.5", "-d", "3s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg, err = c.Bench.config(); err != nil || cfg.Rate != 2.5 || cfg.Duration != 3*time.Second {
+	if cfg, err = c.config(); err != nil || cfg.Rate != 2.5 || cfg.Duration != 3*time.Second {
 		t.Errorf("--rate 2.5 -d 3s gave Rate %v, Duration %v, error %v; want 2.5, 3s", cfg.Rate, cfg.Duration, err)
 	}
 }
 
-// --timeout 0 is no limit, as its help says; it was bench.Config's zero,
+// --timeout 0 is no limit, as its help says; it was Config's zero,
 // the default of 60 s.
 func TestBenchNoTimeout(t *testing.T) {
-	c, _, err := parse(t, "bench", "http://127.0.0.1:1", "--timeout", "0")
+	c, err := parse(t, "http://127.0.0.1:1", "--timeout", "0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := c.Bench.config()
-	if err != nil || cfg.Timeout != bench.NoTimeout {
-		t.Fatalf("got timeout %v, error %v; want bench.NoTimeout", cfg.Timeout, err)
+	cfg, err := c.config()
+	if err != nil || cfg.Timeout != NoTimeout {
+		t.Fatalf("got timeout %v, error %v; want NoTimeout", cfg.Timeout, err)
 	}
 	url, _ := serveBench(t)
 	stdout, _, err := runBench(t, t.Context(), url, "-n", "2", "--timeout", "0", "--json", "-")
@@ -292,14 +294,14 @@ func TestBenchNoTimeout(t *testing.T) {
 	}
 }
 
-// benchDefaults is the bench.Config of a command line that gives no flag.
-func benchDefaults(t *testing.T) bench.Config {
+// benchDefaults is the Config of a command line that gives no flag.
+func benchDefaults(t *testing.T) Config {
 	t.Helper()
-	c, _, err := parse(t, "bench", "http://127.0.0.1:1")
+	c, err := parse(t, "http://127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := c.Bench.config()
+	cfg, err := c.config()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,12 +388,12 @@ func TestBenchGivesUp(t *testing.T) {
 		t.Fatalf("got report\n%s\nwant it to say why it gave up, and the message", stdout)
 	}
 
-	c, _, err := parse(t, "bench", url, "--give-up-after", "0")
+	c, err := parse(t, url, "--give-up-after", "0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg, err := c.Bench.config(); err != nil || cfg.GiveUpAfter != bench.NoGiveUp {
-		t.Fatalf("--give-up-after 0 gave %v, error %v; want bench.NoGiveUp", cfg.GiveUpAfter, err)
+	if cfg, err := c.config(); err != nil || cfg.GiveUpAfter != NoGiveUp {
+		t.Fatalf("--give-up-after 0 gave %v, error %v; want NoGiveUp", cfg.GiveUpAfter, err)
 	}
 	if cfg := benchDefaults(t); cfg.GiveUpAfter != 3*time.Second {
 		t.Fatalf("no --give-up-after gave %v; want 3s", cfg.GiveUpAfter)
@@ -435,34 +437,59 @@ func TestBenchProgressOn(t *testing.T) {
 	}
 }
 
-// `pdlb bench --help` shows examples, each a command line pdlb takes, and
-// placeholders that say what a flag wants.
-func TestBenchHelp(t *testing.T) {
-	var out bytes.Buffer
-	code := -1
-	runMain([]string{"bench", "--help"}, &out, &out, func(c int) {
-		if code == -1 { // exit returns here, and the parse goes on
-			code = c
-		}
-	})
-	help := out.String()
-	for _, want := range []string{"Examples:", "  -c, --concurrency=N ", "  -n, --requests=N ", "  --route=PATH ", "  --give-up-after=3s "} {
-		if code != 0 || !strings.Contains(help, want) {
-			t.Fatalf("got status %d, help\n%s\nwant 0 and %q", code, help, want)
-		}
-	}
+// The examples in bench's help parse.
+func TestBenchHelpExamplesParse(t *testing.T) {
 	examples := 0
-	for line := range strings.Lines((&benchCmd{}).Help()) {
-		args, ok := strings.CutPrefix(strings.TrimSpace(line), "pdlb ")
+	for line := range strings.Lines((&Command{}).Help()) {
+		args, ok := strings.CutPrefix(strings.TrimSpace(line), "pdlb bench ")
 		if !ok {
 			continue
 		}
 		examples++
-		if _, _, err := parse(t, strings.Fields(args)...); err != nil {
+		if _, err := parse(t, strings.Fields(args)...); err != nil {
 			t.Errorf("example %q: %v", line, err)
 		}
 	}
 	if examples == 0 {
 		t.Fatal("got no example in the help")
+	}
+}
+
+// parse parses args as `pdlb bench ARGS`, with the number readers main
+// gives every command.
+func parse(t *testing.T, args ...string) (*Command, error) {
+	t.Helper()
+	var c Command
+	parser, err := kong.New(&c, cli.NumberMappers()...)
+	if err != nil {
+		t.Fatalf("cannot build the parser: %s", err)
+	}
+	_, err = parser.Parse(args)
+	return &c, err
+}
+
+// A usage error found after parsing exits with status 2, as argparse's do,
+// not 1, the status of a failure at run time.
+func TestUsageErrorsExitWithStatus2(t *testing.T) {
+	c, err := parse(t, "http://127.0.0.1:1", "-c0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.run(t.Context(), io.Discard, io.Discard)
+	if code := exitCode(err); code != 2 {
+		t.Errorf("bench -c0: got %v, exit status %d; want 2", err, code)
+	}
+	for _, args := range [][]string{
+		{"127.0.0.1:1"}, {"--compare", "noequals"},
+		{"http://127.0.0.1:99999"}, {"--compare", "a=http://127.0.0.1:99999"},
+	} {
+		c, err := parse(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.run(t.Context(), io.Discard, io.Discard)
+		if code := exitCode(err); code != 2 {
+			t.Errorf("%q: got %v, exit status %d; want 2", args, err, code)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 // serveHelp returns what `pdlb serve --help` prints.
 func serveHelp(t *testing.T) (help string) {
 	t.Helper()
-	var c cli
+	var c root
 	var out bytes.Buffer
 	type exited struct{ code int }
 	parser, err := newParser(&c, &out, &out, kong.Exit(func(code int) { panic(exited{code}) }))
@@ -41,7 +41,7 @@ func serveHelp(t *testing.T) (help string) {
 // added without a group tag (or with a key serveGroups lacks) fails here,
 // not in a user's help (issue 20: 186 lines in one flat list).
 func TestEveryServeFlagHasAGroup(t *testing.T) {
-	var c cli
+	var c root
 	parser, err := newParser(&c, &bytes.Buffer{}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestEveryServeFlagHasAGroup(t *testing.T) {
 // order, and each flag once, under its group's heading.
 func TestServeHelpIsGrouped(t *testing.T) {
 	help := serveHelp(t)
-	var c cli
+	var c root
 	parser, err := newParser(&c, &bytes.Buffer{}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)

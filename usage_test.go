@@ -38,17 +38,38 @@ func TestRemovedFlagsNameTheirReplacement(t *testing.T) {
 	if _, _, err := parse(t, "bench", "--verbose", "http://x"); err == nil || strings.Contains(err.Error(), "was removed") {
 		t.Errorf("bench --verbose: got %v; want bench's own unknown flag", err)
 	}
-	// A removed flag is neither one pdlb implements nor one sglang_router
-	// still has: those run.
-	var c cli
-	parser, err := newParser(&c, &bytes.Buffer{}, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
+}
+
+// A worker flag with no URL after it says what it wants: --prefill alone
+// said `expected prefill URL value but got "EOL" (<EOL>)`, and before
+// another flag suggested --prefill="--decode".
+func TestWorkerFlagWithoutURL(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--prefill"}, "--prefill needs a worker URL, e.g. --prefill http://10.0.0.1:30000 8998"},
+		{[]string{"serve", "--prefill"}, "--prefill needs a worker URL, e.g. --prefill http://10.0.0.1:30000 8998"},
+		{[]string{"--prefill", "--decode", "http://d:1"}, "--prefill needs a worker URL, e.g. --prefill http://10.0.0.1:30000 8998"},
+		{[]string{"--prefill", "http://p:1", "--decode"}, "--decode needs a worker URL, e.g. --decode http://10.0.0.2:30010"},
+		{[]string{"--prefill", "http://p:1", "--decode", "http://d:1", "--fallback", "--port", "8000"},
+			"--fallback needs a worker URL, e.g. --fallback http://10.0.0.3:30000"},
+		{[]string{"--prefill=", "--decode", "http://d:1"}, "--prefill needs a worker URL, e.g. --prefill http://10.0.0.1:30000 8998"},
+	} {
+		got, code := runToExit(t, tc.args...)
+		if code != 2 || !strings.Contains(got, "pdlb: error: "+tc.want+"\n") {
+			t.Errorf("%q: got status %d, output %q; want 2 and %q", tc.args, code, got, tc.want)
+		}
 	}
-	serve, router := serveFlagNames(parser), routerFlags()
-	for name := range removedFlags() {
-		if _, ok := router[name]; ok || serve[name] != nil {
-			t.Errorf("--%s is in removedFlags, and a flag of serve or of current sglang_router", name)
+	// Lines with their URLs parse, a port or a negative number after a
+	// prefill's URL included, and a tool's --prefill is its own.
+	for _, args := range [][]string{
+		{"--prefill", "http://p:1", "8998", "--decode", "http://d:1"},
+		{"--prefill=http://p:1", "--decode=http://d:1", "--fallback", "http://a:1"},
+		{"fake", "--prefill", "127.0.0.1:1"},
+	} {
+		if _, _, err := parse(t, args...); err != nil {
+			t.Errorf("%q: got %v; want no error", args, err)
 		}
 	}
 }

@@ -1,0 +1,27 @@
+package relay
+
+import (
+	"context"
+	"net"
+
+	"pdlb/internal/cli"
+)
+
+// Command is `pdlb relay`: it pipes TCP connections to one address with
+// nothing on the way, the floor of any proxy, which make bench measures
+// beside pdlb.
+type Command struct {
+	Listen string `help:"Address to accept connections on." required:"" placeholder:"HOST:PORT"`
+	To     string `help:"Address to pipe each connection to." required:"" placeholder:"HOST:PORT"`
+}
+
+// Run relays until SIGINT or SIGTERM.
+func (c *Command) Run() error {
+	return cli.RunUntilSignal(c.Listen, func(ctx context.Context, ln net.Listener) error {
+		go func() {
+			<-ctx.Done()
+			ln.Close()
+		}()
+		return Serve(ln, c.To)
+	})
+}

@@ -1,0 +1,35 @@
+package relay
+
+import (
+	"testing"
+
+	"github.com/alecthomas/kong"
+
+	"pdlb/internal/cli"
+)
+
+// parse parses args as `pdlb relay ARGS`, with the number readers main gives
+// every command.
+func parse(t *testing.T, args ...string) (*Command, error) {
+	t.Helper()
+	var c Command
+	parser, err := kong.New(&c, cli.NumberMappers()...)
+	if err != nil {
+		t.Fatalf("cannot build the parser: %s", err)
+	}
+	_, err = parser.Parse(args)
+	return &c, err
+}
+
+func TestParseRelay(t *testing.T) {
+	c, err := parse(t, "--listen", "127.0.0.1:1", "--to", "127.0.0.1:2")
+	if err != nil {
+		t.Fatalf("cannot parse the relay line: %s", err)
+	}
+	if c.Listen != "127.0.0.1:1" || c.To != "127.0.0.1:2" {
+		t.Errorf("relay got --listen %q --to %q", c.Listen, c.To)
+	}
+	if _, err := parse(t, "--listen", "127.0.0.1:1"); err == nil {
+		t.Error("relay without --to parsed; want an error")
+	}
+}

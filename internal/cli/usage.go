@@ -1,0 +1,14 @@
+package cli
+
+// UsageError is a command line that pdlb cannot run: an unknown flag, a
+// bad value, a missing worker. It exits with status 2, as mini_lb's
+// argparse does, so that a script can tell it from a failure at run time
+// (status 1).
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+
+// ExitCode is the status kong exits with.
+func (UsageError) ExitCode() int { return 2 }
+
+func (e UsageError) Unwrap() error { return e.Err }
