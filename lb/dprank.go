@@ -49,13 +49,6 @@ type rankLoad struct {
 	inflight   []atomic.Int32
 }
 
-// answerError is an answer pdlb gives instead of forwarding a request.
-type answerError struct {
-	status int
-	reason reason
-	msg    string
-}
-
 // planDP places a request on a prefill DP rank: the client's own
 // disagg_prefill_dp_rank (checked against the prefill's dp_size, which
 // SGLang never does; selection chose a prefill that has it, so this catches

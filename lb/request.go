@@ -148,22 +148,6 @@ func applyDPRankHeader(q *clientRequest) error {
 	return nil
 }
 
-// answerError answers q with pdlb's own error.
-func (s *Server) answerError(q *clientRequest, e *answerError) {
-	if e.status == statusClientGone {
-		s.errorsByReason[e.reason].Inc()
-		dropClient(q.ctx)
-	} else {
-		s.writeError(q.ctx, e.status, e.reason, e.msg)
-	}
-	took := s.cfg.Now().Sub(q.start)
-	q.rt.observe(e.status, took)
-	s.accessLine(q.id, q.rt.path, e.status, took).Bool("stream", q.info.Stream).Str("error", e.msg).Msg("request")
-	if q.permit {
-		s.releasePermit()
-	}
-}
-
 // pick chooses a worker of pool for q's next attempt, with DP rank rank
 // (-1 for any): one that has not failed q if possible, never one q could
 // not reach.
