@@ -188,21 +188,6 @@ func rankOutOfRange(rank, size int, p *Backend) *answerError {
 		"disagg_prefill_dp_rank=" + strconv.Itoa(rank) + " out of range " + valid + " for prefill " + p.url}
 }
 
-// rankLoad returns b's per-rank load for the registry state st, starting a
-// fresh one when the prefill's DP layout may have changed.
-func (b *Backend) rankLoad(st *bootstrap.State) *rankLoad {
-	for {
-		cur := b.ranks.Load()
-		if cur != nil && cur.generation == st.Generation && len(cur.inflight) == st.Info.DPSize {
-			return cur
-		}
-		fresh := &rankLoad{generation: st.Generation, inflight: make([]atomic.Int32, st.Info.DPSize)}
-		if b.ranks.CompareAndSwap(cur, fresh) {
-			return fresh
-		}
-	}
-}
-
 // pickRank chooses a DP rank by the policy.
 func (s *Server) pickRank(l *rankLoad) int {
 	n := len(l.inflight)
