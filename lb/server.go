@@ -57,23 +57,12 @@ type Server struct {
 	// order.
 	requestIDHeaders [][]byte
 
-	routes         map[string]*route
-	notFound       *route
-	unread         *route // requests that could not be read whole
-	errorsByReason [numReasons]*metrics.Counter
-	coldRetries    *metrics.Counter
-	// staleRankRetries counts attempts made again after a prefill refused
-	// a DP rank the registry gave it.
-	staleRankRetries *metrics.Counter
-	// unplaced counts requests --prefill-dp-policy could not place, their
-	// pair not being warm: they go as mini_lb sends them.
-	unplaced   *metrics.Counter
-	decodeOnly [numDecodeOnly]*metrics.Counter
-	exchanges  sync.Pool
-	retries    *metrics.Counter
-	aborts     *metrics.Counter
-	// abortsDropped counts the aborts a worker's abortGate kept back.
-	abortsDropped *metrics.Counter
+	routes   map[string]*route
+	notFound *route
+	unread   *route // requests that could not be read whole
+	// serverMetrics are the server's own counters (metrics.go).
+	serverMetrics
+	exchanges sync.Pool
 	// healthGenerate shares /health_generate's fan-outs among its callers.
 	healthGenerate sharedFanOut
 	// noLocalPrefill is set once a decode showed it cannot prefill locally.
@@ -138,24 +127,13 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	if s.newRoom == nil {
 		s.newRoom = bootstrap.NewRoom
 	}
-	for r := range numReasons {
-		s.errorsByReason[r] = s.ms.NewCounter(fmt.Sprintf(`pdlb_request_errors_total{reason=%q}`, r))
-	}
-	s.coldRetries = s.ms.NewCounter(`pdlb_cold_pair_retries_total`)
-	s.staleRankRetries = s.ms.NewCounter(`pdlb_stale_dp_rank_retries_total`)
-	s.unplaced = s.ms.NewCounter(`pdlb_dp_policy_unplaced_total`)
-	s.retries = s.ms.NewCounter(`pdlb_retries_total`)
-	s.aborts = s.ms.NewCounter(`pdlb_abort_requests_total`)
-	s.abortsDropped = s.ms.NewCounter(`pdlb_abort_requests_dropped_total`)
+	s.serverMetrics.init(s.ms)
 	s.admission = newAdmission(&s.cfg)
 	s.memory = newBodyMemory(s.cfg.MaxBodyMemory)
 	s.ms.NewGauge(`pdlb_body_memory_bytes`, func() float64 { return float64(s.memory.used.Load()) })
 	s.ms.NewGauge(`pdlb_body_memory_limit_bytes`, func() float64 { return float64(s.memory.limit) })
 	s.ms.NewGauge(`pdlb_requests_queued`, func() float64 { return float64(s.admission.queued.Load()) })
 	s.ms.NewGauge(`pdlb_requests_admitted`, func() float64 { return float64(len(s.admission.slots)) })
-	for w := pdMode + 1; w < numDecodeOnly; w++ { // PD requests are not decode-only
-		s.decodeOnly[w] = s.ms.NewCounter(fmt.Sprintf(`pdlb_decode_only_total{reason=%q}`, w))
-	}
 	if err := s.buildPools(); err != nil {
 		return nil, err
 	}
