@@ -548,13 +548,6 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	return outcome{}
 }
 
-// coldPair reports whether the decode's failure says it has not cached the
-// prefill's parallel info (the first-request bug: see package bootstrap's documentation) while one
-// more attempt is allowed.
-func (x *exchange) coldPair(failure []byte) bool {
-	return x.coldRetry && bytes.Contains(failure, coldPairMarker)
-}
-
 // respond writes the decode's answer, or the error that explains why there
 // is none, then accounts the request and lets go of x: at once, or for a
 // large answer once it is written (answerBody).
