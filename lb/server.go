@@ -135,15 +135,21 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	if !cfg.NoPrewarm {
 		s.warm = newWarmer(s)
 	}
+	s.buildServer()
+	return s, nil
+}
+
+// buildServer sets up the fasthttp server of the client listeners (Serve).
+func (s *Server) buildServer() {
 	s.srv = &fasthttp.Server{
 		Handler:            s.handle,
 		ErrorHandler:       s.handleParseError,
 		Name:               "pdlb",
 		Logger:             redactingLogger{&s.log},
-		ReadTimeout:        cfg.ClientReadTimeout,
-		IdleTimeout:        cfg.ClientIdleTimeout,
-		WriteTimeout:       cfg.ClientWriteTimeout,
-		MaxRequestBodySize: cfg.MaxRequestBodySize,
+		ReadTimeout:        s.cfg.ClientReadTimeout,
+		IdleTimeout:        s.cfg.ClientIdleTimeout,
+		WriteTimeout:       s.cfg.ClientWriteTimeout,
+		MaxRequestBodySize: s.cfg.MaxRequestBodySize,
 		// pdlb reads bodies itself, as they arrive, within its body
 		// memory (body.go): fasthttp reads at most 8 KiB of one.
 		StreamRequestBody: true,
@@ -152,7 +158,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		// its write buffer while its stream runs: at 1,024 streams a tenth of
 		// pdlb's memory. The price, one more read call per keep-alive
 		// request, did not show in the benchmarks (README, Performance).
-		ReadBufferSize:       cfg.MaxHeaderSize,
+		ReadBufferSize:       s.cfg.MaxHeaderSize,
 		WriteBufferSize:      clientWriteBufferSize,
 		ReduceMemoryUsage:    true,
 		NoDefaultContentType: true,
@@ -163,7 +169,6 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		ConnState:       s.conns.track,
 		Concurrency:     s.conns.concurrency(),
 	}
-	return s, nil
 }
 
 // adminMaxConnections bounds the connections of each admin listener.
