@@ -167,3 +167,23 @@ func (s *Server) abortRequest(b *Backend, rid string) {
 		}
 	}()
 }
+
+// maxKeptRID bounds the rid value an exchange keeps: a batch's list of
+// --max-batch-size rids fits. A longer one, which no client needs, is not
+// kept: pdlb then sends no abort for the request, and an /abort_request
+// naming it, which still reaches the workers, does not stop pdlb's retries.
+const maxKeptRID = 64 << 10
+
+// eachRID calls f with the rid of raw, a request's rid value as the
+// workers read it (exchange.rid), or each of a batch's list, until f
+// returns false.
+func eachRID(raw string, f func(rid string) bool) {
+	switch rid := gjson.Parse(raw); {
+	case rid.Type == gjson.String:
+		f(rid.Str)
+	case rid.IsArray():
+		rid.ForEach(func(_, item gjson.Result) bool {
+			return item.Type != gjson.String || f(item.Str)
+		})
+	}
+}

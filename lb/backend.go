@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -10,9 +11,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bootstrap"
@@ -264,6 +267,76 @@ func (b *Backend) failed(err error, status int) {
 			ev = ev.Int("status", status)
 		}
 		ev.Msg("ejecting the worker after consecutive failures")
+	}
+}
+
+// get performs one control call on b. It carries pdlb's key for b, if
+// there is one (--api-key), else the client's Authorization header. A
+// worker behind a key then answers a client that has it, as on the
+// generate routes, which forward the client's headers.
+func (b *Backend) get(cc controlCall) answer {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(cc.method)
+	b.setURI(req, []byte(cc.uri))
+	req.Header.SetHost(b.addr)
+	if cc.body != nil {
+		req.Header.SetContentType("application/json")
+		req.SetBodyRaw(cc.body)
+	}
+	if len(cc.clientAuth) > 0 {
+		req.Header.SetBytesV(fasthttp.HeaderAuthorization, cc.clientAuth)
+	}
+	b.authorize(&req.Header) // pdlb's key, if it has one, goes instead
+	a := answer{backend: b}
+	deadline := time.Now().Add(cc.timeout)
+	a.err = b.hc.DoDeadline(req, resp, deadline)
+	if a.err != nil && isConnDrop(a.err) {
+		// A kept-alive connection of a worker that has restarted since:
+		// these calls (reads, and an idempotent flush) may be made twice,
+		// so once more on a new connection, in the time left.
+		a.err = b.hc.DoDeadline(req, resp, deadline)
+	}
+	if a.err == nil {
+		a.status = resp.StatusCode()
+		a.body = append([]byte(nil), resp.Body()...)
+	}
+	return a
+}
+
+// learnDPSize reads the decode's dp_size from its /server_info; 1 when it
+// does not say. A failed read returns 1 and leaves what b knew.
+func (b *Backend) learnDPSize(ctx context.Context, now func() time.Time) int {
+	timeout := controlTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	a := b.get(controlCall{method: fasthttp.MethodGet, uri: "/server_info", timeout: timeout})
+	n := 1
+	if v := gjson.GetBytes(a.body, "dp_size"); a.ok() && v.Type == gjson.Number && v.Int() > 1 && v.Int() <= 1024 {
+		n = int(v.Int())
+	}
+	if a.ok() {
+		b.dpSize.Store(int32(n))
+	}
+	b.dpReadAt.Store(now().UnixNano())
+	b.dpReads.Add(1)
+	return n
+}
+
+// rankLoad returns b's per-rank load for the registry state st, starting a
+// fresh one when the prefill's DP layout may have changed.
+func (b *Backend) rankLoad(st *bootstrap.State) *rankLoad {
+	for {
+		cur := b.ranks.Load()
+		if cur != nil && cur.generation == st.Generation && len(cur.inflight) == st.Info.DPSize {
+			return cur
+		}
+		fresh := &rankLoad{generation: st.Generation, inflight: make([]atomic.Int32, st.Info.DPSize)}
+		if b.ranks.CompareAndSwap(cur, fresh) {
+			return fresh
+		}
 	}
 }
 

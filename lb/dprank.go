@@ -49,13 +49,6 @@ type rankLoad struct {
 	inflight   []atomic.Int32
 }
 
-// answerError is an answer pdlb gives instead of forwarding a request.
-type answerError struct {
-	status int
-	reason reason
-	msg    string
-}
-
 // planDP places a request on a prefill DP rank: the client's own
 // disagg_prefill_dp_rank (checked against the prefill's dp_size, which
 // SGLang never does; selection chose a prefill that has it, so this catches
@@ -193,21 +186,6 @@ func rankOutOfRange(rank, size int, p *Backend) *answerError {
 	}
 	return &answerError{fasthttp.StatusBadRequest, reasonInvalidRequest,
 		"disagg_prefill_dp_rank=" + strconv.Itoa(rank) + " out of range " + valid + " for prefill " + p.url}
-}
-
-// rankLoad returns b's per-rank load for the registry state st, starting a
-// fresh one when the prefill's DP layout may have changed.
-func (b *Backend) rankLoad(st *bootstrap.State) *rankLoad {
-	for {
-		cur := b.ranks.Load()
-		if cur != nil && cur.generation == st.Generation && len(cur.inflight) == st.Info.DPSize {
-			return cur
-		}
-		fresh := &rankLoad{generation: st.Generation, inflight: make([]atomic.Int32, st.Info.DPSize)}
-		if b.ranks.CompareAndSwap(cur, fresh) {
-			return fresh
-		}
-	}
 }
 
 // pickRank chooses a DP rank by the policy.

@@ -122,6 +122,29 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, status int, r reason, msg 
 	ctx.Response.SetBodyRaw(appendErrorJSON(nil, status, msg))
 }
 
+// answerError is an answer pdlb gives instead of forwarding a request.
+type answerError struct {
+	status int
+	reason reason
+	msg    string
+}
+
+// answerError answers q with pdlb's own error.
+func (s *Server) answerError(q *clientRequest, e *answerError) {
+	if e.status == statusClientGone {
+		s.errorsByReason[e.reason].Inc()
+		dropClient(q.ctx)
+	} else {
+		s.writeError(q.ctx, e.status, e.reason, e.msg)
+	}
+	took := s.cfg.Now().Sub(q.start)
+	q.rt.observe(e.status, took)
+	s.accessLine(q.id, q.rt.path, e.status, took).Bool("stream", q.info.Stream).Str("error", e.msg).Msg("request")
+	if q.permit {
+		s.releasePermit()
+	}
+}
+
 // appendSSEError appends the event that ends a stream pdlb can no longer
 // complete: an error object (the shape SGLang itself streams) and [DONE].
 func appendSSEError(dst []byte, status int, msg string) []byte {

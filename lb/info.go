@@ -124,41 +124,6 @@ type controlCall struct {
 	askDown bool
 }
 
-// get performs one control call on b. It carries pdlb's key for b, if
-// there is one (--api-key), else the client's Authorization header. A
-// worker behind a key then answers a client that has it, as on the
-// generate routes, which forward the client's headers.
-func (b *Backend) get(cc controlCall) answer {
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod(cc.method)
-	b.setURI(req, []byte(cc.uri))
-	req.Header.SetHost(b.addr)
-	if cc.body != nil {
-		req.Header.SetContentType("application/json")
-		req.SetBodyRaw(cc.body)
-	}
-	if len(cc.clientAuth) > 0 {
-		req.Header.SetBytesV(fasthttp.HeaderAuthorization, cc.clientAuth)
-	}
-	b.authorize(&req.Header) // pdlb's key, if it has one, goes instead
-	a := answer{backend: b}
-	deadline := time.Now().Add(cc.timeout)
-	a.err = b.hc.DoDeadline(req, resp, deadline)
-	if a.err != nil && isConnDrop(a.err) {
-		// A kept-alive connection of a worker that has restarted since:
-		// these calls (reads, and an idempotent flush) may be made twice,
-		// so once more on a new connection, in the time left.
-		a.err = b.hc.DoDeadline(req, resp, deadline)
-	}
-	if a.err == nil {
-		a.status = resp.StatusCode()
-		a.body = append([]byte(nil), resp.Body()...)
-	}
-	return a
-}
-
 // backendStatus is one backend's line in a control route's report.
 type backendStatus struct {
 	Role   string `json:"role"`

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
 )
 
 // The prefill computes what the decode never sees: the logprobs of the prompt
@@ -159,4 +160,87 @@ func mergeEventLogprobs(dst, ev []byte, off int, prefill []byte) ([]byte, bool) 
 	dst = append(dst, ev[:start]...)
 	dst = appendConcatArrays(dst, prefill, []byte(d.Raw))
 	return append(dst, ev[start+len(d.Raw):]...), true
+}
+
+// A stream's events are merged one at a time, as the relay passes them on:
+// the prefill's logprobs are taken once (usePrefill), then spliced into
+// each event (appendMerged).
+
+// usePrefill takes the input_token_logprobs of the prefill's first event,
+// or of a batch's, the first event of each item.
+func (r *relay) usePrefill(p *call) {
+	if p.err != nil || p.resp.StatusCode() != fasthttp.StatusOK {
+		return
+	}
+	if r.items > 0 {
+		r.useItemLogprobs(p.resp.Body())
+		return
+	}
+	if lp := firstEventLogprobs(p.resp.Body()); lp != nil {
+		r.prefillLogprobs = append(r.prefillLogprobs[:0], lp...)
+	}
+}
+
+// maxOutputIndex bounds the "index" of a batch's stream events that
+// useItemLogprobs takes, so an odd worker cannot make it grow without end.
+const maxOutputIndex = 1 << 16
+
+// useItemLogprobs takes, for each output of a batch (an item, or one of an
+// item's n samples), the input_token_logprobs of the first event of the
+// prefill's stream with its "index". (mini_lb puts the first output's in
+// every output's events.)
+func (r *relay) useItemLogprobs(stream []byte) {
+	for len(stream) > 0 {
+		var ev []byte
+		ev, stream = cutEvent(stream)
+		data, _, ok := eventData(ev)
+		if !ok || bytes.Equal(data, doneData) {
+			continue
+		}
+		i := int(gjson.GetBytes(data, "index").Int())
+		lp := gjson.GetBytes(data, "meta_info.input_token_logprobs")
+		if i < 0 || i >= maxOutputIndex || !lp.IsArray() {
+			continue // an index no output has, from an odd worker
+		}
+		for len(r.itemLogprobs) <= i {
+			r.itemLogprobs = append(r.itemLogprobs, [2]int{})
+		}
+		if r.itemLogprobs[i] == ([2]int{}) {
+			start := len(r.prefillLogprobs)
+			r.prefillLogprobs = append(r.prefillLogprobs, lp.Raw...)
+			r.itemLogprobs[i] = [2]int{start, len(r.prefillLogprobs)}
+		}
+	}
+}
+
+// logprobsFor returns the prefill's logprobs to merge into the event whose
+// payload is data.
+func (r *relay) logprobsFor(data []byte) []byte {
+	if r.items == 0 {
+		return r.prefillLogprobs
+	}
+	i := int(gjson.GetBytes(data, "index").Int())
+	if i < 0 || i >= len(r.itemLogprobs) {
+		return nil
+	}
+	span := r.itemLogprobs[i]
+	return r.prefillLogprobs[span[0]:span[1]]
+}
+
+// appendMerged appends ev with the prefill's input logprobs merged in, or
+// as it is when it has none to merge.
+func (r *relay) appendMerged(dst, ev []byte) []byte {
+	r.noteDone(ev)
+	data, off, ok := eventData(ev)
+	if !ok || bytes.Equal(data, doneData) {
+		return append(dst, ev...)
+	}
+	lp := r.logprobsFor(data)
+	if len(lp) == 0 {
+		return append(dst, ev...)
+	}
+	if merged, ok := mergeEventLogprobs(dst, ev, off, lp); ok {
+		return merged
+	}
+	return append(dst, ev...)
 }

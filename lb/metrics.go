@@ -72,3 +72,39 @@ func (rt *route) count(status int) {
 	}
 	c.Inc()
 }
+
+// serverMetrics are the counters a Server keeps besides its routes' and
+// backends': created once in New, in the server's own set, so that the
+// request path only increments them.
+type serverMetrics struct {
+	// errorsByReason counts pdlb's own error answers (writeError).
+	errorsByReason [numReasons]*metrics.Counter
+	coldRetries    *metrics.Counter
+	// staleRankRetries counts attempts made again after a prefill refused
+	// a DP rank the registry gave it.
+	staleRankRetries *metrics.Counter
+	// unplaced counts requests --prefill-dp-policy could not place, their
+	// pair not being warm: they go as mini_lb sends them.
+	unplaced   *metrics.Counter
+	decodeOnly [numDecodeOnly]*metrics.Counter
+	retries    *metrics.Counter
+	aborts     *metrics.Counter
+	// abortsDropped counts the aborts a worker's abortGate kept back.
+	abortsDropped *metrics.Counter
+}
+
+// init creates the counters in ms.
+func (m *serverMetrics) init(ms *metrics.Set) {
+	for r := range numReasons {
+		m.errorsByReason[r] = ms.NewCounter(fmt.Sprintf(`pdlb_request_errors_total{reason=%q}`, r))
+	}
+	m.coldRetries = ms.NewCounter(`pdlb_cold_pair_retries_total`)
+	m.staleRankRetries = ms.NewCounter(`pdlb_stale_dp_rank_retries_total`)
+	m.unplaced = ms.NewCounter(`pdlb_dp_policy_unplaced_total`)
+	m.retries = ms.NewCounter(`pdlb_retries_total`)
+	m.aborts = ms.NewCounter(`pdlb_abort_requests_total`)
+	m.abortsDropped = ms.NewCounter(`pdlb_abort_requests_dropped_total`)
+	for w := pdMode + 1; w < numDecodeOnly; w++ { // PD requests are not decode-only
+		m.decodeOnly[w] = ms.NewCounter(fmt.Sprintf(`pdlb_decode_only_total{reason=%q}`, w))
+	}
+}

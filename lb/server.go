@@ -3,17 +3,10 @@ package lb
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -25,8 +18,6 @@ import (
 	"pdlb/bootstrap"
 	"pdlb/health"
 )
-
-var headerRequestID = []byte("X-Request-Id")
 
 // Server is a pdlb load balancer. Build one with New, then Serve. Any number
 // of Servers can live in one process: each owns its backends, pools and
@@ -57,23 +48,12 @@ type Server struct {
 	// order.
 	requestIDHeaders [][]byte
 
-	routes         map[string]*route
-	notFound       *route
-	unread         *route // requests that could not be read whole
-	errorsByReason [numReasons]*metrics.Counter
-	coldRetries    *metrics.Counter
-	// staleRankRetries counts attempts made again after a prefill refused
-	// a DP rank the registry gave it.
-	staleRankRetries *metrics.Counter
-	// unplaced counts requests --prefill-dp-policy could not place, their
-	// pair not being warm: they go as mini_lb sends them.
-	unplaced   *metrics.Counter
-	decodeOnly [numDecodeOnly]*metrics.Counter
-	exchanges  sync.Pool
-	retries    *metrics.Counter
-	aborts     *metrics.Counter
-	// abortsDropped counts the aborts a worker's abortGate kept back.
-	abortsDropped *metrics.Counter
+	routes   map[string]*route
+	notFound *route
+	unread   *route // requests that could not be read whole
+	// serverMetrics are the server's own counters (metrics.go).
+	serverMetrics
+	exchanges sync.Pool
 	// healthGenerate shares /health_generate's fan-outs among its callers.
 	healthGenerate sharedFanOut
 	// noLocalPrefill is set once a decode showed it cannot prefill locally.
@@ -138,24 +118,13 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	if s.newRoom == nil {
 		s.newRoom = bootstrap.NewRoom
 	}
-	for r := range numReasons {
-		s.errorsByReason[r] = s.ms.NewCounter(fmt.Sprintf(`pdlb_request_errors_total{reason=%q}`, r))
-	}
-	s.coldRetries = s.ms.NewCounter(`pdlb_cold_pair_retries_total`)
-	s.staleRankRetries = s.ms.NewCounter(`pdlb_stale_dp_rank_retries_total`)
-	s.unplaced = s.ms.NewCounter(`pdlb_dp_policy_unplaced_total`)
-	s.retries = s.ms.NewCounter(`pdlb_retries_total`)
-	s.aborts = s.ms.NewCounter(`pdlb_abort_requests_total`)
-	s.abortsDropped = s.ms.NewCounter(`pdlb_abort_requests_dropped_total`)
+	s.serverMetrics.init(s.ms)
 	s.admission = newAdmission(&s.cfg)
 	s.memory = newBodyMemory(s.cfg.MaxBodyMemory)
 	s.ms.NewGauge(`pdlb_body_memory_bytes`, func() float64 { return float64(s.memory.used.Load()) })
 	s.ms.NewGauge(`pdlb_body_memory_limit_bytes`, func() float64 { return float64(s.memory.limit) })
 	s.ms.NewGauge(`pdlb_requests_queued`, func() float64 { return float64(s.admission.queued.Load()) })
 	s.ms.NewGauge(`pdlb_requests_admitted`, func() float64 { return float64(len(s.admission.slots)) })
-	for w := pdMode + 1; w < numDecodeOnly; w++ { // PD requests are not decode-only
-		s.decodeOnly[w] = s.ms.NewCounter(fmt.Sprintf(`pdlb_decode_only_total{reason=%q}`, w))
-	}
 	if err := s.buildPools(); err != nil {
 		return nil, err
 	}
@@ -166,15 +135,21 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	if !cfg.NoPrewarm {
 		s.warm = newWarmer(s)
 	}
+	s.buildServer()
+	return s, nil
+}
+
+// buildServer sets up the fasthttp server of the client listeners (Serve).
+func (s *Server) buildServer() {
 	s.srv = &fasthttp.Server{
 		Handler:            s.handle,
 		ErrorHandler:       s.handleParseError,
 		Name:               "pdlb",
 		Logger:             redactingLogger{&s.log},
-		ReadTimeout:        cfg.ClientReadTimeout,
-		IdleTimeout:        cfg.ClientIdleTimeout,
-		WriteTimeout:       cfg.ClientWriteTimeout,
-		MaxRequestBodySize: cfg.MaxRequestBodySize,
+		ReadTimeout:        s.cfg.ClientReadTimeout,
+		IdleTimeout:        s.cfg.ClientIdleTimeout,
+		WriteTimeout:       s.cfg.ClientWriteTimeout,
+		MaxRequestBodySize: s.cfg.MaxRequestBodySize,
 		// pdlb reads bodies itself, as they arrive, within its body
 		// memory (body.go): fasthttp reads at most 8 KiB of one.
 		StreamRequestBody: true,
@@ -183,7 +158,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		// its write buffer while its stream runs: at 1,024 streams a tenth of
 		// pdlb's memory. The price, one more read call per keep-alive
 		// request, did not show in the benchmarks (README, Performance).
-		ReadBufferSize:       cfg.MaxHeaderSize,
+		ReadBufferSize:       s.cfg.MaxHeaderSize,
 		WriteBufferSize:      clientWriteBufferSize,
 		ReduceMemoryUsage:    true,
 		NoDefaultContentType: true,
@@ -194,7 +169,6 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		ConnState:       s.conns.track,
 		Concurrency:     s.conns.concurrency(),
 	}
-	return s, nil
 }
 
 // adminMaxConnections bounds the connections of each admin listener.
@@ -484,189 +458,4 @@ func (s *Server) accessStart(requestID []byte, route string, status int) *zerolo
 		return nil
 	}
 	return s.access.Info().Bytes("request_id", requestID).Str("route", route).Int("status", status)
-}
-
-// handleParseError answers requests fasthttp could not read, in pdlb's JSON
-// error shape.
-func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
-	status, r := fasthttp.StatusBadRequest, reasonInvalidRequest
-	var msg string
-	var small *fasthttp.ErrSmallBuffer
-	var timeout interface{ Timeout() bool }
-	switch {
-	case evicted(ctx.Conn()):
-		// pdlb closed it to make room: no answer can reach the client.
-		status, r, msg = statusClientGone, reasonTooManyConnections, evictedMessage
-	case errors.As(err, &small):
-		status = fasthttp.StatusRequestHeaderFieldsTooLarge
-		msg = fmt.Sprintf("request header is larger than the %d bytes allowed (--max-header-size)", s.cfg.MaxHeaderSize)
-	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		status, r = fasthttp.StatusRequestEntityTooLarge, reasonBodyTooLarge
-		msg = fmt.Sprintf("request body is larger than the %d bytes allowed (--max-payload-size)", s.cfg.MaxRequestBodySize)
-	case errors.As(err, &timeout) && timeout.Timeout():
-		// The client took longer than --client-read-timeout-secs to send it.
-		status, r = fasthttp.StatusRequestTimeout, reasonClientTimeout
-		msg = fmt.Sprintf("request not received within %s (--client-read-timeout-secs)", s.cfg.ClientReadTimeout)
-	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
-		// The client left before sending all of it: nobody reads an answer.
-		status, r = statusClientGone, reasonClientGone
-		msg = "the client closed its connection before sending the whole request"
-	default:
-		msg = "cannot read request: " + readErrorMessage(err)
-	}
-	// A body fasthttp could not read takes the header with it (it resets
-	// the request): such a request's route and request ID are gone, and it
-	// is counted, and logged, under the route "unread".
-	rt, path := s.unread, s.unread.path
-	if ctx.Request.Header.Len() > 0 {
-		path = string(ctx.Path())
-		if rt = s.routes[path]; rt == nil {
-			rt = s.notFound
-		}
-	}
-	requestID := s.setRequestID(ctx)
-	// When the read began is not known (fasthttp's ctx here is a fresh
-	// one): no duration is recorded, nor logged. It is accounted before
-	// the connection is closed, which a client may see at once.
-	rt.count(status)
-	s.accessStart(requestID, path, status).Str("error", msg).Msg("request")
-	if status != statusClientGone {
-		s.writeError(ctx, status, r, msg)
-	} else {
-		s.errorsByReason[r].Inc()
-		// fasthttp writes the response regardless: a client that only
-		// shut its writing side must not read a 200 out of it.
-		_ = ctx.Conn().Close()
-	}
-}
-
-// readErrorMessage is what a client is told of fasthttp's error reading its
-// request: without the quoted values (redactQuoted) and the dump of the
-// read buffer fasthttp appends, and naming a bad trailer as the request's,
-// which fasthttp's message calls a response header.
-func readErrorMessage(err error) string {
-	msg := err.Error()
-	if i := strings.Index(msg, ": buffer size="); i >= 0 {
-		msg = msg[:i]
-	}
-	msg = strings.Replace(msg, "error when reading response headers", "error when reading request trailers", 1)
-	return redactQuoted(msg)
-}
-
-// redactingLogger is fasthttp's logger: a debug line, with what it quotes
-// of a request redacted (redactQuoted).
-type redactingLogger struct{ log *zerolog.Logger }
-
-func (l redactingLogger) Printf(format string, args ...any) {
-	if e := l.log.Debug(); e.Enabled() {
-		e.Msg(redactQuoted(fmt.Sprintf(format, args...)))
-	}
-}
-
-// redactQuoted replaces each quoted string of a fasthttp parse error with
-// "…". fasthttp quotes what it could not parse, such as the start of the
-// request or a header's value, and an Authorization header is no business
-// of the client's error or pdlb's log.
-func redactQuoted(msg string) string {
-	var b strings.Builder
-	for {
-		start := strings.IndexByte(msg, '"')
-		if start < 0 {
-			return b.String() + msg
-		}
-		b.WriteString(msg[:start])
-		b.WriteString(`"…"`)
-		msg = msg[start+1:]
-		end := 0
-		for end < len(msg) && msg[end] != '"' {
-			if msg[end] == '\\' {
-				end++
-			}
-			end++
-		}
-		msg = msg[min(end+1, len(msg)):]
-	}
-}
-
-// setRequestID takes the request ID from the first of the request-ID
-// headers (Config.RequestIDHeaders) the client sent a sane one in, else
-// draws a random one; it answers it as X-Request-Id, and returns it. The
-// bytes live in the request or response header, so they are valid until
-// the handler returns.
-func (s *Server) setRequestID(ctx *fasthttp.RequestCtx) []byte {
-	for _, name := range s.requestIDHeaders {
-		if id := ctx.Request.Header.PeekBytes(name); len(id) > 0 && len(id) <= 128 && printable(id) {
-			ctx.Response.Header.SetBytesKV(headerRequestID, id)
-			return id
-		}
-	}
-	var raw [8]byte
-	binary.LittleEndian.PutUint64(raw[:], rand.Uint64())
-	var id [16]byte
-	hex.Encode(id[:], raw[:])
-	ctx.Response.Header.SetBytesKV(headerRequestID, id[:])
-	return ctx.Response.Header.PeekBytes(headerRequestID)
-}
-
-func printable(b []byte) bool {
-	for _, c := range b {
-		if c < 0x21 || c > 0x7e {
-			return false
-		}
-	}
-	return true
-}
-
-// unforwarded are the headers a call never takes from its client: the
-// hop-by-hop ones of RFC 9110 §7.6.1, which a proxy must not forward, and
-// Accept-Encoding, as pdlb reads and merges answers and so needs them
-// uncompressed. Connection comes first: its bit in stripUnforwarded's mask
-// also stands for the headers it names.
-var unforwarded = [][]byte{
-	[]byte(fasthttp.HeaderConnection), []byte("Proxy-Connection"), []byte("Keep-Alive"),
-	[]byte("Proxy-Authenticate"), []byte("Proxy-Authorization"), []byte("Te"), []byte("Trailer"),
-	[]byte("Transfer-Encoding"), []byte("Upgrade"), []byte("Expect"), []byte(fasthttp.HeaderAcceptEncoding),
-}
-
-// stripUnforwarded deletes from h the unforwarded headers, and those the
-// client's Connection header names as hop-by-hop, and every X-Request-Id
-// when the client sent more than one: the call then sets pdlb's own
-// (call.target), whose SetBytesKV replaces the first one only, and a
-// second reached the workers as the client wrote it. It finds which are
-// there in one pass first: a request holds one or two of them at most, and
-// each Del costs more than the pass (it normalizes the name and scans every
-// header), which showed in the profile of the non-stream path.
-func stripUnforwarded(h *fasthttp.RequestHeader) {
-	var present uint32
-	requestIDs := 0
-	for key := range h.All() {
-		if len(key) == len(headerRequestID) && bytes.EqualFold(key, headerRequestID) {
-			requestIDs++
-			continue
-		}
-		for i, name := range unforwarded {
-			if len(key) == len(name) && bytes.EqualFold(key, name) {
-				present |= 1 << i
-				break
-			}
-		}
-	}
-	if requestIDs > 1 {
-		h.DelBytes(headerRequestID)
-	}
-	if present == 0 {
-		return
-	}
-	if present&1 != 0 {
-		for name := range bytes.SplitSeq(h.Peek(fasthttp.HeaderConnection), []byte(",")) {
-			if name = bytes.TrimSpace(name); len(name) > 0 {
-				h.DelBytes(name)
-			}
-		}
-	}
-	for i, name := range unforwarded {
-		if present&(1<<i) != 0 {
-			h.DelBytes(name)
-		}
-	}
 }

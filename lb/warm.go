@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bootstrap"
@@ -339,26 +338,6 @@ func warmupFailure(x *exchange) error {
 	}
 	_, _, msg := c.describe()
 	return errors.New(msg)
-}
-
-// learnDPSize reads the decode's dp_size from its /server_info; 1 when it
-// does not say. A failed read returns 1 and leaves what b knew.
-func (b *Backend) learnDPSize(ctx context.Context, now func() time.Time) int {
-	timeout := controlTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(dl))
-	}
-	a := b.get(controlCall{method: fasthttp.MethodGet, uri: "/server_info", timeout: timeout})
-	n := 1
-	if v := gjson.GetBytes(a.body, "dp_size"); a.ok() && v.Type == gjson.Number && v.Int() > 1 && v.Int() <= 1024 {
-		n = int(v.Int())
-	}
-	if a.ok() {
-		b.dpSize.Store(int32(n))
-	}
-	b.dpReadAt.Store(now().UnixNano())
-	b.dpReads.Add(1)
-	return n
 }
 
 // pairStatus is one pair's line in /bootstrap.
