@@ -2,6 +2,7 @@ package lb
 
 import (
 	"errors"
+	"net"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -57,7 +58,7 @@ type rankLoad struct {
 // as disagg_prefill_dp_rank too, so that the prefill finds no
 // follow_bootstrap_room conflict, whatever the items. A plan that tells the
 // decode a rank waits for the pair's warm-up (see warm.go).
-func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadline time.Time) (dpPlan, *answerError) {
+func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadline time.Time, client net.Conn) (dpPlan, *answerError) {
 	hinted := info.PrefillDPRank.Set
 	st := s.registry.State(p.index)
 	if hinted && info.PrefillDPRank.Rank < 0 {
@@ -88,8 +89,10 @@ func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadli
 			s.unplaced.Inc()
 			return noPlan, nil
 		}
-		if err := s.warm.ensure(pr, deadline); err != nil {
+		if err := s.warm.ensure(pr, deadline, client); err != nil {
 			switch {
+			case errors.Is(err, errClientGone):
+				return noPlan, &answerError{statusClientGone, reasonClientGone, err.Error()}
 			case wantsPolicy:
 				// The policy is an optimisation: without a warm pair, fall
 				// back to mini_lb's placement rather than fail.

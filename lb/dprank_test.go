@@ -61,7 +61,7 @@ func (h *harness) mixedDP(cfg Config) (prefills, decodes []*fake.Server) {
 	deadline := time.Now().Add(10 * time.Second)
 	for _, p := range srv.prefills.backends {
 		for _, d := range srv.decodes.backends {
-			if err := srv.warm.ensure(srv.warm.pair(p, d), deadline); err != nil {
+			if err := srv.warm.ensure(srv.warm.pair(p, d), deadline, nil); err != nil {
 				h.t.Fatal(err)
 			}
 		}

@@ -177,7 +177,7 @@ func (s *Server) servePD(q *clientRequest) {
 			s.noWorkerFor(q, s.decodes, q.decodeRank, noDecode)
 			return
 		}
-		plan, aerr := s.planDP(q.info, q.rt, p, d, q.deadline)
+		plan, aerr := s.planDP(q.info, q.rt, p, d, q.deadline, q.ctx.Conn())
 		if aerr != nil {
 			s.answerError(q, aerr)
 			return

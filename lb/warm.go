@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -140,8 +141,15 @@ func (pr *pair) markCold() { pr.warmth.Store(nil) }
 
 // ensure returns once pr is warm, warming it if need be (one warm-up at a
 // time per pair, shared by every request that waits), or an error when it
-// cannot be warmed by deadline or within the warm-up timeout.
-func (w *warmer) ensure(pr *pair, deadline time.Time) error {
+// cannot be warmed by deadline or within the warm-up timeout, or when the
+// client, on conn, goes away meanwhile (errClientGone): a request whose
+// client left must not be sent once the pair is warm.
+func (w *warmer) ensure(pr *pair, deadline time.Time, conn net.Conn) error {
+	if w.isWarm(pr) {
+		return nil
+	}
+	gone := watchClient(conn)
+	defer gone.stop()
 	wait := time.NewTimer(min(time.Until(deadline), w.timeout))
 	defer wait.Stop()
 	// Twice at most: the pair may go cold again while a warm-up runs.
@@ -151,6 +159,8 @@ func (w *warmer) ensure(pr *pair, deadline time.Time) error {
 		}
 		select {
 		case <-w.start(pr):
+		case <-gone.c:
+			return errClientGone
 		case <-w.s.cut:
 			return errShutdown
 		case <-wait.C:

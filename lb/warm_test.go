@@ -461,3 +461,45 @@ func TestWarmupWhosePrefillWasAbortedIsNoWarmth(t *testing.T) {
 	}
 	_ = d.SetFault(fake.Fault{})
 }
+
+// A request waiting for its pair's warm-up whose client goes away ends
+// then, as the client's leaving (499), and is not sent once the pair is
+// warm: it was served in full, for no one, and counted as a 200.
+func TestClientLeavingDuringTheWarmupWaitEndsTheRequest(t *testing.T) {
+	h := newHarness(t)
+	p, d := h.dpPair()
+	if err := d.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
+		t.Fatal(err)
+	}
+	srv := h.start(warmConfig()) // the startup warm-up is held by the decode
+	h.waitBootstrap()
+	pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
+	waitFor(t, "the warm-up to be held", func() bool { return d.Stats().FaultsInjected > 0 })
+	conn, err := h.nw.Dial("pdlb:8000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendRequest(t, conn, "/generate", seedRequest)
+	// The request was sent whole: pdlb reads it even after the close, and
+	// finds the client gone when it watches the connection.
+	_ = conn.Close()
+	waitFor(t, "the request to end as its client's leaving", func() bool {
+		return h.metric(`pdlb_requests_total{route="/generate",code="499"}`) == "1"
+	})
+	if srv.warm.isWarm(pr) {
+		t.Fatal("the pair is warm while its warm-up is held")
+	}
+	// The request ended there: once the pair is warm, nothing is sent for
+	// it, and nothing is counted but the 499.
+	if err := d.SetFault(fake.Fault{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pair to be warm", func() bool { return srv.warm.isWarm(pr) })
+	waitIdle(t, srv)
+	if got := h.metric(`pdlb_requests_total{route="/generate",code="200"}`); got != "" && got != "0" {
+		t.Errorf("%s requests were answered 200; want none", got)
+	}
+	if n := p.Stats().KVTransfersFailed; n != 0 {
+		t.Errorf("the prefill failed %d KV transfers; want none", n)
+	}
+}
