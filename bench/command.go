@@ -72,7 +72,7 @@ func (c *Command) Validate() error {
 // cannot take either for a good run. A second signal ends the process
 // through exit, main's.
 func (c *Command) Run(exit cli.Exit) error {
-	ctx, stop := catchSignals(exit)
+	ctx, stop := catchSignals(exit, time.Now)
 	defer stop()
 	return c.run(ctx, os.Stdout, os.Stderr)
 }
@@ -244,7 +244,7 @@ func runFailure(ctx context.Context, reports []*Report) error {
 // cut, but a stuck write can hold them); one within cli.SameSignalWindow of the
 // first is the first delivered twice. stop gives the signals back their
 // default action.
-func catchSignals(exit func(code int)) (ctx context.Context, stop func()) {
+func catchSignals(exit func(code int), now func() time.Time) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -257,9 +257,9 @@ func catchSignals(exit func(code int)) (ctx context.Context, stop func()) {
 				se := signalError{sig.(syscall.Signal)}
 				switch {
 				case first.IsZero():
-					first = time.Now()
+					first = now()
 					cancel(se)
-				case time.Since(first) >= cli.SameSignalWindow:
+				case now().Sub(first) >= cli.SameSignalWindow:
 					exit(se.exitCode())
 					return
 				}
