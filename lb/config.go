@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"strings"
 	"time"
 
@@ -13,29 +12,6 @@ import (
 
 	"pdlb/bootstrap"
 )
-
-// Policies a pool can select backends with.
-const (
-	// PolicyRandom picks a backend uniformly at random, as mini_lb does.
-	PolicyRandom = "random"
-	// PolicyRoundRobin cycles through the backends in order.
-	PolicyRoundRobin = "round_robin"
-	// PolicyPowerOfTwo picks the less busy of two random backends, by
-	// requests in flight from this pdlb.
-	PolicyPowerOfTwo = "power_of_two"
-)
-
-// Policies lists the selection policies pdlb implements.
-var Policies = []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo}
-
-// CheckPolicy refuses p unless it is one of Policies: the one check of a
-// policy's name, which Config's validation and the serve command's share.
-func CheckPolicy(p string) error {
-	if !slices.Contains(Policies, p) {
-		return fmt.Errorf("unknown policy %q; want one of %s", p, strings.Join(Policies, ", "))
-	}
-	return nil
-}
 
 // PrefillSpec names one prefill worker.
 type PrefillSpec struct {
@@ -85,7 +61,7 @@ type Config struct {
 	Fallback []string
 
 	// PrefillPolicy and DecodePolicy select a backend in each pool: one of
-	// Policies. Empty means PolicyRandom.
+	// Policies(). Empty means PolicyRandom.
 	PrefillPolicy  string
 	DecodePolicy   string
 	FallbackPolicy string
@@ -215,7 +191,7 @@ type Config struct {
 	// (a 503 after). Zero means 30 s.
 	WarmupTimeout time.Duration
 	// PrefillDPPolicy picks the prefill DP rank of requests that name none:
-	// one of DPPolicies. Empty means DPPolicyOff, mini_lb's behaviour.
+	// one of DPPolicies(). Empty means DPPolicyOff, mini_lb's behaviour.
 	PrefillDPPolicy string
 	// HealthCheck configures the active health checks of every worker.
 	HealthCheck HealthCheckConfig
@@ -421,8 +397,10 @@ func (c *Config) Validate() error {
 	if err := c.checkBodyMemory(); err != nil {
 		return err
 	}
-	if c.PrefillDPPolicy != "" && !slices.Contains(DPPolicies, c.PrefillDPPolicy) {
-		return fmt.Errorf("unknown prefill DP policy %q; want one of %v", c.PrefillDPPolicy, DPPolicies)
+	if c.PrefillDPPolicy != "" {
+		if err := checkDPPolicy(c.PrefillDPPolicy); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -12,20 +12,6 @@ import (
 	"pdlb/bootstrap"
 )
 
-// Prefill DP-rank policies (--prefill-dp-policy).
-const (
-	// DPPolicyOff leaves DP ranks to the client and the workers, as mini_lb.
-	DPPolicyOff = "off"
-	// DPPolicyRoundRobin cycles through a prefill's DP ranks.
-	DPPolicyRoundRobin = "round_robin"
-	// DPPolicyLeastInflight picks the prefill DP rank with the fewest of
-	// pdlb's requests in flight.
-	DPPolicyLeastInflight = "least_inflight"
-)
-
-// DPPolicies lists the prefill DP-rank policies.
-var DPPolicies = []string{DPPolicyOff, DPPolicyRoundRobin, DPPolicyLeastInflight}
-
 // dpPlan is where a request's KV cache lives on the prefill side (see package
 // bootstrap's documentation, DP ranks). When rank is set, the room is drawn
 // so that room % size == rank, which keeps SGLang's follow_bootstrap_room
