@@ -108,7 +108,7 @@ func newParser(c *commands, stdout, stderr io.Writer, options ...kong.Option) (*
 		kong.Vars{"version": version},
 		kong.Writers(stdout, stderr),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true, WrapUpperBound: 100}),
-	}, serve.HelpOptions(), cli.NumberMappers(), options)...)
+	}, serve.Options(), cli.NumberMappers(), options)...)
 }
 
 // parseArgs parses args into c, the commands parser was built on: `help

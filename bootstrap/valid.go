@@ -22,14 +22,12 @@ func validate(b []byte) error {
 	d := 0
 	i := skipSpace(b, 0)
 	var err error
-value:
 	for {
 		// A value starts at b[i].
 		if i == len(b) {
 			return errUnexpectedEnd
 		}
-		switch c := b[i]; c {
-		case '{', '[':
+		if c := b[i]; c == '{' || c == '[' {
 			if d == maxDepth {
 				return errTooDeep
 			}
@@ -42,65 +40,80 @@ value:
 						return err
 					}
 				}
-				continue value
+				continue
 			}
 			d-- // an empty container, a whole value
 			i++
-		case '"':
-			i, err = validString(b, i)
-		case 't':
-			i, err = validLiteral(b, i, "true")
-		case 'f':
-			i, err = validLiteral(b, i, "false")
-		case 'n':
-			i, err = validLiteral(b, i, "null")
-		case 'N':
-			i, err = validLiteral(b, i, "NaN")
-		case 'I':
-			i, err = validLiteral(b, i, "Infinity")
-		default:
-			if c != '-' && (c < '0' || c > '9') {
-				return unexpected(b, i)
-			}
-			i, err = validNumber(b, i)
-		}
-		if err != nil {
+		} else if i, err = validScalar(b, i); err != nil {
 			return err
 		}
-
-		// A value ends just before b[i]: a comma, a closing bracket or,
-		// outside every container, the end follows.
-		for {
-			i = skipSpace(b, i)
-			if d == 0 {
-				if i != len(b) {
-					return fmt.Errorf("unexpected data after the value at offset %d", i)
-				}
-				return nil
-			}
-			object := open.object(d - 1)
-			closing := byte(']')
-			if object {
-				closing = '}'
-			}
-			switch {
-			case i == len(b):
-				return errUnexpectedEnd
-			case b[i] == closing:
-				d--
-				i++
-				continue
-			case b[i] != ',':
-				return fmt.Errorf("expected ',' or %q at offset %d", closing, i)
-			}
-			i = skipSpace(b, i+1)
-			if object {
-				if i, err = validKey(b, i); err != nil {
-					return err
-				}
-			}
-			continue value
+		if i, d, err = validValueEnd(b, i, d, &open); err != nil || d == 0 {
+			return err
 		}
+	}
+}
+
+// validScalar returns the offset just past the value starting at b[i],
+// which is no container: a string, a literal or a number.
+func validScalar(b []byte, i int) (int, error) {
+	switch c := b[i]; c {
+	case '"':
+		return validString(b, i)
+	case 't':
+		return validLiteral(b, i, "true")
+	case 'f':
+		return validLiteral(b, i, "false")
+	case 'n':
+		return validLiteral(b, i, "null")
+	case 'N':
+		return validLiteral(b, i, "NaN")
+	case 'I':
+		return validLiteral(b, i, "Infinity")
+	default:
+		if c != '-' && (c < '0' || c > '9') {
+			return 0, unexpected(b, i)
+		}
+		return validNumber(b, i)
+	}
+}
+
+// validValueEnd checks what follows a value that ends just before b[i], at
+// depth d of the containers open: a comma, a closing bracket or, outside
+// every container, the end. It closes the containers that end there and
+// returns the offset of the next value and its depth, or a depth of 0 when
+// the whole body is checked.
+func validValueEnd(b []byte, i, d int, open *levels) (int, int, error) {
+	for {
+		i = skipSpace(b, i)
+		if d == 0 {
+			if i != len(b) {
+				return 0, 0, fmt.Errorf("unexpected data after the value at offset %d", i)
+			}
+			return i, 0, nil
+		}
+		object := open.object(d - 1)
+		closing := byte(']')
+		if object {
+			closing = '}'
+		}
+		switch {
+		case i == len(b):
+			return 0, 0, errUnexpectedEnd
+		case b[i] == closing:
+			d--
+			i++
+			continue
+		case b[i] != ',':
+			return 0, 0, fmt.Errorf("expected ',' or %q at offset %d", closing, i)
+		}
+		i = skipSpace(b, i+1)
+		if object {
+			var err error
+			if i, err = validKey(b, i); err != nil {
+				return 0, 0, err
+			}
+		}
+		return i, d, nil
 	}
 }
 

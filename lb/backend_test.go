@@ -36,7 +36,7 @@ func TestRoundRobinCycles(t *testing.T) {
 }
 
 func TestRandomReachesEveryBackend(t *testing.T) {
-	for _, policy := range Policies {
+	for _, policy := range Policies() {
 		p := testPool(policy, 4)
 		seen := map[string]int{}
 		for range 4000 {
@@ -63,7 +63,7 @@ func TestPowerOfTwoAvoidsTheBusy(t *testing.T) {
 // With every backend down, pick returns nil: the caller answers 503 rather
 // than send work to a worker known to be down.
 func TestNothingAvailable(t *testing.T) {
-	for _, policy := range Policies {
+	for _, policy := range Policies() {
 		for _, n := range []int{1, 3} {
 			p := testPool(policy, n)
 			for _, b := range p.backends {
@@ -111,7 +111,7 @@ func TestParseWorkerURL(t *testing.T) {
 }
 
 func TestPickSkipsExcluded(t *testing.T) {
-	for _, policy := range Policies {
+	for _, policy := range Policies() {
 		p := testPool(policy, 3)
 		exclude := []*Backend{p.backends[0], p.backends[2]}
 		for range 20 {
@@ -131,7 +131,7 @@ func TestPickSkipsExcluded(t *testing.T) {
 // A request that needs a DP rank goes only to backends that have it, or
 // whose dp_size is unknown, by the pool's policy among them.
 func TestPickOnlyWhereTheRankExists(t *testing.T) {
-	for _, policy := range Policies {
+	for _, policy := range Policies() {
 		p := testPool(policy, 4)
 		for i, n := range []int32{1, 4, 2, 4} {
 			p.backends[i].dpSize.Store(n)

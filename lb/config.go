@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"strings"
 	"time"
 
@@ -13,29 +12,6 @@ import (
 
 	"pdlb/bootstrap"
 )
-
-// Policies a pool can select backends with.
-const (
-	// PolicyRandom picks a backend uniformly at random, as mini_lb does.
-	PolicyRandom = "random"
-	// PolicyRoundRobin cycles through the backends in order.
-	PolicyRoundRobin = "round_robin"
-	// PolicyPowerOfTwo picks the less busy of two random backends, by
-	// requests in flight from this pdlb.
-	PolicyPowerOfTwo = "power_of_two"
-)
-
-// Policies lists the selection policies pdlb implements.
-var Policies = []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo}
-
-// CheckPolicy refuses p unless it is one of Policies: the one check of a
-// policy's name, which Config's validation and the serve command's share.
-func CheckPolicy(p string) error {
-	if !slices.Contains(Policies, p) {
-		return fmt.Errorf("unknown policy %q; want one of %s", p, strings.Join(Policies, ", "))
-	}
-	return nil
-}
 
 // PrefillSpec names one prefill worker.
 type PrefillSpec struct {
@@ -85,7 +61,7 @@ type Config struct {
 	Fallback []string
 
 	// PrefillPolicy and DecodePolicy select a backend in each pool: one of
-	// Policies. Empty means PolicyRandom.
+	// Policies(). Empty means PolicyRandom.
 	PrefillPolicy  string
 	DecodePolicy   string
 	FallbackPolicy string
@@ -215,7 +191,7 @@ type Config struct {
 	// (a 503 after). Zero means 30 s.
 	WarmupTimeout time.Duration
 	// PrefillDPPolicy picks the prefill DP rank of requests that name none:
-	// one of DPPolicies. Empty means DPPolicyOff, mini_lb's behaviour.
+	// one of DPPolicies(). Empty means DPPolicyOff, mini_lb's behaviour.
 	PrefillDPPolicy string
 	// HealthCheck configures the active health checks of every worker.
 	HealthCheck HealthCheckConfig
@@ -273,10 +249,23 @@ const (
 	defaultMaxBatchSize       = 4096
 )
 
+// setDefaults gives each optional field left zero its documented default,
+// concern by concern.
 func (c *Config) setDefaults() {
 	if len(c.RequestIDHeaders) == 0 {
 		c.RequestIDHeaders = []string{string(headerRequestID)}
 	}
+	c.setRoutingDefaults()
+	c.setTimeoutDefaults()
+	c.setLimitDefaults()
+	c.setDPDefaults()
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// setRoutingDefaults defaults the pools' policies and the retries.
+func (c *Config) setRoutingDefaults() {
 	if c.PrefillPolicy == "" {
 		c.PrefillPolicy = PolicyRandom
 	}
@@ -286,6 +275,17 @@ func (c *Config) setDefaults() {
 	if c.FallbackPolicy == "" {
 		c.FallbackPolicy = PolicyRandom
 	}
+	switch {
+	case c.DisableRetries:
+		c.MaxRetries = 0
+	case c.MaxRetries <= 0:
+		c.MaxRetries = 2
+	}
+}
+
+// setTimeoutDefaults defaults the timeouts of generations, clients, the
+// queue and worker connections.
+func (c *Config) setTimeoutDefaults() {
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 1800 * time.Second
 	}
@@ -302,29 +302,33 @@ func (c *Config) setDefaults() {
 		c.ClientStallTimeout = 10 * time.Second
 	}
 	c.ClientStallTimeout = min(c.ClientStallTimeout, c.ClientWriteTimeout)
-	switch {
-	case c.DisableRetries:
-		c.MaxRetries = 0
-	case c.MaxRetries <= 0:
-		c.MaxRetries = 2
-	}
-	if c.QueueSize == 0 {
-		c.QueueSize = 256
-	}
 	if c.QueueTimeout <= 0 {
 		c.QueueTimeout = 60 * time.Second
-	}
-	if c.MaxConnsPerBackend <= 0 {
-		c.MaxConnsPerBackend = 4096
-	}
-	if c.MaxAbortsPerSecond <= 0 {
-		c.MaxAbortsPerSecond = 100
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = 5 * time.Second
 	}
 	if c.IdleConnTimeout <= 0 {
 		c.IdleConnTimeout = 4 * time.Second
+	}
+	if c.ClientIdleTimeout <= 0 {
+		c.ClientIdleTimeout = 90 * time.Second
+	}
+	if c.ClientReadTimeout <= 0 {
+		c.ClientReadTimeout = 60 * time.Second
+	}
+}
+
+// setLimitDefaults defaults the bounds on requests, connections and memory.
+func (c *Config) setLimitDefaults() {
+	if c.QueueSize == 0 {
+		c.QueueSize = 256
+	}
+	if c.MaxConnsPerBackend <= 0 {
+		c.MaxConnsPerBackend = 4096
+	}
+	if c.MaxAbortsPerSecond <= 0 {
+		c.MaxAbortsPerSecond = 100
 	}
 	if c.MaxRequestBodySize <= 0 {
 		c.MaxRequestBodySize = defaultMaxRequestBodySize
@@ -338,15 +342,14 @@ func (c *Config) setDefaults() {
 	if c.MaxResponseBodySize <= 0 {
 		c.MaxResponseBodySize = 256 << 20
 	}
-	if c.ClientIdleTimeout <= 0 {
-		c.ClientIdleTimeout = 90 * time.Second
-	}
-	if c.ClientReadTimeout <= 0 {
-		c.ClientReadTimeout = 60 * time.Second
-	}
 	if c.MaxHeaderSize <= 0 {
 		c.MaxHeaderSize = 4 << 10
 	}
+}
+
+// setDPDefaults defaults the DP-rank policy, the pairs' warm-up and the
+// refresh of the prefills' bootstrap info.
+func (c *Config) setDPDefaults() {
 	if c.WarmupTimeout <= 0 {
 		c.WarmupTimeout = 30 * time.Second
 	}
@@ -356,9 +359,6 @@ func (c *Config) setDefaults() {
 	if c.BootstrapRefresh <= 0 {
 		c.BootstrapRefresh = 5 * time.Second
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
 }
 
 // isHeaderName reports whether name is an HTTP field name: a token of
@@ -367,31 +367,7 @@ func isHeaderName(name string) bool { return isToken(name) }
 
 // Validate reports the first problem with c, phrased for a command line user.
 func (c *Config) Validate() error {
-	if len(c.Prefill) == 0 {
-		return fmt.Errorf("at least one prefill worker is required (--prefill URL)")
-	}
-	if len(c.Decode) == 0 {
-		return fmt.Errorf("at least one decode worker is required (--decode URL)")
-	}
-	for _, p := range c.Prefill {
-		if _, err := parseWorkerURL(p.URL); err != nil {
-			return fmt.Errorf("invalid prefill URL: %w", err)
-		}
-		if p.BootstrapPort < 0 || p.BootstrapPort > 65535 {
-			return fmt.Errorf("invalid bootstrap port %d for prefill %s", p.BootstrapPort, p.URL)
-		}
-	}
-	for _, d := range c.Decode {
-		if _, err := parseWorkerURL(d); err != nil {
-			return fmt.Errorf("invalid decode URL: %w", err)
-		}
-	}
-	for _, f := range c.Fallback {
-		if _, err := parseWorkerURL(f); err != nil {
-			return fmt.Errorf("invalid fallback URL: %w", err)
-		}
-	}
-	if err := c.checkDuplicates(); err != nil {
+	if err := c.checkWorkers(); err != nil {
 		return err
 	}
 	if c.PDMinPromptTokens < 0 {
@@ -421,10 +397,42 @@ func (c *Config) Validate() error {
 	if err := c.checkBodyMemory(); err != nil {
 		return err
 	}
-	if c.PrefillDPPolicy != "" && !slices.Contains(DPPolicies, c.PrefillDPPolicy) {
-		return fmt.Errorf("unknown prefill DP policy %q; want one of %v", c.PrefillDPPolicy, DPPolicies)
+	if c.PrefillDPPolicy != "" {
+		if err := checkDPPolicy(c.PrefillDPPolicy); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// checkWorkers refuses a pool left empty, a worker's URL or bootstrap
+// port that is not one, and a worker listed twice.
+func (c *Config) checkWorkers() error {
+	if len(c.Prefill) == 0 {
+		return fmt.Errorf("at least one prefill worker is required (--prefill URL)")
+	}
+	if len(c.Decode) == 0 {
+		return fmt.Errorf("at least one decode worker is required (--decode URL)")
+	}
+	for _, p := range c.Prefill {
+		if _, err := parseWorkerURL(p.URL); err != nil {
+			return fmt.Errorf("invalid prefill URL: %w", err)
+		}
+		if p.BootstrapPort < 0 || p.BootstrapPort > 65535 {
+			return fmt.Errorf("invalid bootstrap port %d for prefill %s", p.BootstrapPort, p.URL)
+		}
+	}
+	for _, d := range c.Decode {
+		if _, err := parseWorkerURL(d); err != nil {
+			return fmt.Errorf("invalid decode URL: %w", err)
+		}
+	}
+	for _, f := range c.Fallback {
+		if _, err := parseWorkerURL(f); err != nil {
+			return fmt.Errorf("invalid fallback URL: %w", err)
+		}
+	}
+	return c.checkDuplicates()
 }
 
 // checkDuplicates refuses a worker listed twice. A backend's metrics, logs

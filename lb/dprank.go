@@ -12,20 +12,6 @@ import (
 	"pdlb/bootstrap"
 )
 
-// Prefill DP-rank policies (--prefill-dp-policy).
-const (
-	// DPPolicyOff leaves DP ranks to the client and the workers, as mini_lb.
-	DPPolicyOff = "off"
-	// DPPolicyRoundRobin cycles through a prefill's DP ranks.
-	DPPolicyRoundRobin = "round_robin"
-	// DPPolicyLeastInflight picks the prefill DP rank with the fewest of
-	// pdlb's requests in flight.
-	DPPolicyLeastInflight = "least_inflight"
-)
-
-// DPPolicies lists the prefill DP-rank policies.
-var DPPolicies = []string{DPPolicyOff, DPPolicyRoundRobin, DPPolicyLeastInflight}
-
 // dpPlan is where a request's KV cache lives on the prefill side (see package
 // bootstrap's documentation, DP ranks). When rank is set, the room is drawn
 // so that room % size == rank, which keeps SGLang's follow_bootstrap_room
@@ -82,37 +68,56 @@ func (s *Server) planDP(info bootstrap.Request, rt *route, p, d *Backend, deadli
 		hintRouted = s.warm.warmSoon(s.warm.pair(p, d))
 	}
 	if (hinted || wantsPolicy) && s.warm != nil {
-		pr := s.warm.pair(p, d)
-		if wantsPolicy && s.warm.failing(pr) {
-			// Its last warm-up failed: the next may take as long, and the
-			// policy is no reason to make a request wait for it.
-			s.unplaced.Inc()
-			return noPlan, nil
-		}
-		if err := s.warm.ensure(pr, deadline, client); err != nil {
-			switch {
-			case errors.Is(err, errClientGone):
-				return noPlan, &answerError{statusClientGone, reasonClientGone, err.Error()}
-			case wantsPolicy:
-				// The policy is an optimisation: without a warm pair, fall
-				// back to mini_lb's placement rather than fail.
-				s.unplaced.Inc()
-				return noPlan, nil
-			}
-			r := reasonNotWarm
-			if errors.Is(err, errShutdown) {
-				r = reasonShutdown
-			}
-			return noPlan, &answerError{fasthttp.StatusServiceUnavailable, r, err.Error()}
+		if warm, ae := s.awaitWarmPair(p, d, wantsPolicy, deadline, client); !warm {
+			return noPlan, ae
 		}
 		st = s.registry.State(p.index)
 	}
+	return s.placeDP(info, st, p, wantsPolicy, hintRouted)
+}
+
+// awaitWarmPair waits for the warm-up of p and d's pair that a plan
+// telling the decode a rank needs (see warm.go). When it returns false,
+// the request goes without a plan: with the answer to give its client, or
+// with none when the plan was only the policy's (wantsPolicy), which is an
+// optimisation and no reason to fail or wait for a warm-up failing again.
+func (s *Server) awaitWarmPair(p, d *Backend, wantsPolicy bool, deadline time.Time, client net.Conn) (bool, *answerError) {
+	pr := s.warm.pair(p, d)
+	if wantsPolicy && s.warm.failing(pr) {
+		// Its last warm-up failed: the next may take as long, and the
+		// policy is no reason to make a request wait for it.
+		s.unplaced.Inc()
+		return false, nil
+	}
+	err := s.warm.ensure(pr, deadline, client)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, errClientGone):
+		return false, &answerError{statusClientGone, reasonClientGone, err.Error()}
+	case wantsPolicy:
+		// The policy is an optimisation: without a warm pair, fall
+		// back to mini_lb's placement rather than fail.
+		s.unplaced.Inc()
+		return false, nil
+	}
+	r := reasonNotWarm
+	if errors.Is(err, errShutdown) {
+		r = reasonShutdown
+	}
+	return false, &answerError{fasthttp.StatusServiceUnavailable, r, err.Error()}
+}
+
+// placeDP is planDP's choice of a rank once the pair is warm, st the
+// prefill's bootstrap state by then: the client's disagg_prefill_dp_rank,
+// else the policy's pick, else the client's routed_dp_rank.
+func (s *Server) placeDP(info bootstrap.Request, st *bootstrap.State, p *Backend, wantsPolicy, hintRouted bool) (dpPlan, *answerError) {
 	size := 0
 	if st.Ready {
 		size = st.Info.DPSize
 	}
 	switch {
-	case hinted:
+	case info.PrefillDPRank.Set:
 		r := info.PrefillDPRank.Rank
 		if size > 0 && r >= size {
 			return noPlan, rankOutOfRange(r, size, p)

@@ -83,7 +83,7 @@ func generations(servers []*fake.Server) []uint64 {
 // #13052). It now goes only to workers that have the rank, by each pool's
 // policy, and gets a 400 only when none has.
 func TestMixedDPSizesPlaceRanksWhereTheyExist(t *testing.T) {
-	for _, policy := range Policies {
+	for _, policy := range Policies() {
 		t.Run(policy, func(t *testing.T) {
 			h := newHarness(t)
 			cfg := defaultConfig()

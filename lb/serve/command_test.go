@@ -45,7 +45,7 @@ func newParser(c *root, stdout, stderr io.Writer, options ...kong.Option) (*kong
 		kong.Vars{"version": "test"},
 		kong.Writers(stdout, stderr),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true, WrapUpperBound: 100}),
-	}, HelpOptions(), cli.NumberMappers(), options)...)
+	}, Options(), cli.NumberMappers(), options)...)
 }
 
 // parse parses args as main does, without running the command.

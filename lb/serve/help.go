@@ -4,13 +4,21 @@ import (
 	"strings"
 
 	"github.com/alecthomas/kong"
+
+	"pdlb/lb"
 )
 
-// HelpOptions are the options serve's help needs of the parser it is a
-// command of: its flags' groups, and help texts without the environment
-// variables that serve's help names by a rule.
-func HelpOptions() []kong.Option {
-	return []kong.Option{kong.ExplicitGroups(serveGroups()), kong.ValueFormatter(helpValue)}
+// Options are the options serve needs of the parser it is a command of:
+// its flags' groups, help texts without the environment variables that
+// serve's help names by a rule, and the variables its tags name, so that
+// lists such as --prefill-dp-policy's enum come from package lb's one list
+// rather than a copy in a tag.
+func Options() []kong.Option {
+	return []kong.Option{
+		kong.ExplicitGroups(serveGroups()),
+		kong.ValueFormatter(helpValue),
+		kong.Vars{"dp_policies": strings.Join(lb.DPPolicies(), ",")},
+	}
 }
 
 // serveGroups are the headings of `pdlb serve --help`, in the order the

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/alecthomas/kong"
+
+	"pdlb/lb"
 )
 
 // serveHelp returns what `pdlb serve --help` prints.
@@ -116,4 +118,30 @@ func readHelp(help string) (order []string, text map[string]string, flagHeading 
 		}
 	}
 	return order, text, flagHeading
+}
+
+// The help of --policy and --prefill-dp-policy says what each policy does,
+// so it names them in prose; it must name every one package lb implements,
+// and --prefill-dp-policy's enum must be lb's list (issue 21: policy names
+// listed once).
+func TestPolicyHelpNamesEveryPolicy(t *testing.T) {
+	var c root
+	parser, err := newParser(&c, &bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := serveFlagNames(parser)
+	f := func(flag string, names []string) {
+		t.Helper()
+		for _, name := range names {
+			if !strings.Contains(flags[flag].Help, name) {
+				t.Errorf("--%s's help does not name policy %q: %q", flag, name, flags[flag].Help)
+			}
+		}
+	}
+	f("policy", lb.Policies())
+	f("prefill-dp-policy", lb.DPPolicies())
+	if got, want := flags["prefill-dp-policy"].EnumSlice(), lb.DPPolicies(); !slices.Equal(got, want) {
+		t.Errorf("--prefill-dp-policy's enum: got %q; want %q", got, want)
+	}
 }
