@@ -102,7 +102,7 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	}
 	if d.err != nil || d.resp.StatusCode() >= fasthttp.StatusBadRequest {
 		// The decode's failure has cancelled the prefill already.
-		if out := x.retryAfter(d.resp.Body()); out.retry != answered {
+		if out := x.decide(decodeAnswered, d.resp.Body()); out.retry != answered {
 			x.unref()
 			return out
 		}

@@ -77,7 +77,7 @@ func (x *exchange) answerUnstreamed(ctx *fasthttp.RequestCtx) outcome {
 	if x.clientGone() {
 		return x.leave(ctx)
 	}
-	if out := x.retryOnFailure(d.resp.Body()); out.retry != answered {
+	if out := x.decide(callFailed, d.resp.Body()); out.retry != answered {
 		x.unref()
 		return out
 	}
@@ -98,7 +98,7 @@ func (x *exchange) failBeforeFirstEvent(ctx *fasthttp.RequestCtx, err error) out
 	if x.clientGone() {
 		return x.leave(ctx)
 	}
-	if out := x.retryOnFailure(nil); out.retry != answered { // no answer: the stream broke
+	if out := x.decide(callFailed, nil); out.retry != answered { // no answer: the stream broke
 		x.unref()
 		return out
 	}
@@ -125,7 +125,7 @@ func (x *exchange) failBeforeFirstEvent(ctx *fasthttp.RequestCtx, err error) out
 // relayed to the client as the worker sent it.
 func (x *exchange) firstEventFailed(ctx *fasthttp.RequestCtx, first []byte) (out outcome, over bool) {
 	d := &x.decode
-	out = x.retryFirstEvent(first)
+	out = x.decide(failureEvent, first)
 	refused := bytes.Contains(first, noRoomMarker)
 	if out.retry != answered || refused {
 		d.endStream(false)
@@ -176,12 +176,12 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 	d := &x.decode
 	err := d.answer.fill(d.respBody, -1, x.s.cfg.MaxResponseBodySize, x.s.memory, nil)
 	if err == nil {
-		d.resp.SetBodyRaw(d.answer.buf) // what the retry decisions read
+		d.resp.SetBodyRaw(d.answer.buf) // what decide reads
 	}
 	d.endStream(err == nil)
 	<-d.done
 	if err == nil {
-		if out := x.retryAfter(d.answer.buf); out.retry != answered {
+		if out := x.decide(decodeAnswered, d.answer.buf); out.retry != answered {
 			x.unref()
 			return out
 		}
@@ -192,7 +192,7 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 		// The prefill failed as the decode's error answer was read, and
 		// closed the decode's connection under it: the prefill's failure
 		// is the one to retry, or to tell, as for a non-stream request.
-		if out := x.retryOnFailure(nil); out.retry != answered {
+		if out := x.decide(callFailed, nil); out.retry != answered {
 			x.unref()
 			return out
 		}
