@@ -103,7 +103,6 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	if d.err != nil || d.resp.StatusCode() >= fasthttp.StatusBadRequest {
 		// The decode's failure has cancelled the prefill already.
 		if out := x.decide(decodeAnswered, d.resp.Body()); out.retry != answered {
-			x.unref()
 			return out
 		}
 	}
@@ -115,17 +114,16 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 }
 
 // respond writes the decode's answer, or the error that explains why there
-// is none, then accounts the request and lets go of x: at once, or for a
-// large answer once it is written (answerBody).
+// is none, then accounts the request: at once, or for a large answer once
+// it is written (answerBody).
 func (x *exchange) respond(ctx *fasthttp.RequestCtx) {
 	if !x.writeAnswer(ctx) {
 		x.finish(ctx.Response.StatusCode())
-		x.unref()
 	}
 }
 
 // writeAnswer is respond's writing. It reports whether the answer's body
-// accounts the request and lets go of x once it is written.
+// accounts the request once it is written, holding x until then.
 func (x *exchange) writeAnswer(ctx *fasthttp.RequestCtx) (deferred bool) {
 	d := &x.decode
 	if d.err == nil && d.resp.StatusCode() == fasthttp.StatusBadRequest && bytes.Contains(d.resp.Body(), noRoomMarker) {
@@ -148,6 +146,7 @@ func (x *exchange) writeAnswer(ctx *fasthttp.RequestCtx) (deferred bool) {
 		if len(body) > largeAnswer {
 			x.answer.Reset(body)
 			x.answer.status = d.resp.StatusCode()
+			x.hold()
 			ctx.Response.SetBodyStream(&x.answer, len(body))
 			return true
 		}
@@ -197,9 +196,10 @@ const largeAnswer = 16 << 10
 // answerBody is the body of a large non-stream answer. fasthttp calls
 // CloseWithError once it has written the answer or failed to; the request
 // is accounted then, as a stream is, so that an answer cut off is a 499
-// (client_gone), not a 200. The exchange, which holds the bytes, is let go
-// then too. The last few KiB may still sit in fasthttp's buffer at that
-// point: an answer cut off there counts as written.
+// (client_gone), not a 200. Its reference to the exchange, which holds the
+// bytes (hold), is let go then too. The last few KiB may still sit in
+// fasthttp's buffer at that point: an answer cut off there counts as
+// written.
 type answerBody struct {
 	x *exchange
 	bytes.Reader

@@ -205,6 +205,7 @@ func (s *Server) servePD(q *clientRequest) {
 		// What the attempt went by, should a worker refuse its DP rank.
 		seen, seenDecode := s.registry.State(p.index), d.dpReads.Load()
 		out := x.serve(q)
+		x.unref() // the handler's reference (see exchange)
 		switch out.retry {
 		case answered:
 			return

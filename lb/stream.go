@@ -78,7 +78,6 @@ func (x *exchange) answerUnstreamed(ctx *fasthttp.RequestCtx) outcome {
 		return x.leave(ctx)
 	}
 	if out := x.decide(callFailed, d.resp.Body()); out.retry != answered {
-		x.unref()
 		return out
 	}
 	x.respond(ctx)
@@ -99,7 +98,6 @@ func (x *exchange) failBeforeFirstEvent(ctx *fasthttp.RequestCtx, err error) out
 		return x.leave(ctx)
 	}
 	if out := x.decide(callFailed, nil); out.retry != answered { // no answer: the stream broke
-		x.unref()
 		return out
 	}
 	if c := x.culprit(); c != d {
@@ -114,7 +112,6 @@ func (x *exchange) failBeforeFirstEvent(ctx *fasthttp.RequestCtx, err error) out
 		x.s.writeError(ctx, status, r, msg)
 	}
 	x.finish(ctx.Response.StatusCode())
-	x.unref()
 	return outcome{}
 }
 
@@ -133,7 +130,6 @@ func (x *exchange) firstEventFailed(ctx *fasthttp.RequestCtx, first []byte) (out
 		x.prefill.abort(&errPeerFailed{role: roleDecode, addr: d.backend.addr})
 	}
 	if out.retry != answered {
-		x.unref()
 		return out, true
 	}
 	if refused {
@@ -142,7 +138,6 @@ func (x *exchange) firstEventFailed(ctx *fasthttp.RequestCtx, first []byte) (out
 		}
 		x.refuseNoRoom(ctx)
 		x.finish(ctx.Response.StatusCode())
-		x.unref()
 		return outcome{}, true
 	}
 	x.passOn(d) // the client gets the failure event as the worker sent it
@@ -166,6 +161,7 @@ func (x *exchange) commitStream(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.Response.Header.SetContentTypeBytes(d.resp.Header.ContentType())
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	x.hold()
 	ctx.Response.SetBodyStream(&x.relay, -1)
 }
 
@@ -182,7 +178,6 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 	<-d.done
 	if err == nil {
 		if out := x.decide(decodeAnswered, d.answer.buf); out.retry != answered {
-			x.unref()
 			return out
 		}
 		err = d.err // an answer that is pdlb's failure (errKeyRefused)
@@ -193,7 +188,6 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 		// closed the decode's connection under it: the prefill's failure
 		// is the one to retry, or to tell, as for a non-stream request.
 		if out := x.decide(callFailed, nil); out.retry != answered {
-			x.unref()
 			return out
 		}
 		x.respondFailed(ctx, x.culprit())
@@ -210,7 +204,6 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 		ctx.SetBody(d.answer.buf)
 	}
 	x.finish(ctx.Response.StatusCode())
-	x.unref()
 	return outcome{}
 }
 
