@@ -3,6 +3,7 @@ package lb
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
@@ -59,6 +60,20 @@ func (x *exchange) inject(body []byte, info bootstrap.Request, p *Backend) {
 		return
 	}
 	x.body = mustAppend(x.body[:0], body, f)
+}
+
+// preparePD readies x's calls for q on prefill p and decode d: the bodies
+// with the bootstrap fields in, the DP-rank header the prefill sees, and
+// whether each worker failed q before (call.again).
+func (x *exchange) preparePD(q *clientRequest, p, d *Backend) {
+	x.merge = q.info.HasReturnLogprob || q.info.HasReturnRoutedExperts
+	x.inject(q.body, q.info, p)
+	x.prefill.prepare(q.ctx, p, x.prefillSends(), q.deadline, q.id)
+	if x.plan.hint && q.ctx.Request.Header.PeekBytes(headerDPRank) != nil {
+		x.prefill.req.Header.SetBytesK(headerDPRank, strconv.Itoa(x.plan.rank))
+	}
+	x.decode.prepare(q.ctx, d, x.body, q.deadline, q.id)
+	x.prefill.again, x.decode.again = slices.Contains(q.failed, p), slices.Contains(q.failed, d)
 }
 
 // mustAppend is bootstrap.Append on a body Parse has accepted, which Append
