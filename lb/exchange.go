@@ -11,9 +11,17 @@ import (
 // exchange is one attempt at answering a request: the bodies sent and the
 // calls that send them. A PD exchange has two calls; a single one (to a
 // fallback worker, or a decode prefilling locally) uses the decode call
-// alone. Exchanges are pooled. The request side (handler, then the stream
-// relay) and each call hold one; the last to let go returns it to the pool,
-// so neither call waits for the other once the client has its answer.
+// alone. Exchanges are pooled, and counted (refs) by who holds one, each
+// letting go of its own reference in one place:
+//   - the handler, from newExchange until serve returns: servePD and
+//     serveDecodeOnly let go right after it, whatever the outcome;
+//   - each call it runs, until the call ends (call.end);
+//   - a writer that answers after the handler has returned, the stream
+//     relay or a large answer's answerBody, from when it is set as the
+//     response's body (hold) until fasthttp closes it (CloseWithError).
+//
+// The last to let go returns the exchange to the pool (unref), so neither
+// call waits for the other once the client has its answer.
 type exchange struct {
 	s         *Server
 	rt        *route
@@ -106,8 +114,8 @@ func newExchange(s *Server) *exchange {
 	return x
 }
 
-// newExchange starts an exchange for q held by refs parties: 3 for a PD
-// pair, 2 for a single worker.
+// newExchange starts an exchange for q held by refs parties, the handler
+// and its calls: 3 for a PD pair, 2 for a single worker.
 func (s *Server) newExchange(q *clientRequest, refs int32) *exchange {
 	x := s.acquireExchange()
 	s.live.Add(1)
@@ -127,6 +135,12 @@ func (s *Server) acquireExchange() *exchange {
 		return v.(*exchange)
 	}
 	return newExchange(s)
+}
+
+// hold takes a reference for a writer that answers once the handler has
+// returned; its CloseWithError lets go of it.
+func (x *exchange) hold() {
+	x.refs.Add(1)
 }
 
 // unref drops one holder; the last one resets x and returns it to the pool.
@@ -182,7 +196,6 @@ func (x *exchange) unref() {
 func (x *exchange) leave(ctx *fasthttp.RequestCtx) outcome {
 	dropClient(ctx)
 	x.finish(statusClientGone)
-	x.unref()
 	return outcome{}
 }
 

@@ -100,6 +100,7 @@ func (s *Server) serveDecodeOnly(q *clientRequest, why decodeOnly) {
 		x.body = decodeOnlyBody(x.body[:0], q, local)
 		x.decode.prepare(q.ctx, b, x.body, q.deadline, q.id)
 		out := x.serve(q)
+		x.unref() // the handler's reference (see exchange)
 		switch out.retry {
 		case answered:
 			return

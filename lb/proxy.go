@@ -3,6 +3,7 @@ package lb
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
@@ -61,6 +62,20 @@ func (x *exchange) inject(body []byte, info bootstrap.Request, p *Backend) {
 	x.body = mustAppend(x.body[:0], body, f)
 }
 
+// preparePD readies x's calls for q on prefill p and decode d: the bodies
+// with the bootstrap fields in, the DP-rank header the prefill sees, and
+// whether each worker failed q before (call.again).
+func (x *exchange) preparePD(q *clientRequest, p, d *Backend) {
+	x.merge = q.info.HasReturnLogprob || q.info.HasReturnRoutedExperts
+	x.inject(q.body, q.info, p)
+	x.prefill.prepare(q.ctx, p, x.prefillSends(), q.deadline, q.id)
+	if x.plan.hint && q.ctx.Request.Header.PeekBytes(headerDPRank) != nil {
+		x.prefill.req.Header.SetBytesK(headerDPRank, strconv.Itoa(x.plan.rank))
+	}
+	x.decode.prepare(q.ctx, d, x.body, q.deadline, q.id)
+	x.prefill.again, x.decode.again = slices.Contains(q.failed, p), slices.Contains(q.failed, d)
+}
+
 // mustAppend is bootstrap.Append on a body Parse has accepted, which Append
 // must accept too.
 func mustAppend(dst, body []byte, f bootstrap.Fields) []byte {
@@ -102,8 +117,7 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	}
 	if d.err != nil || d.resp.StatusCode() >= fasthttp.StatusBadRequest {
 		// The decode's failure has cancelled the prefill already.
-		if out := x.retryAfter(d.resp.Body()); out.retry != answered {
-			x.unref()
+		if out := x.decide(decodeAnswered, d.resp.Body()); out.retry != answered {
 			return out
 		}
 	}
@@ -115,17 +129,16 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 }
 
 // respond writes the decode's answer, or the error that explains why there
-// is none, then accounts the request and lets go of x: at once, or for a
-// large answer once it is written (answerBody).
+// is none, then accounts the request: at once, or for a large answer once
+// it is written (answerBody).
 func (x *exchange) respond(ctx *fasthttp.RequestCtx) {
 	if !x.writeAnswer(ctx) {
 		x.finish(ctx.Response.StatusCode())
-		x.unref()
 	}
 }
 
 // writeAnswer is respond's writing. It reports whether the answer's body
-// accounts the request and lets go of x once it is written.
+// accounts the request once it is written, holding x until then.
 func (x *exchange) writeAnswer(ctx *fasthttp.RequestCtx) (deferred bool) {
 	d := &x.decode
 	if d.err == nil && d.resp.StatusCode() == fasthttp.StatusBadRequest && bytes.Contains(d.resp.Body(), noRoomMarker) {
@@ -148,6 +161,7 @@ func (x *exchange) writeAnswer(ctx *fasthttp.RequestCtx) (deferred bool) {
 		if len(body) > largeAnswer {
 			x.answer.Reset(body)
 			x.answer.status = d.resp.StatusCode()
+			x.hold()
 			ctx.Response.SetBodyStream(&x.answer, len(body))
 			return true
 		}
@@ -197,9 +211,10 @@ const largeAnswer = 16 << 10
 // answerBody is the body of a large non-stream answer. fasthttp calls
 // CloseWithError once it has written the answer or failed to; the request
 // is accounted then, as a stream is, so that an answer cut off is a 499
-// (client_gone), not a 200. The exchange, which holds the bytes, is let go
-// then too. The last few KiB may still sit in fasthttp's buffer at that
-// point: an answer cut off there counts as written.
+// (client_gone), not a 200. Its reference to the exchange, which holds the
+// bytes (hold), is let go then too. The last few KiB may still sit in
+// fasthttp's buffer at that point: an answer cut off there counts as
+// written.
 type answerBody struct {
 	x *exchange
 	bytes.Reader

@@ -354,7 +354,7 @@ func (r *relay) brokenEvent() []byte {
 
 // CloseWithError is called by fasthttp once the response is over (or could
 // not be written at all): it returns the decode's connection, accounts the
-// request and lets go of the exchange.
+// request and lets go of the relay's reference to the exchange (hold).
 func (r *relay) CloseWithError(err error) error {
 	if r.closed {
 		return nil

@@ -194,46 +194,48 @@ func (s *Server) servePD(q *clientRequest) {
 		x.coldRetry = !cold && s.warm != nil
 		x.rankRetry = !rechecked
 		x.mayRetry = attempt < s.cfg.MaxRetries
-		x.merge = q.info.HasReturnLogprob || q.info.HasReturnRoutedExperts
-		x.inject(q.body, q.info, p)
-		x.prefill.prepare(q.ctx, p, x.prefillSends(), q.deadline, q.id)
-		if x.plan.hint && q.ctx.Request.Header.PeekBytes(headerDPRank) != nil {
-			x.prefill.req.Header.SetBytesK(headerDPRank, strconv.Itoa(x.plan.rank))
-		}
-		x.decode.prepare(q.ctx, d, x.body, q.deadline, q.id)
-		x.prefill.again, x.decode.again = slices.Contains(q.failed, p), slices.Contains(q.failed, d)
+		x.preparePD(q, p, d)
 		// What the attempt went by, should a worker refuse its DP rank.
 		seen, seenDecode := s.registry.State(p.index), d.dpReads.Load()
 		out := x.serve(q)
-		switch out.retry {
-		case answered:
+		x.unref() // the handler's reference (see exchange)
+		if out.retry == answered {
 			return
-		case retryCold:
-			// The decode had not cached the prefill's info: it restarted,
-			// or a warm-up missed it; or it may have restarted, and the
-			// request was not sent (redial). Warm the pair and try again.
-			cold = true
-			s.coldRetries.Inc()
-			s.warm.pair(p, d).markCold()
-		case retryStaleRank:
-			// pdlb's own stale knowledge must not become the client's 400.
-			rechecked = true
-			s.staleRankRetries.Inc()
-			if out.backend == p {
-				s.recheckPrefill(p, seen, q.deadline)
-			} else {
-				s.relearnDecode(d, seenDecode, q.deadline)
-			}
-		default:
-			s.retries.Inc()
-			q.remember(out)
-			if out.peer == p {
-				// The decode's KV transfer from p failed: p may have
-				// restarted with another bootstrap port or layout. The
-				// next attempt avoids it; later requests need the
-				// registry to know it anew without waiting for its round.
-				s.registry.Poke(p.index)
-			}
+		}
+		cold = cold || out.retry == retryCold
+		rechecked = rechecked || out.retry == retryStaleRank
+		s.beforeRetryPD(q, out, p, d, seen, seenDecode)
+	}
+}
+
+// beforeRetryPD acts on the failure (out) of q's attempt on prefill p and
+// decode d before the next attempt. seen and seenDecode are what the
+// attempt knew of p's and d's DP ranks.
+func (s *Server) beforeRetryPD(q *clientRequest, out outcome, p, d *Backend, seen *bootstrap.State, seenDecode uint64) {
+	switch out.retry {
+	case retryCold:
+		// The decode had not cached the prefill's info: it restarted, or
+		// a warm-up missed it; or it may have restarted, and the request
+		// was not sent (redial). Warm the pair and try again.
+		s.coldRetries.Inc()
+		s.warm.pair(p, d).markCold()
+	case retryStaleRank:
+		// pdlb's own stale knowledge must not become the client's 400.
+		s.staleRankRetries.Inc()
+		if out.backend == p {
+			s.recheckPrefill(p, seen, q.deadline)
+		} else {
+			s.relearnDecode(d, seenDecode, q.deadline)
+		}
+	default:
+		s.retries.Inc()
+		q.remember(out)
+		if out.peer == p {
+			// The decode's KV transfer from p failed: p may have
+			// restarted with another bootstrap port or layout. The next
+			// attempt avoids it; later requests need the registry to know
+			// it anew without waiting for its round.
+			s.registry.Poke(p.index)
 		}
 	}
 }

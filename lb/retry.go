@@ -8,9 +8,9 @@ import (
 )
 
 // An attempt that fails before anything has reached the client may be made
-// again, on a warmed pair or other workers: the functions here decide
-// whether from how it failed, and servePD (request.go) acts on what they
-// return.
+// again, on a warmed pair or other workers: decide says whether from how it
+// failed, and servePD (request.go) or serveDecodeOnly (fallback.go) acts on
+// what it returns.
 
 // outcome is how an exchange ended: answered, or to be tried again.
 type outcome struct {
@@ -38,9 +38,52 @@ const (
 	retryStaleRank
 )
 
-// retryFor says whether the decode's error answer (status, body) calls for
-// another attempt: a cold pair, or a decode without local prefill.
-func (x *exchange) retryFor(status int, body []byte) outcome {
+// failure is what the request side saw of an attempt that failed with
+// nothing written to the client, which decide reads it by.
+type failure int
+
+const (
+	// decodeAnswered: the decode's call is over, with its answer (an
+	// error status) or its call's error.
+	decodeAnswered failure = iota
+	// callFailed: a call failed, or the decode's stream broke, and only
+	// the failure itself is read, not the decode's status.
+	callFailed
+	// failureEvent: the decode's 200 stream began with a failure event
+	// (isFailureEvent).
+	failureEvent
+)
+
+// decide is the one place that says whether an attempt that failed (f),
+// nothing having reached the client, is made again, and how: on a warmed
+// pair (a cold decode), after a DP-rank recheck (a stale rank), elsewhere
+// (a worker unreachable or failed, a refused local prefill), or not at all
+// (answered: the caller answers with the failure). body is what the decode
+// sent, its error answer or its first event, when it sent one.
+func (x *exchange) decide(f failure, body []byte) outcome {
+	switch f {
+	case decodeAnswered:
+		if x.decode.err == nil {
+			if out := x.decodeRefused(x.decode.resp.StatusCode(), body); out.retry != answered {
+				return out
+			}
+		}
+	case failureEvent:
+		if bytes.Contains(body, noRoomMarker) {
+			return x.decodeRefused(fasthttp.StatusBadRequest, body)
+		}
+		if out := x.decodeRefused(fasthttp.StatusInternalServerError, body); out.retry != answered {
+			return out
+		}
+		return x.failedEvent(body)
+	}
+	return x.failedCall(body)
+}
+
+// decodeRefused is decide's step for a decode's error answer (status,
+// body) that another attempt may fix: a cold pair, or a decode without
+// local prefill.
+func (x *exchange) decodeRefused(status int, body []byte) outcome {
 	switch {
 	case x.abortedByClient.Load():
 		return outcome{}
@@ -52,25 +95,12 @@ func (x *exchange) retryFor(status int, body []byte) outcome {
 	return outcome{}
 }
 
-// retryAfter says whether the decode call's answer (body, when it gave one)
-// calls for another attempt.
-func (x *exchange) retryAfter(body []byte) outcome {
-	d := &x.decode
-	if d.err == nil {
-		if out := x.retryFor(d.resp.StatusCode(), body); out.retry != answered {
-			return out
-		}
-	}
-	return x.retryOnFailure(body)
-}
-
-// retryOnFailure says whether the exchange failed in a way that another
-// attempt may fix, nothing having reached the client: a worker that could
-// not be reached, a transport failure, a 5xx, or a worker that refused a
-// DP rank pdlb thought it had. Any other 4xx is the client's and is never
-// retried; nor is a timeout, which has used up the request's time.
-// decodeBody is the decode's answer, if it gave one.
-func (x *exchange) retryOnFailure(decodeBody []byte) outcome {
+// failedCall is decide's step for a failure that another attempt may fix:
+// a worker that could not be reached, a transport failure, a 5xx, or a
+// worker that refused a DP rank pdlb thought it had. Any other 4xx is the
+// client's and is never retried; nor is a timeout, which has used up the
+// request's time. decodeBody is the decode's answer, if it gave one.
+func (x *exchange) failedCall(decodeBody []byte) outcome {
 	c := x.culprit()
 	if x.abortedByClient.Load() {
 		return outcome{} // the abort's answer is the client's
@@ -115,15 +145,9 @@ func (x *exchange) retryOnFailure(decodeBody []byte) outcome {
 	return out
 }
 
-// retryFirstEvent says whether a stream whose first event is a failure is
-// worth another attempt.
-func (x *exchange) retryFirstEvent(first []byte) outcome {
-	if bytes.Contains(first, noRoomMarker) {
-		return x.retryFor(fasthttp.StatusBadRequest, first)
-	}
-	if out := x.retryFor(fasthttp.StatusInternalServerError, first); out.retry != answered {
-		return out
-	}
+// failedEvent is decide's step for a stream whose first event, first, is
+// a failure that is neither a cold pair nor a refused room.
+func (x *exchange) failedEvent(first []byte) outcome {
 	if !x.mayRetry || x.abortedByClient.Load() {
 		return outcome{}
 	}

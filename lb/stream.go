@@ -77,8 +77,7 @@ func (x *exchange) answerUnstreamed(ctx *fasthttp.RequestCtx) outcome {
 	if x.clientGone() {
 		return x.leave(ctx)
 	}
-	if out := x.retryOnFailure(d.resp.Body()); out.retry != answered {
-		x.unref()
+	if out := x.decide(callFailed, d.resp.Body()); out.retry != answered {
 		return out
 	}
 	x.respond(ctx)
@@ -98,8 +97,7 @@ func (x *exchange) failBeforeFirstEvent(ctx *fasthttp.RequestCtx, err error) out
 	if x.clientGone() {
 		return x.leave(ctx)
 	}
-	if out := x.retryOnFailure(nil); out.retry != answered { // no answer: the stream broke
-		x.unref()
+	if out := x.decide(callFailed, nil); out.retry != answered { // no answer: the stream broke
 		return out
 	}
 	if c := x.culprit(); c != d {
@@ -114,7 +112,6 @@ func (x *exchange) failBeforeFirstEvent(ctx *fasthttp.RequestCtx, err error) out
 		x.s.writeError(ctx, status, r, msg)
 	}
 	x.finish(ctx.Response.StatusCode())
-	x.unref()
 	return outcome{}
 }
 
@@ -125,7 +122,7 @@ func (x *exchange) failBeforeFirstEvent(ctx *fasthttp.RequestCtx, err error) out
 // relayed to the client as the worker sent it.
 func (x *exchange) firstEventFailed(ctx *fasthttp.RequestCtx, first []byte) (out outcome, over bool) {
 	d := &x.decode
-	out = x.retryFirstEvent(first)
+	out = x.decide(failureEvent, first)
 	refused := bytes.Contains(first, noRoomMarker)
 	if out.retry != answered || refused {
 		d.endStream(false)
@@ -133,7 +130,6 @@ func (x *exchange) firstEventFailed(ctx *fasthttp.RequestCtx, first []byte) (out
 		x.prefill.abort(&errPeerFailed{role: roleDecode, addr: d.backend.addr})
 	}
 	if out.retry != answered {
-		x.unref()
 		return out, true
 	}
 	if refused {
@@ -142,7 +138,6 @@ func (x *exchange) firstEventFailed(ctx *fasthttp.RequestCtx, first []byte) (out
 		}
 		x.refuseNoRoom(ctx)
 		x.finish(ctx.Response.StatusCode())
-		x.unref()
 		return outcome{}, true
 	}
 	x.passOn(d) // the client gets the failure event as the worker sent it
@@ -166,6 +161,7 @@ func (x *exchange) commitStream(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.Response.Header.SetContentTypeBytes(d.resp.Header.ContentType())
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	x.hold()
 	ctx.Response.SetBodyStream(&x.relay, -1)
 }
 
@@ -176,13 +172,12 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 	d := &x.decode
 	err := d.answer.fill(d.respBody, -1, x.s.cfg.MaxResponseBodySize, x.s.memory, nil)
 	if err == nil {
-		d.resp.SetBodyRaw(d.answer.buf) // what the retry decisions read
+		d.resp.SetBodyRaw(d.answer.buf) // what decide reads
 	}
 	d.endStream(err == nil)
 	<-d.done
 	if err == nil {
-		if out := x.retryAfter(d.answer.buf); out.retry != answered {
-			x.unref()
+		if out := x.decide(decodeAnswered, d.answer.buf); out.retry != answered {
 			return out
 		}
 		err = d.err // an answer that is pdlb's failure (errKeyRefused)
@@ -192,8 +187,7 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 		// The prefill failed as the decode's error answer was read, and
 		// closed the decode's connection under it: the prefill's failure
 		// is the one to retry, or to tell, as for a non-stream request.
-		if out := x.retryOnFailure(nil); out.retry != answered {
-			x.unref()
+		if out := x.decide(callFailed, nil); out.retry != answered {
 			return out
 		}
 		x.respondFailed(ctx, x.culprit())
@@ -210,7 +204,6 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 		ctx.SetBody(d.answer.buf)
 	}
 	x.finish(ctx.Response.StatusCode())
-	x.unref()
 	return outcome{}
 }
 
