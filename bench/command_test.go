@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alecthomas/kong"
 	"github.com/valyala/fasthttp"
 
 	"pdlb/internal/cli"
@@ -462,12 +461,7 @@ func TestBenchHelpExamplesParse(t *testing.T) {
 func parse(t *testing.T, args ...string) (*Command, error) {
 	t.Helper()
 	var c Command
-	parser, err := kong.New(&c, cli.NumberMappers()...)
-	if err != nil {
-		t.Fatalf("cannot build the parser: %s", err)
-	}
-	_, err = parser.Parse(args)
-	return &c, err
+	return &c, cli.ParseCommand(&c, args...)
 }
 
 // A usage error found after parsing exits with status 2, as argparse's do,

@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/alecthomas/kong"
-
 	"pdlb/internal/cli"
 )
 
@@ -14,12 +12,7 @@ import (
 func parse(t *testing.T, args ...string) (*Command, error) {
 	t.Helper()
 	var c Command
-	parser, err := kong.New(&c, cli.NumberMappers()...)
-	if err != nil {
-		t.Fatalf("cannot build the parser: %s", err)
-	}
-	_, err = parser.Parse(args)
-	return &c, err
+	return &c, cli.ParseCommand(&c, args...)
 }
 
 func TestParseErrors(t *testing.T) {

@@ -3,8 +3,6 @@ package pair
 import (
 	"testing"
 
-	"github.com/alecthomas/kong"
-
 	"pdlb/internal/cli"
 )
 
@@ -13,12 +11,7 @@ import (
 func parse(t *testing.T, args ...string) (*Command, error) {
 	t.Helper()
 	var c Command
-	parser, err := kong.New(&c, cli.NumberMappers()...)
-	if err != nil {
-		t.Fatalf("cannot build the parser: %s", err)
-	}
-	_, err = parser.Parse(args)
-	return &c, err
+	return &c, cli.ParseCommand(&c, args...)
 }
 
 func TestParsePair(t *testing.T) {

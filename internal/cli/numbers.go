@@ -155,3 +155,15 @@ func ParsePort(s string) (int, bool) {
 	n, err := strconv.Atoi(s)
 	return n, err == nil && n > 0 && n <= 65535
 }
+
+// ParseCommand parses args into cmd, one command's flags struct, with the
+// number readers main gives every command: what a command's own tests
+// need to check its flags without main's parser.
+func ParseCommand(cmd any, args ...string) error {
+	parser, err := kong.New(cmd, NumberMappers()...)
+	if err != nil {
+		return err
+	}
+	_, err = parser.Parse(args)
+	return err
+}
