@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -81,18 +80,6 @@ func TestUsageHint(t *testing.T) {
 			t.Errorf("%q: got hint %q; want %q", tc.args, got, tc.want)
 		}
 	}
-}
-
-// exitCode is the status kong exits with for err.
-func exitCode(err error) int {
-	var e interface{ ExitCode() int }
-	if errors.As(err, &e) {
-		return e.ExitCode()
-	}
-	if err != nil {
-		return 1
-	}
-	return 0
 }
 
 // runToExit runs main with args until it exits, and returns its output

@@ -51,18 +51,6 @@ func runBench(t *testing.T, ctx context.Context, args ...string) (stdout, stderr
 	return out.String(), errOut.String(), err
 }
 
-// exitCode is the status kong exits with for err.
-func exitCode(err error) int {
-	var e interface{ ExitCode() int }
-	if errors.As(err, &e) {
-		return e.ExitCode()
-	}
-	if err != nil {
-		return 1
-	}
-	return 0
-}
-
 // TestBenchJSONStdout checks that `--json -` leaves standard output JSON
 // alone: the table once came first on it.
 func TestBenchJSONStdout(t *testing.T) {
@@ -113,7 +101,7 @@ func TestBenchJSONFile(t *testing.T) {
 func TestBenchExitStatus(t *testing.T) {
 	url, _ := serveBench(t)
 	stdout, _, err := runBench(t, t.Context(), url, "-n", "2")
-	if code := exitCode(err); code != 0 || !strings.Contains(stdout, "throughput") {
+	if code := cli.ExitCode(err); code != 0 || !strings.Contains(stdout, "throughput") {
 		t.Fatalf("reachable target: got status %d (%v); want 0 after the report", code, err)
 	}
 
@@ -124,23 +112,23 @@ func TestBenchExitStatus(t *testing.T) {
 	dead := "http://" + ln.Addr().String()
 	_ = ln.Close()
 	stdout, _, err = runBench(t, t.Context(), dead, "-n", "3")
-	if code := exitCode(err); code != 1 || !strings.Contains(stdout, "connect 3") {
+	if code := cli.ExitCode(err); code != 1 || !strings.Contains(stdout, "connect 3") {
 		t.Fatalf("dead target: got status %d (%v), stdout %q; want 1 after the report", code, err, stdout)
 	}
 	_, _, err = runBench(t, t.Context(), "--compare", "up="+url, "--compare", "down="+dead, "-d", "100ms", "--round", "100ms")
-	if code := exitCode(err); code != 1 || !strings.Contains(err.Error(), "down") {
+	if code := cli.ExitCode(err); code != 1 || !strings.Contains(err.Error(), "down") {
 		t.Fatalf("compare with a dead target: got status %d (%v); want 1 naming it", code, err)
 	}
 	// It named the first alone.
 	_, _, err = runBench(t, t.Context(), "--compare", "down1="+dead, "--compare", "up="+url, "--compare", "down2="+dead, "-d", "100ms", "--round", "100ms")
-	if code := exitCode(err); code != 1 || err.Error() != "no request to down1 or down2 succeeded" {
+	if code := cli.ExitCode(err); code != 1 || err.Error() != "no request to down1 or down2 succeeded" {
 		t.Fatalf("compare with two dead targets: got status %d (%v); want 1 naming both", code, err)
 	}
 
 	ctx, cancel := context.WithCancelCause(t.Context())
 	cancel(signalError{syscall.SIGINT})
 	stdout, _, err = runBench(t, ctx, url, "-d", "1m")
-	if code := exitCode(err); code != 130 || !strings.Contains(stdout, "throughput") {
+	if code := cli.ExitCode(err); code != 130 || !strings.Contains(stdout, "throughput") {
 		t.Fatalf("interrupted: got status %d (%v), stdout %q; want 130 after the report", code, err, stdout)
 	}
 }
@@ -260,8 +248,8 @@ func TestBenchRateAndDuration(t *testing.T) {
 		{"--rate", "0"}, {"--rate=-2"}, {"--rate", "NaN"}, {"-d", "0s"}, {"--duration=-1s"},
 	} {
 		_, _, err := runBench(t, t.Context(), append([]string{"http://127.0.0.1:1", "-n", "1"}, args...)...)
-		if err == nil || !strings.Contains(err.Error(), "want more than 0") || exitCode(err) != 2 {
-			t.Errorf("%q: got %v, exit status %d; want a refusal, 2", args, err, exitCode(err))
+		if err == nil || !strings.Contains(err.Error(), "want more than 0") || cli.ExitCode(err) != 2 {
+			t.Errorf("%q: got %v, exit status %d; want a refusal, 2", args, err, cli.ExitCode(err))
 		}
 	}
 	cfg := benchDefaults(t)
@@ -351,7 +339,7 @@ func TestBenchRouteInURL(t *testing.T) {
 	} {
 		_, _, err := runBench(t, t.Context(), args...)
 		want := "the URL " + url + " ends in the route /generate, but --route is /v1"
-		if code := exitCode(err); code != 2 || !strings.Contains(err.Error(), want) {
+		if code := cli.ExitCode(err); code != 2 || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, exit status %d; want a usage error, 2, containing %q", args, err, code, want)
 		}
 	}
@@ -381,7 +369,7 @@ func TestBenchGivesUp(t *testing.T) {
 	// The 10 s are a failure deadline: the run gives up within
 	// milliseconds, after 5 failures.
 	stdout, _, err := runBench(t, t.Context(), url, "-d", "10s", "--give-up-after", "1ms")
-	if code := exitCode(err); code != 1 || !strings.HasPrefix(err.Error(), "gave up on "+url+": no request succeeded in ") ||
+	if code := cli.ExitCode(err); code != 1 || !strings.HasPrefix(err.Error(), "gave up on "+url+": no request succeeded in ") ||
 		!strings.HasSuffix(err.Error(), "; the last: status_404: Not Found") {
 		t.Fatalf("got status %d (%v); want 1, giving up on the target with its message", code, err)
 	}
@@ -472,7 +460,7 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = c.run(t.Context(), io.Discard, io.Discard)
-	if code := exitCode(err); code != 2 {
+	if code := cli.ExitCode(err); code != 2 {
 		t.Errorf("bench -c0: got %v, exit status %d; want 2", err, code)
 	}
 	for _, args := range [][]string{
@@ -484,7 +472,7 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = c.run(t.Context(), io.Discard, io.Discard)
-		if code := exitCode(err); code != 2 {
+		if code := cli.ExitCode(err); code != 2 {
 			t.Errorf("%q: got %v, exit status %d; want 2", args, err, code)
 		}
 	}

@@ -2,7 +2,6 @@ package serve
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -216,7 +215,7 @@ func TestParseSecurityFlagsNeedMiniLB(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "with --mini-lb, pdlb ignores them") {
 			t.Errorf("%q: got error %v; want one containing %q", tc.args, err, tc.want)
 		}
-		if code := exitCode(err); code != 2 {
+		if code := cli.ExitCode(err); code != 2 {
 			t.Errorf("%q: got exit status %d; want 2", tc.args, code)
 		}
 
@@ -550,7 +549,7 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Serve.LogLevel = "error"
-	if code := exitCode(c.Serve.Run(nil, func(code int) { t.Errorf("serve exited with status %d; want a usage error returned", code) }, "test")); code != 2 {
+	if code := cli.ExitCode(c.Serve.Run(nil, func(code int) { t.Errorf("serve exited with status %d; want a usage error returned", code) }, "test")); code != 2 {
 		t.Errorf("serve without a decode: exit status %d; want 2", code)
 	}
 }
@@ -616,16 +615,4 @@ func TestShortPromptsWithoutAFallbackAreWarnedOf(t *testing.T) {
 	if _, warnings := c.Serve.config(); len(warnings) != 0 {
 		t.Errorf("got warnings %q; want none with a fallback", warnings)
 	}
-}
-
-// exitCode is the status kong exits with for err.
-func exitCode(err error) int {
-	var e interface{ ExitCode() int }
-	if errors.As(err, &e) {
-		return e.ExitCode()
-	}
-	if err != nil {
-		return 1
-	}
-	return 0
 }
