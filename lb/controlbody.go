@@ -31,13 +31,13 @@ func (s *Server) refuseBadControlBody(ctx *fasthttp.RequestCtx, rt *route, reque
 	// was read as no rid: an abort_all). A copy, as the body may be
 	// fasthttp's buffer, which SetBodyRaw gives back; such bodies are rare.
 	body := ctx.PostBody()
-	err := bootstrap.CheckObject(bytes.TrimPrefix(body, utf8BOM))
-	if err == nil {
-		if bytes.HasPrefix(body, utf8BOM) {
-			ctx.Request.SetBodyRaw(bytes.Clone(body[len(utf8BOM):]))
-		}
-		return false
+	object := bytes.TrimPrefix(body, utf8BOM)
+	if err := bootstrap.CheckObject(object); err != nil {
+		s.refuse(ctx, rt, rt.path, requestID, start, fasthttp.StatusBadRequest, reasonInvalidRequest, badBodyMessage(ctx, err))
+		return true
 	}
-	s.refuse(ctx, rt, rt.path, requestID, start, fasthttp.StatusBadRequest, reasonInvalidRequest, badBodyMessage(ctx, err))
-	return true
+	if len(object) < len(body) {
+		ctx.Request.SetBodyRaw(bytes.Clone(object))
+	}
+	return false
 }
