@@ -148,9 +148,10 @@ func planRounds(total, round time.Duration) (n int, d time.Duration) {
 
 // compareRounds runs n rounds of d on each runner, in turns, and returns
 // how many rounds every runner completed and whether an interrupt (ctx
-// cancelled, but not by a give-up) ended the comparison early. Cut short after a complete round, it takes every
-// runner back to the end of the last one: a target that had one more turn
-// than another, or part of one, would not compare with it.
+// cancelled, but not by a give-up) ended the comparison early. Cut short
+// after a complete round, it takes every runner back to the end of the
+// last one: a target that had one more turn than another, or part of one,
+// would not compare with it.
 func compareRounds(ctx context.Context, cfg *Config, rs []*runner, n int, d time.Duration) (done int, interrupted bool) {
 	marks := make([]mark, len(rs))
 	total := time.Duration(len(rs)) * (cfg.Warmup + time.Duration(n)*d)

@@ -80,8 +80,8 @@ type Target struct {
 	// counts: nil for a success, else why it failed. A failure under the
 	// Fall threshold changes no State, yet may be the only sign that the
 	// target restarted (one back within the Fall threshold). It runs as
-	// OnChange does, after it for the same probe. Probes that do not count (the round's context ended,
-	// OutOfResources) are not reported.
+	// OnChange does, after it for the same probe. Probes that do not count
+	// (the round's context ended, OutOfResources) are not reported.
 	OnProbe func(err error)
 }
 

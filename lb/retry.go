@@ -157,8 +157,8 @@ func (x *exchange) failedEvent(first []byte) outcome {
 }
 
 // coldPair reports whether the decode's failure says it has not cached the
-// prefill's parallel info (the first-request bug: see package bootstrap's documentation) while one
-// more attempt is allowed.
+// prefill's parallel info (the first-request bug: see package bootstrap's
+// documentation) while one more attempt is allowed.
 func (x *exchange) coldPair(failure []byte) bool {
 	return x.coldRetry && bytes.Contains(failure, coldPairMarker)
 }

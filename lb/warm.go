@@ -17,8 +17,9 @@ import (
 
 // SGLang decodes between 2026-03-18 and PR #22990 fail every request that
 // carries disagg_prefill_dp_rank until a request without it has made them
-// cache the prefill's parallel info (see package bootstrap's documentation, DP ranks and the first-request bug; each decode DP rank has
-// a cache of its own). The warmer sends that request itself: one tiny
+// cache the prefill's parallel info (package bootstrap's documentation:
+// DP ranks and the first-request bug; each decode DP rank has a cache of
+// its own). The warmer sends that request itself: one tiny
 // generation per decode DP rank through each prefill × decode pair, at
 // startup and whenever the pair may have gone cold: the prefill came back or
 // changed (a new registry generation), or the decode may have restarted (a
