@@ -70,8 +70,8 @@ type Request struct {
 // nested at most 1024 levels deep. The error for a body that is not an
 // object wraps ErrNotObject, and ErrNotJSON as well when the body is not
 // JSON either (empty, or a form's "text=hi"); the error for an object that
-// is not valid JSON wraps ErrNotJSON. Top-level members are read as Python's json reads them: the
-// last of duplicate keys wins, keys are compared after decoding escapes, and
+// is not valid JSON wraps ErrNotJSON. Top-level members are read as
+// Python's json reads them: the last of duplicate keys wins, keys are compared after decoding escapes, and
 // booleans follow Python's truthiness (false, null, 0, 0.0, "", [] and {} are
 // false).
 //

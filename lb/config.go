@@ -164,8 +164,8 @@ type Config struct {
 	// (connlimit.go). At the bound, a connection that has sent nothing is
 	// closed to make room, else the one waiting longest for its client
 	// (its next request, or the rest of one); with none waiting, a new
-	// connection gets a 503 and is closed. Zero means derived from the process's descriptor limit
-	// (defaultMaxConnections): what is left after 64 descriptors, 8 a
+	// connection gets a 503 and is closed. Zero means derived from the
+	// process's descriptor limit (defaultMaxConnections): what is left after 64 descriptors, 8 a
 	// worker, and MaxConnsPerBackend a worker, but at least a third of
 	// what the 64 and 8s leave, and at most 65,536. Below zero, no bound
 	// but fasthttp's own (262,144, refused without a word of JSON).

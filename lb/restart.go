@@ -24,8 +24,7 @@ import (
 // (SGLang's disaggregation/common/conn.py; bench/fake/heartbeat.go). The
 // registry, which reads the prefill's bootstrap server every
 // BootstrapRefresh, gives it a new generation when a read falls in the
-// outage, and another when it is ready
-// again, which makes its pairs cold and then warms them. A read can miss
+// outage, and another when it is ready again, which makes its pairs cold and then warms them. A read can miss
 // an outage shorter than BootstrapRefresh, so a prefill's failed probe has
 // the registry read it at once, and so does each probe it answers after,
 // until the read brings it back into selection. Probes, not failed

@@ -13,8 +13,9 @@ import (
 )
 
 // Command is `pdlb fake`: it runs fake SGLang servers that speak the PD
-// protocol as real ones do, bugs included. Servers started by one command meet for their KV
-// transfers in memory; servers of separate commands meet over HTTP.
+// protocol as real ones do, bugs included. Servers started by one command
+// meet for their KV transfers in memory; servers of separate commands meet
+// over HTTP.
 type Command struct {
 	Prefill    []string `help:"Serve a fake prefill on this address; its bootstrap server listens on the same host at --bootstrap-port (plus one for each further prefill); repeat for more (or list them with commas)." placeholder:"HOST:PORT" sep:","`
 	Decode     []string `help:"Serve a fake decode on this address; repeat for more (or list them with commas)." placeholder:"HOST:PORT" sep:","`
