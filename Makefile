@@ -35,7 +35,7 @@ hostile-short:
 # pdlb against the direct path, as ratios (see scripts/bench.sh), and the
 # micro-benchmarks of the hot path.
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./bootstrap/ ./lb/
+	$(GO) test -run '^$$' -bench . -benchmem ./bootstrap/ ./lb/ ./lb/wire/
 	scripts/bench.sh
 
 # A minute of mixed traffic while workers are killed and restarted at random:
@@ -51,7 +51,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAppend -fuzztime 60s ./bootstrap/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./bootstrap/
 	$(GO) test -run '^$$' -fuzz FuzzValidate -fuzztime 60s ./bootstrap/
-	$(GO) test -run '^$$' -fuzz FuzzChunkedBody -fuzztime 60s ./lb/
+	$(GO) test -run '^$$' -fuzz FuzzChunkedBody -fuzztime 60s ./lb/wire/
 
 clean:
 	rm -rf bin

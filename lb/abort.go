@@ -90,23 +90,23 @@ func (s *Server) abortsOne(rid string) bool {
 // for concurrent use.
 type abortGate struct {
 	// next is the rate's theoretical arrival time (the generic cell rate
-	// algorithm), in nanoseconds of Config.Now since deadlineEpoch (on the
-	// monotonic clock, which a step of the wall clock does not move), 0
+	// algorithm), in nanoseconds of Config.Now since the server began (on
+	// the monotonic clock, which a step of the wall clock does not move), 0
 	// before the first call: when the calls allowed so far would all have
 	// been sent, spaced out at the rate.
 	next     atomic.Int64
 	inFlight atomic.Int32
 }
 
-// take reserves a call at now for a worker allowed perSecond calls a
+// take reserves a call at the time at (since the server began) for a worker allowed perSecond calls a
 // second, perSecond of them at once, and reports whether it may go; done
 // must follow one that may, once it is over.
-func (g *abortGate) take(now time.Time, perSecond int) bool {
+func (g *abortGate) take(at time.Duration, perSecond int) bool {
 	if g.inFlight.Add(1) > maxAbortsInFlight {
 		g.inFlight.Add(-1)
 		return false
 	}
-	if !g.allow(int64(now.Sub(deadlineEpoch)), perSecond) {
+	if !g.allow(int64(at), perSecond) {
 		g.inFlight.Add(-1)
 		return false
 	}
@@ -140,7 +140,7 @@ func (g *abortGate) allow(now int64, perSecond int) bool {
 // /abort_request), in the background: the client's answer does not wait.
 // Beyond b's abortGate the call is dropped and counted.
 func (s *Server) abortRequest(b *Backend, rid string) {
-	if !b.aborts.take(s.cfg.Now(), s.cfg.MaxAbortsPerSecond) {
+	if !b.aborts.take(s.cfg.Now().Sub(s.began), s.cfg.MaxAbortsPerSecond) {
 		s.abortsDropped.Inc()
 		b.log.Debug().Str("rid", rid).Msg("abort_request not sent: over the worker's cap")
 		return

@@ -20,6 +20,7 @@ import (
 
 	"pdlb/bootstrap"
 	"pdlb/health"
+	"pdlb/lb/wire"
 )
 
 // Roles of a backend, used in logs and metric labels.
@@ -157,9 +158,16 @@ func (b *Backend) setURI(req *fasthttp.Request, uri []byte) {
 	}
 }
 
-// newBackend makes the backend of a worker; quit closes when the server
-// shuts down.
-func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.Set, log zerolog.Logger, quit <-chan struct{}) (*Backend, error) {
+// workerLink is how a Server's backends reach their workers.
+type workerLink struct {
+	dialer *wire.Dialer
+	steps  wire.Steps
+	// quit closes when the server shuts down: the dialers stop.
+	quit <-chan struct{}
+}
+
+// newBackend makes the backend of a worker, reached through link.
+func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.Set, log zerolog.Logger, link workerLink) (*Backend, error) {
 	w, err := parseWorkerURL(rawURL)
 	if err != nil {
 		return nil, err
@@ -199,10 +207,10 @@ func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,
 		NoDefaultUserAgentHeader:      true,
-		Transport:                     transport{},
-		RetryIfErr:                    retryStaleConn,
+		Transport:                     wire.Transport{Steps: link.steps},
+		RetryIfErr:                    wire.RetryStaleConn,
 	}
-	b.hc.DialTimeout = newDialers(dialFunc(cfg.Dial), cfg.ConnectTimeout, quit).Dial
+	b.hc.DialTimeout = wire.NewDialers(link.dialer.DialWorker, cfg.ConnectTimeout, link.quit).Dial
 	labels := fmt.Sprintf(`role=%q,backend=%q`, role, w.addr)
 	b.requests = ms.NewCounter(`pdlb_backend_requests_total{` + labels + `}`)
 	b.errors = ms.NewCounter(`pdlb_backend_errors_total{` + labels + `}`)
@@ -292,7 +300,7 @@ func (b *Backend) get(cc controlCall) answer {
 	a := answer{backend: b}
 	deadline := time.Now().Add(cc.timeout)
 	a.err = b.hc.DoDeadline(req, resp, deadline)
-	if a.err != nil && isConnDrop(a.err) {
+	if a.err != nil && wire.IsConnDrop(a.err) {
 		// A kept-alive connection of a worker that has restarted since:
 		// these calls (reads, and an idempotent flush) may be made twice,
 		// so once more on a new connection, in the time left.

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bootstrap"
+	"pdlb/lb/wire"
 )
 
 // A request body is read by pdlb itself, as its bytes arrive
@@ -41,11 +42,11 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, b *bodyBuffer, limit int) *a
 	case declared < 0 || declared > prefetched:
 		// The rest comes from the socket: until it has, the connection is
 		// still sending its request (connlimit.go).
-		reading(ctx.Conn())
-		defer serving(ctx.Conn())
+		wire.Reading(ctx.Conn())
+		defer wire.Serving(ctx.Conn())
 	}
-	var framed *clientConn
-	if cc, ok := ctx.Conn().(*clientConn); ok && declared < 0 {
+	var framed *wire.ClientConn
+	if cc, ok := ctx.Conn().(*wire.ClientConn); ok && declared < 0 {
 		framed = cc
 	}
 	switch err := b.fill(stream, declared, limit, s.memory, framed); {
@@ -137,10 +138,10 @@ func (s *Server) noBodyMemory(ctx *fasthttp.RequestCtx) *answerError {
 func (s *Server) bodyReadFailed(ctx *fasthttp.RequestCtx, err error) *answerError {
 	var timeout interface{ Timeout() bool }
 	switch {
-	case evicted(ctx.Conn()):
+	case wire.Evicted(ctx.Conn()):
 		return &answerError{statusClientGone, reasonTooManyConnections, evictedMessage}
-	case errors.Is(err, errFramingTooLarge):
-		return &answerError{fasthttp.StatusBadRequest, reasonInvalidRequest, errFramingTooLarge.Error()}
+	case errors.Is(err, wire.ErrFramingTooLarge):
+		return &answerError{fasthttp.StatusBadRequest, reasonInvalidRequest, wire.ErrFramingTooLarge.Error()}
 	case errors.As(err, &timeout) && timeout.Timeout():
 		return &answerError{fasthttp.StatusRequestTimeout, reasonClientTimeout,
 			"request not received within " + s.cfg.ClientReadTimeout.String() + " (--client-read-timeout-secs)"}

@@ -5,6 +5,8 @@ import (
 	"io"
 	"sync"
 
+	"pdlb/lb/wire"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -65,20 +67,20 @@ var errNoBodyMemory = errors.New("pdlb's memory for bodies is in use by other re
 // fill reads r, which holds declared bytes (-1: as many as it yields),
 // into b, at most limit bytes, taking each growth from m first. framed,
 // when not nil, is the client connection a chunked body is read from, its
-// framing bounded (limitWire). The error is fasthttp.ErrBodyTooLarge past
+// framing bounded (wire.ClientConn.LimitFraming). The error is fasthttp.ErrBodyTooLarge past
 // limit, errNoBodyMemory when m has no room, io.ErrUnexpectedEOF for a
 // body that ends before its declared length, or r's.
-func (b *bodyBuffer) fill(r io.Reader, declared, limit int, m *bodyMemory, framed *clientConn) error {
+func (b *bodyBuffer) fill(r io.Reader, declared, limit int, m *bodyMemory, framed *wire.ClientConn) error {
 	if framed != nil {
-		framed.startWire()
-		defer framed.unlimitWire()
+		framed.StartFramedBody()
+		defer framed.EndFramedBody()
 	}
 	for declared < 0 || len(b.buf) < declared {
 		if len(b.buf) == cap(b.buf) && !b.grow(declared, limit, m) {
 			return errNoBodyMemory
 		}
 		if framed != nil {
-			framed.limitWire(len(b.buf), cap(b.buf)-len(b.buf))
+			framed.LimitFraming(len(b.buf), cap(b.buf)-len(b.buf))
 		}
 		n, err := r.Read(b.buf[len(b.buf):cap(b.buf)])
 		b.buf = b.buf[:len(b.buf)+n]

@@ -3,11 +3,12 @@ package lb
 import (
 	"bytes"
 	"errors"
-	"io"
 	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"pdlb/lb/wire"
 )
 
 // call is one leg of an exchange: a request to one backend. Its peer is the
@@ -23,20 +24,18 @@ type call struct {
 	req  *fasthttp.Request
 	body []byte
 	resp fasthttp.Response
-	// answer holds the body of resp, read whole (readAnswer), or of a
+	// answer holds the body of resp, read whole (ReadAnswer), or of a
 	// streamed answer that is not an event stream (respondBufferedStream).
 	answer bodyBuffer
-	cancel canceller
-	// deadline bounds the whole call, body included; firstByteBy, when
-	// set, bounds the wait for a stream's first byte.
-	deadline    time.Time
-	firstByteBy time.Time
-	// stream hands the response body to the relay instead of buffering it;
-	// broke is set by the relay to why that body broke off, if it did; on
-	// a prefill, to errFailureIn200 if its 200 answer holds a failure.
-	stream bool
-	broke  error
-	err    error
+	// Leg is the call on the wire: its deadlines, its cancellation, and a
+	// streamed answer's body (Leg.Stream hands it to the relay instead of
+	// buffering it).
+	wire.Leg
+	// broke is set by the relay to why a streamed body broke off, if it
+	// did; on a prefill, to errFailureIn200 if its 200 answer holds a
+	// failure.
+	broke error
+	err   error
 	// again is set when the worker already failed this client request on
 	// an earlier attempt: failing it again is no news for the worker's
 	// breaker, which counts failed requests, not attempts.
@@ -48,16 +47,9 @@ type call struct {
 	// than the request's (errFailureIn200).
 	endedEarly bool
 	early      earlyEnd
-	// respBody is a streamed answer's body, once its headers are in: the
-	// chunked one decoded by chunked (its usual form), else fasthttp's.
-	respBody io.Reader
-	chunked  chunkedBody
 
-	// releaseBody, set while a streamed body is being consumed, gives the
-	// call's connection back (see endStream). done gets a value when the
-	// call has finished.
-	releaseBody func(clean bool)
-	done        chan struct{}
+	// done gets a value when the call has finished.
+	done chan struct{}
 }
 
 // prepare builds the call's request from the client's: same URI and
@@ -72,7 +64,7 @@ func (c *call) prepare(ctx *fasthttp.RequestCtx, b *Backend, body []byte, deadli
 // target points the call at b: a POST of body to uri, by deadline.
 func (c *call) target(b *Backend, uri, body []byte, deadline time.Time, requestID []byte) {
 	c.backend = b
-	c.deadline = deadline
+	c.Deadline = deadline
 	c.body = body
 	req := c.request()
 	req.Header.SetMethod(fasthttp.MethodPost)
@@ -82,7 +74,7 @@ func (c *call) target(b *Backend, uri, body []byte, deadline time.Time, requestI
 	req.Header.SetHost(b.addr)
 	b.authorize(&req.Header)
 	req.SetBodyRaw(body)
-	req.SetUserValue(callKey{}, c)
+	wire.Bind(req, c)
 }
 
 // request returns the call's request, taken from the pool if it has none.
@@ -111,7 +103,7 @@ func (c *call) run() {
 	b.requests.Inc()
 	c.err = b.hc.Do(c.req, &c.resp)
 	c.releaseRequest()
-	if c.releaseBody == nil {
+	if !c.Streaming() {
 		c.end()
 	}
 }
@@ -119,8 +111,7 @@ func (c *call) run() {
 // endStream gives the connection of a streamed answer back, reusable when
 // clean (the body was read to its end), and ends the call.
 func (c *call) endStream(clean bool) {
-	c.releaseBody(clean)
-	c.releaseBody = nil
+	c.EndBody(clean)
 	c.end()
 }
 
@@ -131,7 +122,7 @@ func (c *call) endStream(clean bool) {
 // on its own), and is left be.
 func (c *call) end() {
 	b := c.backend
-	c.cancel.end()
+	c.Cancel.End()
 	b.inflight.Add(-1)
 	if c.err == nil && b.authorization != nil && c.resp.StatusCode() == fasthttp.StatusUnauthorized {
 		// pdlb's own key was refused: a configuration error, which the
@@ -149,14 +140,14 @@ func (c *call) end() {
 		// The prefill answers once its KV cache is sent, before the decode
 		// ends; one still silent well after is stuck (waiting for a decode
 		// that never claimed the cache): give it a short last deadline.
-		c.peer.cancel.capRead(orphanPrefillGrace)
+		c.peer.Cancel.CapRead(orphanPrefillGrace, errGaveUp)
 	}
 	// A refused key is pdlb's fault, not the worker's, and so is a call
 	// pdlb lacked the descriptors or memory for (issue 19), or one it did
 	// not resend for fear of a restart (redial); an abort a client asked
 	// for (/abort_request), which SGLang answers as a failed KV transfer,
 	// is the client's.
-	own := c.cancel.err() == nil && !c.x.abortedByClient.Load() && (c.err == nil || !notTheWorkers(c.err))
+	own := c.Cancel.Err() == nil && !c.x.abortedByClient.Load() && (c.err == nil || !notTheWorkers(c.err))
 	switch status := c.resp.StatusCode(); {
 	case c.err == nil && status < fasthttp.StatusInternalServerError && c.broke == nil:
 		b.succeeded() // a 4xx too: the worker works, the request was wrong
@@ -204,7 +195,7 @@ func notTheWorkers(err error) bool {
 // one call, whatever the batch (abortRID), within the worker's abortGate.
 // The caller must hold a reference to the exchange.
 func (c *call) abort(reason error) {
-	if !c.cancel.cancel(reason) {
+	if !c.Cancel.Cancel(reason) {
 		return
 	}
 	if errors.Is(reason, errShutdown) {
@@ -221,7 +212,7 @@ func (c *call) abort(reason error) {
 // cause is what ended c's answer early: err, unless pdlb cut the call at
 // shutdown, which closed its connection under the read that failed.
 func (c *call) cause(err error) error {
-	if reason := c.cancel.err(); errors.Is(reason, errShutdown) {
+	if reason := c.Cancel.Err(); errors.Is(reason, errShutdown) {
 		return reason
 	}
 	return err
@@ -238,4 +229,39 @@ func (c *call) describe() (int, reason, string) {
 	}
 	return fasthttp.StatusBadGateway, reasonBackendFailed, c.backend.role + " backend " + c.backend.addr +
 		" answered " + strconv.Itoa(c.resp.StatusCode()) + ": " + string(bytes.TrimSpace(body))
+}
+
+// ReadAnswer reads the body of the call's answer resp, if it has one, into
+// c.answer, at most limit bytes, taking its memory from the body memory:
+// a worker's answer is as large as a client asks it to be (max_new_tokens,
+// n, return_logprob), and sixteen answers of 190 MB ran pdlb out of
+// memory. It becomes the response's body, which the exchange reads.
+func (c *call) ReadAnswer(resp *fasthttp.Response, limit int) error {
+	stream := resp.BodyStream()
+	if stream == nil {
+		return nil // none: a HEAD, a 204
+	}
+	declared := resp.Header.ContentLength()
+	if declared < 0 {
+		declared = -1 // chunked, or until the connection closes
+	}
+	if declared > limit {
+		_ = resp.CloseBodyStream()
+		return fasthttp.ErrBodyTooLarge
+	}
+	// A worker's length is its answer's, not a hostile client's claim: the
+	// buffer takes it at once, and leaves no garbage of buffers outgrown,
+	// which a burst of large answers would pile up faster than the
+	// collector frees it.
+	if declared > minPooledBody && !c.answer.growTo(declared, c.x.s.memory) {
+		_ = resp.CloseBodyStream()
+		return errNoBodyMemory
+	}
+	err := c.answer.fill(stream, declared, limit, c.x.s.memory, nil)
+	_ = resp.CloseBodyStream()
+	if err != nil {
+		return err
+	}
+	resp.SetBodyRaw(c.answer.buf)
+	return nil
 }

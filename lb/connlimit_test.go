@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bench/fake"
+	"pdlb/lb/wire"
 )
 
 func TestDefaultMaxConnections(t *testing.T) {
@@ -47,23 +48,14 @@ func TestDefaultMaxConnections(t *testing.T) {
 // the rest of the one they are sending.
 func waitConns(t *testing.T, srv *Server, open, first, next, rest int) {
 	t.Helper()
-	b := srv.conns
+	want := wire.Census{Open: open, First: first, Next: next, Rest: rest}
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		var got [4]int
-		b.mu.Lock()
-		gotOpen := b.open
-		for _, l := range []*connList{&b.silent, &b.waiting} {
-			for c := l.head; c != nil; c = c.next {
-				got[c.waitsFor]++
-			}
-		}
-		b.mu.Unlock()
-		if gotOpen == open && got[waitsForFirst] == first && got[waitsForNext] == next && got[waitsForRest] == rest {
+		got := srv.conns.Census()
+		if got == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("got %d connections open, waiting for a first request %d, the next %d, the rest %d; want %d, %d, %d, %d",
-				gotOpen, got[waitsForFirst], got[waitsForNext], got[waitsForRest], open, first, next, rest)
+			t.Fatalf("got %+v connections; want %+v", got, want)
 		}
 	}
 }
@@ -117,7 +109,7 @@ func (c *rawClient) waitClosed() {
 	c.t.Helper()
 	_ = c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	n, err := c.br.Read(make([]byte, 1))
-	if n > 0 || isTimeout(err) || err == nil {
+	if n > 0 || wire.IsTimeout(err) || err == nil {
 		c.t.Fatalf("read %d bytes, %v; want the connection closed", n, err)
 	}
 }
@@ -169,7 +161,7 @@ func TestIdleConnectionsMakeRoomOldestFirst(t *testing.T) {
 			}
 			clients[tt.closed].waitClosed()
 			clients[1-tt.closed].get() // the other one is still served
-			if got := srv.conns.evicted.Get(); got != 1 {
+			if got := srv.connsEvicted.Get(); got != 1 {
 				t.Errorf("got %d connections evicted; want 1", got)
 			}
 			waitConns(t, srv, 2, 0, 2, 0)
@@ -222,10 +214,9 @@ func TestNewConnectionIsRefusedWhenAllAreBusy(t *testing.T) {
 			if resp := busy.answer(); resp.StatusCode() != fasthttp.StatusOK {
 				t.Fatalf("the busy connection got %d %s; want 200", resp.StatusCode(), resp.Body())
 			}
-			b := srv.conns
-			if b.refused.Get() != 1 || b.evicted.Get() != 0 || srv.errorsByReason[reasonTooManyConnections].Get() != 1 {
+			if srv.connsRefused.Get() != 1 || srv.connsEvicted.Get() != 0 || srv.errorsByReason[reasonTooManyConnections].Get() != 1 {
 				t.Errorf("got %d refused, %d evicted, %d too_many_connections errors; want 1, 0, 1",
-					b.refused.Get(), b.evicted.Get(), srv.errorsByReason[reasonTooManyConnections].Get())
+					srv.connsRefused.Get(), srv.connsEvicted.Get(), srv.errorsByReason[reasonTooManyConnections].Get())
 			}
 			waitConns(t, srv, 1, 0, 1, 0)
 		})
@@ -284,7 +275,7 @@ func TestSlowSendersMakeRoom(t *testing.T) {
 	waitConns(t, srv, 2, 0, 1, 1)
 	dialRaw(t, dial).get()
 	header.waitClosed()
-	if got := srv.conns.evicted.Get(); got != 2 {
+	if got := srv.connsEvicted.Get(); got != 2 {
 		t.Fatalf("got %d connections evicted; want 2", got)
 	}
 	// The body's handler noticed when its read failed.
@@ -305,7 +296,7 @@ func TestSlowSendersMakeRoom(t *testing.T) {
 }
 
 // A keep-alive connection is closed after ClientIdleTimeout without a
-// request, over TCP, where clientConn arms the socket's read deadline
+// request, over TCP, where wire.ClientConn arms the socket's read deadline
 // lazily (SetReadDeadline records it, the next read gives it to the
 // socket): the deadline fasthttp sets for the idle wait must reach the
 // socket. ClientReadTimeout is far longer, so only the idle timeout can

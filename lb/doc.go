@@ -16,7 +16,12 @@
 // unlike mini_lb, into each item of a /generate batch).
 //
 // DP ranks, the bootstrap registry and the pair warm-up that works around
-// SGLang's first-request bug are described in package bootstrap.
+// SGLang's first-request bug are described in package bootstrap. The
+// sockets and the HTTP/1.1 framing under fasthttp (worker legs with their
+// deadlines and cancellation, client connections and their budget, the
+// dialer, chunk framing) are package lb/wire's: lb keeps the PD logic,
+// that is pairing, policies, retries, relay semantics, logprob merging,
+// fallback, errors and metrics.
 //
 // # How a request flows
 //

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/health"
+	"pdlb/lb/wire"
 )
 
 // reason says why pdlb answered with an error; it labels
@@ -153,12 +154,6 @@ func appendSSEError(dst []byte, status int, msg string) []byte {
 	return append(dst, "\n\ndata: [DONE]\n\n"...)
 }
 
-// isTimeout reports whether err is a timeout of any kind.
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &t) && t.Timeout()
-}
-
 // errPeerFailed cancels a call whose partner leg has failed.
 type errPeerFailed struct {
 	role string
@@ -228,16 +223,16 @@ func classify(err error, role, addr string) (int, reason, string) {
 		return fasthttp.StatusServiceUnavailable, reasonOutOfResources,
 			"pdlb is out of resources (" + errnoText(err) + ") and could not call " + role + " backend " + addr +
 				", which is not at fault; retry shortly"
-	case isTimeout(err):
+	case wire.IsTimeout(err):
 		return fasthttp.StatusGatewayTimeout, reasonBackendTimeout,
 			"timed out waiting for " + role + " backend " + addr
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		return fasthttp.StatusBadGateway, reasonBackendFailed,
 			role + " backend " + addr + " answered with a body larger than the limit"
-	case isUnreachable(err):
+	case wire.IsUnreachable(err):
 		return fasthttp.StatusBadGateway, reasonBackendUnreachable,
 			"cannot reach " + role + " backend " + addr + ": " + err.Error()
-	case isConnDrop(err) || errors.Is(err, io.ErrUnexpectedEOF):
+	case wire.IsConnDrop(err) || errors.Is(err, io.ErrUnexpectedEOF):
 		// fasthttp's own message for this is advice to server authors.
 		return fasthttp.StatusBadGateway, reasonBackendFailed,
 			role + " backend " + addr + " closed the connection before answering"

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"pdlb/lb/wire"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -90,7 +92,7 @@ type exchange struct {
 	runPrefill func()
 	relay      relay
 	// watcher watches the client of a non-stream request that waits long.
-	watcher watcher
+	watcher wire.Watcher
 	// scratch holds a merged answer, scratchHeld the body memory taken
 	// for it.
 	scratch     []byte
@@ -110,7 +112,7 @@ func newExchange(s *Server) *exchange {
 	x.runPrefill = x.prefill.run
 	x.relay.x = x
 	x.answer.x = x
-	x.watcher.init(x.clientLeft, s.cfg.Now)
+	x.watcher.Init(x.clientLeft, s.cfg.Now)
 	return x
 }
 
@@ -154,17 +156,12 @@ func (x *exchange) unref() {
 	x.finished, x.client = false, nil
 	for _, c := range []*call{&x.prefill, &x.decode} {
 		c.releaseRequest()
-		c.body, c.respBody = nil, nil
-		c.chunked = chunkedBody{}
+		c.body = nil
+		c.Leg.Reset()
 		c.resp.Reset()
 		c.answer.release(x.s.memory)
-		c.cancel.reset()
 		c.err = nil
-		c.stream, c.broke, c.again, c.endedEarly, c.early = false, nil, false, false, earlyEnd{}
-		c.firstByteBy = time.Time{}
-		if c.releaseBody != nil {
-			panic("BUG: an exchange was released with a stream still open")
-		}
+		c.broke, c.again, c.endedEarly, c.early = nil, false, false, earlyEnd{}
 		drain(c.done)
 	}
 	x.relay.reset()
@@ -215,4 +212,11 @@ func drain(ch chan struct{}) {
 func (x *exchange) cutShort() {
 	x.decode.abort(errShutdown)
 	x.prefill.abort(errShutdown)
+}
+
+// clientLeft aborts both calls of x: nobody is left to read their answers.
+func (x *exchange) clientLeft() {
+	x.s.errorsByReason[reasonClientGone].Inc()
+	x.decode.abort(errClientGone)
+	x.prefill.abort(errClientGone)
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"pdlb/bench/fake"
+	"pdlb/internal/loopback"
 )
 
 func TestMain(m *testing.M) {
@@ -218,7 +219,7 @@ func (h *harness) bridgeDial(addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	near, far, err := loopbackPair()
+	near, far, err := loopback.Pair()
 	if err != nil {
 		worker.Close()
 		return nil, err
@@ -236,24 +237,6 @@ func (h *harness) bridgeDial(addr string) (net.Conn, error) {
 	go pump(worker, far)
 	go pump(far, worker)
 	return near, nil
-}
-
-// loopbackPair returns both ends of a new loopback TCP connection: the one
-// dialled and the one accepted.
-func loopbackPair() (dialed, accepted net.Conn, err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, nil, err
-	}
-	defer ln.Close()
-	if dialed, err = net.Dial("tcp", ln.Addr().String()); err != nil {
-		return nil, nil, err
-	}
-	if accepted, err = ln.Accept(); err != nil {
-		dialed.Close()
-		return nil, nil, err
-	}
-	return dialed, accepted, nil
 }
 
 // closeBridges closes what is left of the bridges (pooled connections idle

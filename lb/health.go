@@ -53,7 +53,7 @@ func (s *Server) buildChecker(log zerolog.Logger) {
 		// may be another (--health-check-endpoint).
 		Authorization: s.workerAuthorization(),
 		TLSConfig:     s.cfg.WorkerTLS,
-		Dial:          s.dial(),
+		Dial:          s.link.dialer.Dial,
 		Log:           log,
 	}, targets)
 }

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"pdlb/lb/wire"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -57,19 +59,15 @@ func (s *Server) admit(q *clientRequest) *answerError {
 	defer wait.Stop()
 	// A client that gives up while queued must not take the slot of one
 	// still waiting, nor reach the workers: it is watched meanwhile.
-	var left chan struct{}
-	if cc, ok := q.ctx.Conn().(*clientConn); ok {
-		left = make(chan struct{})
-		cc.watch(func() { close(left) })
-		defer cc.unwatch()
-	}
+	watch := wire.WatchClient(q.ctx.Conn())
+	defer watch.Stop()
 	select {
 	case a.slots <- struct{}{}:
 		q.permit = true
 		return nil
 	case <-wait.C:
 		return overloaded("no slot freed up within " + a.timeout.String())
-	case <-left:
+	case <-watch.Gone:
 		return &answerError{statusClientGone, reasonClientGone, "the client went away while queued"}
 	case <-s.cut:
 		return &answerError{fasthttp.StatusServiceUnavailable, reasonShutdown, errShutdown.Error()}

@@ -91,6 +91,9 @@ type serverMetrics struct {
 	aborts     *metrics.Counter
 	// abortsDropped counts the aborts a worker's abortGate kept back.
 	abortsDropped *metrics.Counter
+	// connsEvicted and connsRefused count the client connections the
+	// connection budget closed to make room, and those it refused.
+	connsEvicted, connsRefused *metrics.Counter
 }
 
 // init creates the counters in ms.
@@ -104,6 +107,8 @@ func (m *serverMetrics) init(ms *metrics.Set) {
 	m.retries = ms.NewCounter(`pdlb_retries_total`)
 	m.aborts = ms.NewCounter(`pdlb_abort_requests_total`)
 	m.abortsDropped = ms.NewCounter(`pdlb_abort_requests_dropped_total`)
+	m.connsEvicted = ms.NewCounter(`pdlb_client_connections_evicted_total`)
+	m.connsRefused = ms.NewCounter(`pdlb_client_connections_refused_total`)
 	for w := pdMode + 1; w < numDecodeOnly; w++ { // PD requests are not decode-only
 		m.decodeOnly[w] = ms.NewCounter(fmt.Sprintf(`pdlb_decode_only_total{reason=%q}`, w))
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 
+	"pdlb/lb/wire"
+
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 )
@@ -19,7 +21,7 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	var timeout interface{ Timeout() bool }
 	switch {
-	case evicted(ctx.Conn()):
+	case wire.Evicted(ctx.Conn()):
 		// pdlb closed it to make room: no answer can reach the client.
 		status, r, msg = statusClientGone, reasonTooManyConnections, evictedMessage
 	case errors.As(err, &small):

@@ -97,7 +97,7 @@ func (x *exchange) prefillSends() []byte {
 // clientGone reports whether the exchange's calls were cancelled because
 // its client went away.
 func (x *exchange) clientGone() bool {
-	return errors.Is(x.decode.cancel.err(), errClientGone)
+	return errors.Is(x.decode.Cancel.Err(), errClientGone)
 }
 
 // serveBuffered answers a non-stream request: the decode call runs on the
@@ -107,9 +107,9 @@ func (x *exchange) serveBuffered(ctx *fasthttp.RequestCtx) outcome {
 	if !x.single {
 		go x.runPrefill()
 	}
-	x.watcher.arm(ctx.Conn(), x.start)
+	x.watcher.Arm(ctx.Conn(), x.start)
 	x.decode.run()
-	x.watcher.disarm()
+	x.watcher.Disarm()
 	<-x.decode.done
 	d := &x.decode
 	if x.clientGone() {
@@ -251,7 +251,7 @@ func (x *exchange) refuseNoRoom(ctx *fasthttp.RequestCtx) {
 // culprit waits for the prefill call to finish (it is about to).
 func (x *exchange) culprit() *call {
 	var peer *errPeerFailed
-	if !x.single && errors.As(x.decode.cancel.err(), &peer) && peer.role == rolePrefill {
+	if !x.single && errors.As(x.decode.Cancel.Err(), &peer) && peer.role == rolePrefill {
 		x.waitPrefill()
 		return &x.prefill
 	}
@@ -312,7 +312,7 @@ func (x *exchange) passOn(c *call) {
 }
 
 func (x *exchange) logFailure(c *call, msg string) {
-	if errors.Is(c.cancel.err(), errShutdown) {
+	if errors.Is(c.Cancel.Err(), errShutdown) {
 		return // Shutdown logs them all at once
 	}
 	x.s.log.Warn().Bytes("request_id", x.requestID).Str("route", x.rt.path).
@@ -338,6 +338,6 @@ func (x *exchange) finish(status int) {
 		} else {
 			line.Str("prefill", x.prefill.backend.addr).Str("decode", x.decode.backend.addr)
 		}
-		line.Bool("stream", x.decode.stream).Msg("request")
+		line.Bool("stream", x.decode.Stream).Msg("request")
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"net"
 	"time"
 
+	"pdlb/lb/wire"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -26,11 +28,11 @@ type relay struct {
 	client          net.Conn
 	writeBy, readBy time.Time
 	// cc is the client's connection as fasthttp writes to it, nil if pdlb
-	// did not accept it (watchListener): the relay may then not send the
+	// did not accept it (wire.Listener): the relay may then not send the
 	// body's end itself.
-	cc *clientConn
+	cc *wire.ClientConn
 	// buf[start:end] holds bytes read but not yet written, between
-	// chunkHeadroom bytes before and chunkTailroom after.
+	// wire.ChunkHeadroom bytes before and wire.ChunkTailroom after.
 	buf        []byte
 	start, end int
 	readErr    error
@@ -92,9 +94,9 @@ func (r *relay) prime(body io.Reader) error {
 		r.buf = make([]byte, relayBufSize)
 	}
 	r.buf = r.buf[:cap(r.buf)]
-	r.start, r.end = chunkHeadroom, chunkHeadroom
+	r.start, r.end = wire.ChunkHeadroom, wire.ChunkHeadroom
 	for r.end == r.start {
-		n, err := body.Read(r.buf[r.end : len(r.buf)-chunkTailroom])
+		n, err := body.Read(r.buf[r.end : len(r.buf)-wire.ChunkTailroom])
 		r.end += n
 		if err != nil {
 			r.readErr = err
@@ -117,6 +119,23 @@ func (r *relay) firstEventFailure() ([]byte, bool) {
 // per event, instead of Read.
 func (r *relay) SupportsBodyWriteTo() bool { return true }
 
+// writeChunk writes buf[from:to] to the client as one chunk, framed in
+// place (wire.WriteChunk); with last, the body's end goes with it.
+func (r *relay) writeChunk(from, to int, last bool) (int, error) {
+	n, err := wire.WriteChunk(r.client, r.buf, from, to, last)
+	if last && err == nil {
+		r.cc.LastChunkSent()
+	}
+	return n, err
+}
+
+// ended reports whether the events just taken are the decode's last: it
+// sent its [DONE] and the body's end with them, and nothing else is left.
+// The relay may then send the body's end itself, with them.
+func (r *relay) ended() bool {
+	return r.readErr == io.EOF && r.sawDone && r.start == r.end && r.cc != nil
+}
+
 // Read exists to satisfy io.Reader; fasthttp uses WriteTo.
 func (r *relay) Read([]byte) (int, error) {
 	return 0, errors.New("BUG: relay must be consumed through WriteTo")
@@ -133,17 +152,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	for {
 		from := r.start
 		if batch := r.nextBatch(); len(batch) > 0 {
-			r.pushWriteDeadline()
-			var (
-				n   int
-				err error
-			)
-			if r.framing && len(r.prefillLogprobs) == 0 {
-				n, err = r.writeChunk(from, r.start, r.ended())
-			} else {
-				n, err = w.Write(batch)
-				r.framing = r.client != nil
-			}
+			n, err := r.writeBatch(w, from, batch)
 			written += int64(n)
 			if err != nil {
 				r.writeFailed(err)
@@ -155,6 +164,28 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 		}
 		r.fill()
 	}
+	n, err := r.writeEnd(w)
+	return written + n, err
+}
+
+// writeBatch writes batch, the complete events taken from buf[from:], as
+// one chunk: framed by the relay itself once fasthttp has written the
+// headers and the events are as the decode sent them, else through w.
+func (r *relay) writeBatch(w io.Writer, from int, batch []byte) (int, error) {
+	r.pushWriteDeadline()
+	if r.framing && len(r.prefillLogprobs) == 0 {
+		return r.writeChunk(from, r.start, r.ended())
+	}
+	n, err := w.Write(batch)
+	r.framing = r.client != nil
+	return n, err
+}
+
+// writeEnd ends the stream once the decode's has ended: its last event,
+// if whole, and unless the decode sent its [DONE], an error event and
+// [DONE] of pdlb's.
+func (r *relay) writeEnd(w io.Writer) (int64, error) {
+	var written int64
 	r.pushWriteDeadline()
 	if r.start < r.end {
 		tail := r.buf[r.start:r.end]
@@ -218,7 +249,7 @@ func (r *relay) nextEvent() []byte {
 		r.start += i
 		return pending[:i]
 	}
-	if r.start == chunkHeadroom && r.end == len(r.buf)-chunkTailroom && len(r.buf) >= maxEventSize {
+	if r.start == wire.ChunkHeadroom && r.end == len(r.buf)-wire.ChunkTailroom && len(r.buf) >= maxEventSize {
 		r.start = r.end
 		return pending
 	}
@@ -267,19 +298,19 @@ func (r *relay) fill() {
 	d := &r.x.decode
 	idle := r.x.s.cfg.StreamIdleTimeout
 	if now := r.x.s.cfg.Now(); r.readBy.Sub(now) < idle/2 {
-		r.readBy = earliest(d.deadline, now.Add(idle))
-		d.cancel.readBy(r.readBy)
+		r.readBy = earliest(d.Deadline, now.Add(idle))
+		d.Cancel.ReadBy(r.readBy)
 	}
-	if r.start > chunkHeadroom {
-		r.end = chunkHeadroom + copy(r.buf[chunkHeadroom:], r.buf[r.start:r.end])
-		r.start = chunkHeadroom
+	if r.start > wire.ChunkHeadroom {
+		r.end = wire.ChunkHeadroom + copy(r.buf[wire.ChunkHeadroom:], r.buf[r.start:r.end])
+		r.start = wire.ChunkHeadroom
 	}
-	if r.end == len(r.buf)-chunkTailroom {
+	if r.end == len(r.buf)-wire.ChunkTailroom {
 		grown := make([]byte, 2*len(r.buf))
 		copy(grown, r.buf[:r.end])
 		r.buf = grown
 	}
-	n, err := r.body.Read(r.buf[r.end : len(r.buf)-chunkTailroom])
+	n, err := r.body.Read(r.buf[r.end : len(r.buf)-wire.ChunkTailroom])
 	r.end += n
 	if err != nil {
 		r.readErr = err
@@ -291,7 +322,7 @@ func (r *relay) fill() {
 // which only a debug line tells apart, as a client can make as many as it
 // likes.
 func (r *relay) writeFailed(err error) {
-	if isTimeout(err) {
+	if wire.IsTimeout(err) {
 		r.x.s.log.Debug().Bytes("request_id", r.x.requestID).Str("route", r.x.rt.path).
 			Dur("stall_timeout", r.x.s.cfg.ClientStallTimeout).Msg("the client stopped reading the stream: ending it")
 	}
@@ -317,9 +348,9 @@ func (r *relay) brokenEvent() []byte {
 	status, rsn, msg := fasthttp.StatusBadGateway, reasonStreamBroken, "decode backend "+d.backend.addr+" ended the stream early"
 	var peer *errPeerFailed
 	switch {
-	case errors.Is(d.cancel.err(), errShutdown):
+	case errors.Is(d.Cancel.Err(), errShutdown):
 		status, rsn, msg = classify(errShutdown, d.backend.role, d.backend.addr)
-	case errors.As(d.cancel.err(), &peer) && peer.role == rolePrefill:
+	case errors.As(d.Cancel.Err(), &peer) && peer.role == rolePrefill:
 		// The prefill failed just before the decode's first event was
 		// seen (after it, a prefill no longer cancels the decode); its
 		// call is finishing now.
@@ -328,15 +359,15 @@ func (r *relay) brokenEvent() []byte {
 	case r.readErr != io.EOF:
 		status, _, msg = classify(r.readErr, d.backend.role, d.backend.addr)
 		switch {
-		case isConnDrop(r.readErr) || errors.Is(r.readErr, io.ErrUnexpectedEOF):
+		case wire.IsConnDrop(r.readErr) || errors.Is(r.readErr, io.ErrUnexpectedEOF):
 			msg = "decode backend " + d.backend.addr + " closed the connection in the middle of the stream"
-		case isTimeout(r.readErr) && !x.s.cfg.Now().Before(d.deadline):
+		case wire.IsTimeout(r.readErr) && !x.s.cfg.Now().Before(d.Deadline):
 			// The decode was streaming; the request's time ran out.
 			msg = "the stream from decode backend " + d.backend.addr + " ran past the request's time limit (--request-timeout-secs)"
-		case isTimeout(r.readErr):
+		case wire.IsTimeout(r.readErr):
 			msg = "decode backend " + d.backend.addr + " sent no event within " + x.s.cfg.StreamIdleTimeout.String() + " (--stream-idle-timeout-secs)"
 		}
-		if d.cancel.err() == nil { // counts against the decode
+		if d.Cancel.Err() == nil { // counts against the decode
 			d.broke = fmt.Errorf("the stream broke off: %w", r.readErr)
 		}
 	default:

@@ -4,7 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
+
+	"pdlb/lb/wire"
 
 	"github.com/valyala/fasthttp"
 )
@@ -44,7 +45,7 @@ func callSaysRestart(err error) bool {
 	if noRestartSign(err) {
 		return false
 	}
-	return isUnreachable(err) || isConnDrop(err) || errors.Is(err, errStaleConn) || errors.Is(err, io.ErrUnexpectedEOF)
+	return wire.IsUnreachable(err) || wire.IsConnDrop(err) || errors.Is(err, wire.ErrStaleConn) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // probeSaysRestart reports whether err, why a health probe failed, is a
@@ -61,7 +62,7 @@ func probeSaysRestart(err error) bool {
 // a timeout, pdlb's own shortage or connection limit, or an answer too
 // large for pdlb.
 func noRestartSign(err error) bool {
-	return err == nil || isTimeout(err) || errors.Is(err, fasthttp.ErrDialTimeout) || pdlbShortage(err) ||
+	return err == nil || wire.IsTimeout(err) || errors.Is(err, fasthttp.ErrDialTimeout) || pdlbShortage(err) ||
 		errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrBodyTooLarge)
 }
 
@@ -140,6 +141,19 @@ func (c *call) tellsPrefillRank() bool {
 	return c == &x.decode && x.coldRetry && x.plan.hint
 }
 
+// Dropped is told that the pooled connection c's request went out on was
+// found closed by the worker before any answer (drop): the worker has
+// closed the other idle ones too (its keep-alive expired, or it
+// restarted), so the resend must not take another of them. A decode call
+// that tells the decode a prefill DP rank redials instead of resending.
+func (c *call) Dropped(hc *fasthttp.HostClient, drop error) error {
+	suspectRestart(c.backend)
+	if c.tellsPrefillRank() {
+		return c.redial(hc, drop)
+	}
+	return nil
+}
+
 // redial is what a decode call that tells the decode a prefill DP rank
 // does instead of resending the request when its pooled connection was
 // found closed (drop, the error): the decode may be a restarted one, whose
@@ -152,19 +166,10 @@ func (c *call) tellsPrefillRank() bool {
 // worker whose keep-alive closed the connection, with no restart, costs
 // the same warm-up, which the pair, cold now, needs anyway.
 func (c *call) redial(hc *fasthttp.HostClient, drop error) error {
-	wait := time.Until(c.deadline)
-	if wait <= 0 {
-		return fasthttp.ErrTimeout
+	if err := c.Redial(hc); err != nil {
+		return err
 	}
-	cc, err := hc.AcquireConn(wait, false)
-	if err != nil {
-		if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrTimeout) {
-			return err
-		}
-		return &unreachableError{err}
-	}
-	hc.ReleaseConn(cc)
-	if reason := c.cancel.err(); reason != nil {
+	if reason := c.Cancel.Err(); reason != nil {
 		return reason // cancelled while it dialled: that is what ended it
 	}
 	return fmt.Errorf("%w: %w", errRestartSuspected, drop)

@@ -15,11 +15,12 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bench/fake"
+	"pdlb/lb/wire"
 )
 
 func TestRestartSigns(t *testing.T) {
 	dial := func(errno syscall.Errno) error {
-		return &unreachableError{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", errno)}}
+		return &wire.UnreachableError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", errno)}}
 	}
 	f := func(err error, call, probe bool) {
 		t.Helper()
@@ -38,14 +39,14 @@ func TestRestartSigns(t *testing.T) {
 	f(syscall.ECONNRESET, true, true)
 	f(io.EOF, true, true)
 	f(io.ErrUnexpectedEOF, true, true)
-	f(fmt.Errorf("%w: %w", errStaleConn, io.EOF), true, true)
+	f(fmt.Errorf("%w: %w", wire.ErrStaleConn, io.EOF), true, true)
 	// A probe that the worker answered with another status than 200: SGLang
 	// answers 503 while it starts.
 	f(errors.New("GET /health returned status 503; want 200"), false, true)
 	// A slow worker is alive, and so are its caches.
 	f(fasthttp.ErrTimeout, false, false)
 	f(fmt.Errorf("cannot GET /health: %w", fasthttp.ErrTimeout), false, false)
-	f(&unreachableError{fasthttp.ErrDialTimeout}, false, false)
+	f(&wire.UnreachableError{Err: fasthttp.ErrDialTimeout}, false, false)
 	// pdlb's own shortages, and its own limit: the worker was never asked.
 	f(dial(syscall.EMFILE), false, false)
 	f(dial(syscall.EADDRNOTAVAIL), false, false) // no local port left
@@ -69,7 +70,7 @@ func TestRestartSigns(t *testing.T) {
 	broke(fmt.Errorf("the stream broke off: %w", io.ErrUnexpectedEOF), true)
 	broke(fmt.Errorf("the stream broke off before its first event: %w", syscall.ECONNRESET), true)
 	broke(errNoDone, false)
-	broke(fmt.Errorf("the stream broke off: %w", errBrokenChunk), false)
+	broke(fmt.Errorf("the stream broke off: %w", wire.ErrBrokenChunk), false)
 	broke(fmt.Errorf("the stream broke off: %w", fasthttp.ErrTimeout), false)
 }
 

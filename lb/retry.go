@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 
+	"pdlb/lb/wire"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -120,7 +122,7 @@ func (x *exchange) failedCall(decodeBody []byte) outcome {
 		// pdlb's own shortage, which another worker would meet too: the
 		// client is told at once (classify), its worker not blamed.
 		return outcome{}
-	case c.err != nil && isUnreachable(c.err):
+	case c.err != nil && wire.IsUnreachable(c.err):
 		kind = retryUnreachable
 	case c.err != nil && retriable(c.err):
 		kind = retryFailed

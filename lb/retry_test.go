@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bench/fake"
+	"pdlb/lb/wire"
 )
 
 // failing counts the requests of a backend that answers every one with
@@ -399,7 +400,7 @@ func TestCancelledLegIsAbortedByRID(t *testing.T) {
 // A worker drops an idle keep-alive connection (uvicorn after 5 s) that
 // pdlb still holds: the next request on it must not fail (sglang#9926). In
 // memory and over TCP, where the request goes out inside the answer's
-// first read (workerConn), so the drop shows there.
+// first read (wire's worker connection), so the drop shows there.
 func TestStaleConnectionsAreResent(t *testing.T) {
 	for _, tcp := range []bool{false, true} {
 		t.Run(map[bool]string{false: "memory", true: "tcp"}[tcp], func(t *testing.T) {
@@ -440,7 +441,7 @@ func TestClientGoneCancelsBothLegs(t *testing.T) {
 	}{
 		{name: "soon"},
 		{name: "after the client timeouts", readTimeout: 200 * time.Millisecond, idleTimeout: 300 * time.Millisecond,
-			leaveAfter: watchAfter + time.Second},
+			leaveAfter: wire.WatchAfter + time.Second},
 		{name: "stream before its first event", stream: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -468,7 +469,7 @@ func TestClientGoneCancelsBothLegs(t *testing.T) {
 			<-decodeHasIt
 			time.Sleep(tc.leaveAfter)
 			_ = conn.Close()
-			waitIdleWithin(t, srv, watchAfter+2*time.Second)
+			waitIdleWithin(t, srv, wire.WatchAfter+2*time.Second)
 			if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "1" {
 				t.Fatalf("got %q client_gone; want 1", got)
 			}
@@ -498,7 +499,7 @@ func TestHalfClosedClientGetsNoAnswer(t *testing.T) {
 			if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
 				t.Fatal(err)
 			}
-			_ = conn.SetReadDeadline(time.Now().Add(watchAfter + 5*time.Second))
+			_ = conn.SetReadDeadline(time.Now().Add(wire.WatchAfter + 5*time.Second))
 			got, err := io.ReadAll(conn)
 			if err != nil || len(got) > 0 {
 				t.Fatalf("got %q, %v; want the connection closed with no answer", got, err)

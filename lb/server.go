@@ -17,6 +17,7 @@ import (
 
 	"pdlb/bootstrap"
 	"pdlb/health"
+	"pdlb/lb/wire"
 )
 
 // Server is a pdlb load balancer. Build one with New, then Serve. Any number
@@ -38,6 +39,10 @@ type Server struct {
 	adminMu sync.Mutex
 	admin   []*fasthttp.Server
 	newRoom func() uint64
+	// link is how the backends reach their workers; began is when the
+	// server was made, on Config.Now's clock.
+	link  workerLink
+	began time.Time
 	// clientAuthorization is the Authorization header a client must send on
 	// the keyed routes: nil without an API key.
 	clientAuthorization []byte
@@ -61,8 +66,8 @@ type Server struct {
 	admission      admission
 	// memory is the budget of request bodies held at once (body.go).
 	memory *bodyMemory
-	// conns bounds the client connections (connlimit.go).
-	conns *connBudget
+	// conns bounds the client connections (connlimit.go, wire.Budget).
+	conns *wire.Budget
 	// live counts exchanges not yet released, and the aborts they sent: a
 	// call may outlive the client's answer, and a drain waits for it. A
 	// counter, not a WaitGroup: warm-ups start during a drain, and a
@@ -103,9 +108,11 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		ms:      metrics.NewSet(),
 		newRoom: cfg.NewRoom,
 		cut:     make(chan struct{}),
+		began:   cfg.Now(),
 	}
 	s.access = s.log.Level(zerolog.InfoLevel)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.link = workerLink{dialer: wire.NewDialer(cfg.Dial), steps: wire.NewSteps(), quit: s.ctx.Done()}
 	if cfg.APIKey != "" {
 		s.clientAuthorization = []byte(bearer(cfg.APIKey))
 	}
@@ -128,7 +135,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	if err := s.buildPools(); err != nil {
 		return nil, err
 	}
-	s.conns = newConnBudget(s.connectionLimit(), s.ms, s.errorsByReason[reasonTooManyConnections])
+	s.conns = s.newConnBudget()
 	s.buildRoutes()
 	s.buildRegistry(log)
 	s.buildChecker(log)
@@ -159,24 +166,20 @@ func (s *Server) buildServer() {
 		// pdlb's memory. The price, one more read call per keep-alive
 		// request, did not show in the benchmarks (README, Performance).
 		ReadBufferSize:       s.cfg.MaxHeaderSize,
-		WriteBufferSize:      clientWriteBufferSize,
+		WriteBufferSize:      wire.ClientWriteBufferSize,
 		ReduceMemoryUsage:    true,
 		NoDefaultContentType: true,
 		CloseOnShutdown:      true,
 		// pdlb times requests with its own clock; fasthttp's reading of it
 		// for each request would go unused.
 		LazyRequestTime: true,
-		ConnState:       s.conns.track,
-		Concurrency:     s.conns.concurrency(),
+		ConnState:       s.conns.Track,
+		Concurrency:     s.conns.Concurrency(),
 	}
 }
 
 // adminMaxConnections bounds the connections of each admin listener.
 const adminMaxConnections = 32
-
-// clientWriteBufferSize is a client connection's write buffer: an event or a
-// small answer fits, a larger body is written past it.
-const clientWriteBufferSize = 2 << 10
 
 func (s *Server) buildPools() error {
 	prefillURLs := make([]string, len(s.cfg.Prefill))
@@ -198,7 +201,7 @@ func (s *Server) buildPools() error {
 func (s *Server) newPool(role, policy string, urls []string) (*Pool, error) {
 	pool := &Pool{role: role, policy: policy}
 	for i, u := range urls {
-		b, err := newBackend(role, i, u, &s.cfg, s.ms, s.log, s.ctx.Done())
+		b, err := newBackend(role, i, u, &s.cfg, s.ms, s.log, s.link)
 		if err != nil {
 			return nil, fmt.Errorf("invalid %s URL: %w", role, err)
 		}
@@ -240,8 +243,8 @@ func (s *Server) Metrics() *metrics.Set { return s.ms }
 func (s *Server) Serve(ln net.Listener) error {
 	s.startOnce.Do(s.startBackground)
 	s.log.Info().Str("addr", ln.Addr().String()).Int("prefill", len(s.prefills.backends)).
-		Int("decode", len(s.decodes.backends)).Int("max_connections", s.conns.max).Msg("serving")
-	return s.srv.Serve(watchListener{Listener: ln, log: &s.log, budget: s.conns})
+		Int("decode", len(s.decodes.backends)).Int("max_connections", s.conns.Max()).Msg("serving")
+	return s.srv.Serve(wire.Listener{Listener: ln, Log: &s.log, Budget: s.conns, Steps: s.link.steps})
 }
 
 // ServeAdmin serves /metrics on ln (sglang_router's --prometheus-port),
@@ -311,7 +314,7 @@ func (s *Server) buildRegistry(log zerolog.Logger) {
 	}
 	s.registry = bootstrap.NewRegistry(bootstrap.Config{
 		Targets:         targets,
-		Dial:            s.dial(),
+		Dial:            s.link.dialer.Dial,
 		Authorization:   s.workerAuthorization(),
 		APITLS:          s.cfg.WorkerTLS,
 		RefreshInterval: s.cfg.BootstrapRefresh,
@@ -360,7 +363,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 // duration runs from here, refusals' included.
 func (s *Server) serve(ctx *fasthttp.RequestCtx, rt *route, adminListener bool) {
 	start := s.cfg.Now()
-	serving(ctx.Conn())
+	wire.Serving(ctx.Conn())
 	requestID := s.setRequestID(ctx)
 	if name := badHeaderName(&ctx.Request.Header); name != nil {
 		s.refuseBadHeader(ctx, rt, name, requestID, start)
@@ -406,8 +409,8 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, rt *route, adminListener bool) 
 		line.Msg("request")
 	}
 	// An answer that fasthttp will write in two pieces goes out in one.
-	if cc, ok := ctx.Conn().(*clientConn); ok && takesTwoWrites(&ctx.Response) {
-		cc.holdLargeAnswer()
+	if cc, ok := ctx.Conn().(*wire.ClientConn); ok && takesTwoWrites(&ctx.Response) {
+		cc.HoldLargeAnswer()
 	}
 }
 
@@ -418,7 +421,7 @@ func takesTwoWrites(resp *fasthttp.Response) bool {
 	if _, ok := resp.BodyStream().(*answerBody); ok {
 		return true
 	}
-	return !resp.IsBodyStream() && len(resp.Body()) >= clientWriteBufferSize
+	return !resp.IsBodyStream() && len(resp.Body()) >= wire.ClientWriteBufferSize
 }
 
 // unauthorized refuses a client that did not present the key msg asks for.

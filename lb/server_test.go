@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bench/fake"
+	"pdlb/lb/wire"
 )
 
 // An admin listener says where it serves once it listens, as the main one
@@ -98,7 +99,7 @@ func TestRefusalsAreTimed(t *testing.T) {
 	}
 }
 
-// The answers fasthttp writes in two pieces, whose first clientConn holds
+// The answers fasthttp writes in two pieces, whose first wire.ClientConn holds
 // back to send both in one writev: a body set whole of at least the write
 // buffer, and a large answer's body stream; not a smaller body, nor
 // another body stream (a stream's relay writes its own chunks).
@@ -110,7 +111,7 @@ func TestTakesTwoWrites(t *testing.T) {
 		want bool
 	}{
 		{"a small body", func() { resp.SetBodyString("{}") }, false},
-		{"a body of the write buffer", func() { resp.SetBody(make([]byte, clientWriteBufferSize)) }, true},
+		{"a body of the write buffer", func() { resp.SetBody(make([]byte, wire.ClientWriteBufferSize)) }, true},
 		{"a large answer", func() { resp.SetBodyStream(&answerBody{}, largeAnswer+1) }, true},
 		{"another body stream", func() { resp.SetBodyStream(strings.NewReader("data: {}\n\n"), -1) }, false},
 	} {

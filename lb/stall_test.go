@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"pdlb/bench/fake"
+	"pdlb/lb/wire"
 )
 
 // A client that stops reading a stream is let go within ClientStallTimeout
@@ -46,7 +47,7 @@ func TestStalledStreamIsLetGo(t *testing.T) {
 				return st.AbortRequest == 1 && st.InFlight == 0
 			})
 			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-			if _, err := io.Copy(io.Discard, conn); isTimeout(err) {
+			if _, err := io.Copy(io.Discard, conn); wire.IsTimeout(err) {
 				t.Fatal("the stalled client's connection is still open")
 			}
 			waitIdle(t, srv)
@@ -86,7 +87,7 @@ func TestSlowReaderOfAStreamIsNotCut(t *testing.T) {
 	defer tick.Stop()
 	var got []byte
 	buf := make([]byte, 512)
-	for !bytes.HasSuffix(got, []byte(lastChunk)) {
+	for !bytes.HasSuffix(got, []byte("0\r\n\r\n")) {
 		<-tick.C
 		n, err := conn.Read(buf)
 		got = append(got, buf[:n]...)

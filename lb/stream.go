@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"pdlb/lb/wire"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -19,16 +21,16 @@ import (
 func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 	d := &x.decode
 	x.startStream(ctx)
-	if d.releaseBody == nil {
-		x.watcher.disarm()
+	if !d.Streaming() {
+		x.watcher.Disarm()
 		return x.answerUnstreamed(ctx)
 	}
 	if d.resp.StatusCode() != fasthttp.StatusOK || !isEventStream(d.resp.Header.ContentType()) {
-		x.watcher.disarm()
+		x.watcher.Disarm()
 		return x.respondBufferedStream(ctx)
 	}
-	err := x.relay.prime(d.respBody)
-	x.watcher.disarm()
+	err := x.relay.prime(d.Body())
+	x.watcher.Disarm()
 	if err != nil {
 		return x.failBeforeFirstEvent(ctx, err)
 	}
@@ -49,10 +51,10 @@ func (x *exchange) serveStream(ctx *fasthttp.RequestCtx) outcome {
 // in, or its call has failed, with the client watched meanwhile.
 func (x *exchange) startStream(ctx *fasthttp.RequestCtx) {
 	d := &x.decode
-	d.stream = true
-	d.firstByteBy = earliest(d.deadline, x.s.cfg.Now().Add(x.s.cfg.FirstByteTimeout))
+	d.Stream = true
+	d.FirstByteBy = earliest(d.Deadline, x.s.cfg.Now().Add(x.s.cfg.FirstByteTimeout))
 	x.relay.client = ctx.Conn()
-	if cc, ok := x.relay.client.(*clientConn); ok {
+	if cc, ok := x.relay.client.(*wire.ClientConn); ok {
 		// Its wrapping is for reads; the relay only writes.
 		x.relay.client, x.relay.cc = cc.Conn, cc
 	}
@@ -63,7 +65,7 @@ func (x *exchange) startStream(ctx *fasthttp.RequestCtx) {
 	// request), and a client that leaves meanwhile must not leave both
 	// workers generating: it is watched until then, as a non-stream
 	// request's client is. Once events flow, a failed write tells.
-	x.watcher.arm(ctx.Conn(), x.start)
+	x.watcher.Arm(ctx.Conn(), x.start)
 	// Until the headers are in; a prefill that fails meanwhile closes the
 	// decode's connection, which ends the wait at once.
 	d.run()
@@ -89,7 +91,7 @@ func (x *exchange) answerUnstreamed(ctx *fasthttp.RequestCtx) outcome {
 // as an HTTP error, as nothing has reached the client.
 func (x *exchange) failBeforeFirstEvent(ctx *fasthttp.RequestCtx, err error) outcome {
 	d := &x.decode
-	if d.cancel.err() == nil {
+	if d.Cancel.Err() == nil {
 		d.broke = fmt.Errorf("the stream broke off before its first event: %w", err)
 	}
 	d.endStream(false)
@@ -104,7 +106,7 @@ func (x *exchange) failBeforeFirstEvent(ctx *fasthttp.RequestCtx, err error) out
 		x.respondFailed(ctx, c)
 	} else {
 		status, r, msg := classify(d.cause(err), d.backend.role, d.backend.addr)
-		if r == reasonBackendFailed && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || isConnDrop(err)) {
+		if r == reasonBackendFailed && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || wire.IsConnDrop(err)) {
 			// Its headers came: it answered, and then sent no event.
 			msg = "decode backend " + d.backend.addr + " answered 200 and ended its event stream before the first event"
 		}
@@ -170,7 +172,7 @@ func (x *exchange) commitStream(ctx *fasthttp.RequestCtx) {
 // is read whole and passed on with the decode's status.
 func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 	d := &x.decode
-	err := d.answer.fill(d.respBody, -1, x.s.cfg.MaxResponseBodySize, x.s.memory, nil)
+	err := d.answer.fill(d.Body(), -1, x.s.cfg.MaxResponseBodySize, x.s.memory, nil)
 	if err == nil {
 		d.resp.SetBodyRaw(d.answer.buf) // what decide reads
 	}
@@ -183,7 +185,7 @@ func (x *exchange) respondBufferedStream(ctx *fasthttp.RequestCtx) outcome {
 		err = d.err // an answer that is pdlb's failure (errKeyRefused)
 	}
 	var peer *errPeerFailed
-	if err != nil && errors.As(d.cancel.err(), &peer) && peer.role == rolePrefill {
+	if err != nil && errors.As(d.Cancel.Err(), &peer) && peer.role == rolePrefill {
 		// The prefill failed as the decode's error answer was read, and
 		// closed the decode's connection under it: the prefill's failure
 		// is the one to retry, or to tell, as for a non-stream request.

@@ -380,6 +380,9 @@ func gate(next, over <-chan struct{}) {
 
 func chunk(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
 
+// lastChunk ends a chunked body that has no trailers.
+const lastChunk = "0\r\n\r\n"
+
 // When the decode sends its last events and its body's end together, the
 // relay sends them on together, in one write, and fasthttp's own end of
 // the body is dropped: a client sees one end, and its connection then

@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bootstrap"
+	"pdlb/lb/wire"
 )
 
 // SGLang decodes between 2026-03-18 and PR #22990 fail every request that
@@ -149,8 +150,8 @@ func (w *warmer) ensure(pr *pair, deadline time.Time, conn net.Conn) error {
 	if w.isWarm(pr) {
 		return nil
 	}
-	gone := watchClient(conn)
-	defer gone.stop()
+	gone := wire.WatchClient(conn)
+	defer gone.Stop()
 	wait := time.NewTimer(min(time.Until(deadline), w.timeout))
 	defer wait.Stop()
 	// Twice at most: the pair may go cold again while a warm-up runs.
@@ -160,7 +161,7 @@ func (w *warmer) ensure(pr *pair, deadline time.Time, conn net.Conn) error {
 		}
 		select {
 		case <-w.start(pr):
-		case <-gone.c:
+		case <-gone.Gone:
 			return errClientGone
 		case <-w.s.cut:
 			return errShutdown

@@ -1,4 +1,4 @@
-package lb
+package wire
 
 import (
 	"net"
@@ -18,7 +18,7 @@ import (
 // so that can take a long while. A burst of new streams, which all dial at
 // once, so cost 8 KiB more each: 8 MiB at 1,024 streams, an eighth of
 // pdlb's memory.
-// dialers instead run each worker's dials on a few goroutines of their own,
+// Dialers instead run each worker's dials on a few goroutines of their own,
 // reused from one dial to the next, and the request only waits for the
 // connection.
 
@@ -35,9 +35,9 @@ const (
 // it exits.
 const dialerIdle = 10 * time.Second
 
-// dialers runs the dials of one worker on reusable goroutines, at most
-// maxDialers at a time. Make one with newDialers.
-type dialers struct {
+// Dialers runs the dials of one worker on reusable goroutines, at most
+// maxDialers at a time. Make one with NewDialers.
+type Dialers struct {
 	dial fasthttp.DialFuncWithTimeout
 	// connectTimeout bounds a dial, its wait for a dialer included.
 	connectTimeout time.Duration
@@ -76,14 +76,16 @@ const (
 	dialAbandoned
 )
 
-func newDialers(dial fasthttp.DialFuncWithTimeout, connectTimeout time.Duration, quit <-chan struct{}) *dialers {
-	return &dialers{dial: dial, connectTimeout: connectTimeout, quit: quit, idleFor: dialerIdle}
+// NewDialers runs dial on reusable goroutines, each dial within
+// connectTimeout, until quit closes.
+func NewDialers(dial fasthttp.DialFuncWithTimeout, connectTimeout time.Duration, quit <-chan struct{}) *Dialers {
+	return &Dialers{dial: dial, connectTimeout: connectTimeout, quit: quit, idleFor: dialerIdle}
 }
 
 // Dial is a fasthttp.DialFuncWithTimeout: it connects to addr within
 // timeout (the request's time left) and the connect timeout, on one of d's
 // goroutines.
-func (d *dialers) Dial(addr string, timeout time.Duration) (net.Conn, error) {
+func (d *Dialers) Dial(addr string, timeout time.Duration) (net.Conn, error) {
 	if timeout <= 0 || timeout > d.connectTimeout {
 		timeout = d.connectTimeout
 	}
@@ -131,7 +133,7 @@ func (d *dialers) Dial(addr string, timeout time.Duration) (net.Conn, error) {
 
 // run dials j, then the queued jobs, then the jobs handed to it while idle,
 // until none has come for d.idleFor or the server quits.
-func (d *dialers) run(j *dialJob) {
+func (d *Dialers) run(j *dialJob) {
 	next := make(chan *dialJob, 1)
 	idle := time.NewTimer(d.idleFor)
 	defer idle.Stop()
@@ -167,7 +169,7 @@ func (d *dialers) run(j *dialJob) {
 }
 
 // do dials for j, unless its request has given up already.
-func (d *dialers) do(j *dialJob) {
+func (d *Dialers) do(j *dialJob) {
 	if j.state.Load() != dialPending {
 		return
 	}
@@ -180,48 +182,4 @@ func (d *dialers) do(j *dialJob) {
 	}
 	j.conn, j.err = conn, err
 	close(j.done)
-}
-
-// workerDialer dials workers, their health checks and bootstrap servers.
-// It keeps a name's addresses for seconds, not fasthttp's default minute:
-// a worker that restarts (a Kubernetes pod) comes back at a new address,
-// and pdlb would dial the old one, and take the worker for down, meanwhile.
-var workerDialer = &fasthttp.TCPDialer{DNSCacheDuration: 5 * time.Second}
-
-// dialWorker is Config.Dial when none is given: TCP with workerDialer.
-func dialWorker(addr string) (net.Conn, error) {
-	return workerDialer.DialDualStackTimeout(addr, workerDialTimeout)
-}
-
-// dial is how the health checks and the bootstrap registry reach workers:
-// Config.Dial, else dialWorker.
-func (s *Server) dial() fasthttp.DialFunc {
-	if s.cfg.Dial != nil {
-		return s.cfg.Dial
-	}
-	return dialWorker
-}
-
-// workerDialTimeout bounds the dials of health checks and the bootstrap
-// registry, which bound their whole calls themselves.
-const workerDialTimeout = 5 * time.Second
-
-// dialFunc is the dial a worker's dialers make: dial when given (tests
-// pass in-memory listeners), else workerDialer's TCP dial over IPv4 and
-// IPv6, as workers may listen on either. Its connections remember their
-// deadlines (workerConn).
-func dialFunc(dial fasthttp.DialFunc) fasthttp.DialFuncWithTimeout {
-	return func(addr string, timeout time.Duration) (net.Conn, error) {
-		var conn net.Conn
-		var err error
-		if dial == nil {
-			conn, err = workerDialer.DialDualStackTimeout(addr, timeout)
-		} else {
-			conn, err = dial(addr)
-		}
-		if err != nil {
-			return nil, err
-		}
-		return newWorkerConn(conn), nil
-	}
 }

@@ -1,4 +1,4 @@
-package lb
+package wire
 
 import (
 	"net"

@@ -1,4 +1,4 @@
-package lb
+package wire
 
 import (
 	"bufio"
@@ -16,8 +16,8 @@ import (
 // chunkedBody reads the socket straight into the relay's buffer and strips
 // the framing there, in place.
 
-// errBrokenChunk is a body whose chunked framing is malformed.
-var errBrokenChunk = errors.New("malformed chunked encoding")
+// ErrBrokenChunk is a body whose chunked framing is malformed.
+var ErrBrokenChunk = errors.New("malformed chunked encoding")
 
 // maxChunkSizeLine bounds a chunk's size line, extensions included, and
 // each trailer line.
@@ -96,7 +96,7 @@ func (b *chunkedBody) releaseReader() {
 }
 
 // Read fills p with body bytes. It returns io.EOF after the last one,
-// io.ErrUnexpectedEOF if the connection ends before it, and errBrokenChunk
+// io.ErrUnexpectedEOF if the connection ends before it, and ErrBrokenChunk
 // on malformed framing.
 func (b *chunkedBody) Read(p []byte) (int, error) {
 	if b.err != nil {
@@ -166,19 +166,44 @@ func (b *chunkedBody) decode(p []byte) (int, error) {
 // frameByte takes one byte of the framing.
 func (b *chunkedBody) frameByte(c byte) error {
 	switch b.state {
+	case chunkSize, chunkSizeWS, chunkExtension, chunkSizeLF:
+		return b.sizeLineByte(c)
+	case chunkDataCR:
+		return b.expect(c, '\r', chunkDataLF)
+	case chunkDataLF:
+		return b.expect(c, '\n', chunkSize)
+	case trailerLine, trailerField, trailerEndLF:
+		return b.trailerByte(c)
+	}
+	return nil
+}
+
+// expect takes the byte want, and moves on to next; any other is broken
+// framing.
+func (b *chunkedBody) expect(c, want byte, next chunkState) error {
+	if c != want {
+		return ErrBrokenChunk
+	}
+	b.state = next
+	return nil
+}
+
+// sizeLineByte takes a byte of a chunk's size line: RFC 9112's
+// chunk-size [ BWS ";" chunk-ext ] CRLF.
+func (b *chunkedBody) sizeLineByte(c byte) error {
+	switch b.state {
 	case chunkSize:
 		if d, ok := hexDigit(c); ok {
 			if b.left = b.left<<4 | int64(d); b.left > maxChunkSize {
-				return errBrokenChunk
+				return ErrBrokenChunk
 			}
 			return b.countLine()
 		}
 		if b.line == 0 {
-			return errBrokenChunk // no digits
+			return ErrBrokenChunk // no digits
 		}
 		fallthrough
 	case chunkSizeWS:
-		// RFC 9112: chunk-size [ BWS ";" chunk-ext ] CRLF.
 		switch c {
 		case '\r':
 			b.state = chunkSizeLF
@@ -187,7 +212,7 @@ func (b *chunkedBody) frameByte(c byte) error {
 		case ';':
 			b.state = chunkExtension
 		default:
-			return errBrokenChunk
+			return ErrBrokenChunk
 		}
 		return b.countLine()
 	case chunkExtension:
@@ -197,29 +222,28 @@ func (b *chunkedBody) frameByte(c byte) error {
 		case '\n':
 			// A bare newline in a size line is how requests are
 			// smuggled past proxies that read it differently.
-			return errBrokenChunk
+			return ErrBrokenChunk
 		}
 		return b.countLine()
-	case chunkSizeLF:
-		if c != '\n' {
-			return errBrokenChunk
-		}
-		b.line = 0
-		if b.left == 0 {
-			b.state = trailerLine
-		} else {
-			b.state = chunkData
-		}
-	case chunkDataCR:
-		if c != '\r' {
-			return errBrokenChunk
-		}
-		b.state = chunkDataLF
-	case chunkDataLF:
-		if c != '\n' {
-			return errBrokenChunk
-		}
-		b.state = chunkSize
+	}
+	// chunkSizeLF: the line's end, then the chunk's data or, after the
+	// last chunk, its trailers.
+	if c != '\n' {
+		return ErrBrokenChunk
+	}
+	b.line = 0
+	if b.left == 0 {
+		b.state = trailerLine
+	} else {
+		b.state = chunkData
+	}
+	return nil
+}
+
+// trailerByte takes a byte of the trailers that follow the last chunk, or
+// of the empty line that ends them.
+func (b *chunkedBody) trailerByte(c byte) error {
+	switch b.state {
 	case trailerLine:
 		if c == '\r' {
 			b.state = trailerEndLF
@@ -233,19 +257,14 @@ func (b *chunkedBody) frameByte(c byte) error {
 			return nil
 		}
 		return b.countLine()
-	case trailerEndLF:
-		if c != '\n' {
-			return errBrokenChunk
-		}
-		b.state = chunkBodyDone
 	}
-	return nil
+	return b.expect(c, '\n', chunkBodyDone) // trailerEndLF
 }
 
 // countLine counts a byte of a size or trailer line against its bound.
 func (b *chunkedBody) countLine() error {
 	if b.line++; b.line > maxChunkSizeLine {
-		return errBrokenChunk
+		return ErrBrokenChunk
 	}
 	return nil
 }

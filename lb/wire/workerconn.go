@@ -1,4 +1,4 @@
-package lb
+package wire
 
 import (
 	"io"
@@ -184,29 +184,6 @@ func (c *workerConn) SetReadDeadline(t time.Time) error {
 
 func (c *workerConn) SetWriteDeadline(t time.Time) error {
 	return moveDeadline(c.Conn, writeDeadline, &c.writeBy, t)
-}
-
-// Which deadline moveDeadline moves.
-const (
-	readDeadline  = false
-	writeDeadline = true
-)
-
-// moveDeadline gives conn the read or write deadline t, unless *has, the
-// one it was last given, is t already; *has then becomes t.
-func moveDeadline(conn net.Conn, write bool, has *time.Time, t time.Time) error {
-	if t.Equal(*has) {
-		return nil
-	}
-	set := conn.SetReadDeadline
-	if write {
-		set = conn.SetWriteDeadline
-	}
-	if err := set(t); err != nil {
-		return err
-	}
-	*has = t
-	return nil
 }
 
 func (c *workerConn) SetDeadline(t time.Time) error {

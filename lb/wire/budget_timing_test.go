@@ -1,11 +1,10 @@
-package lb
+package wire
 
 import (
 	"math"
 	"net"
 	"testing"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 )
 
@@ -13,20 +12,19 @@ import (
 // request: fasthttp reports the connection active when the request's first
 // byte comes, and idle once it is answered.
 func BenchmarkConnStateTrack(b *testing.B) {
-	ms := metrics.NewSet()
-	budget := newConnBudget(math.MaxInt, ms, ms.NewCounter("refusals"))
+	budget := NewBudget(math.MaxInt, nil, func() {}, func() {})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		conn, peer := net.Pipe()
 		defer conn.Close()
 		defer peer.Close()
-		c := newClientConn(conn)
+		c := NewClientConn(conn, NewSteps())
 		if !budget.admit(c) {
 			panic("BUG: an unbounded budget refused a connection")
 		}
 		for pb.Next() {
-			budget.track(c, fasthttp.StateActive)
-			budget.track(c, fasthttp.StateIdle)
+			budget.Track(c, fasthttp.StateActive)
+			budget.Track(c, fasthttp.StateIdle)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package lb
+package wire
 
 import (
 	"bufio"
@@ -151,8 +151,8 @@ func TestChunkedBodyMalformed(t *testing.T) {
 		var b chunkedBody
 		b.start(&scriptConn{parts: [][]byte{[]byte(wire)}}, nil, nil)
 		got, err := readBody(&b, 64)
-		if !errors.Is(err, errBrokenChunk) {
-			t.Errorf("%.40q: got %q, %v; want errBrokenChunk", wire, got, err)
+		if !errors.Is(err, ErrBrokenChunk) {
+			t.Errorf("%.40q: got %q, %v; want ErrBrokenChunk", wire, got, err)
 		}
 		if _, again := b.Read(make([]byte, 8)); again != err {
 			t.Errorf("%.40q: a read after the error returned %v", wire, again)
@@ -205,7 +205,7 @@ func FuzzChunkedBody(f *testing.F) {
 		if wantErr == nil && (err != io.EOF || !bytes.Equal(got, resp.Body())) {
 			t.Fatalf("fasthttp reads %q; chunkedBody %q, %v", resp.Body(), got, err)
 		}
-		if err != io.EOF && !errors.Is(err, errBrokenChunk) && err != io.ErrUnexpectedEOF {
+		if err != io.EOF && !errors.Is(err, ErrBrokenChunk) && err != io.ErrUnexpectedEOF {
 			t.Fatalf("unexpected error %v", err)
 		}
 		if err == io.EOF && !b.done() && !b.overread {

@@ -1,4 +1,4 @@
-package lb
+package wire
 
 import (
 	"bytes"
@@ -8,13 +8,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pdlb/internal/loopback"
+	"pdlb/internal/race"
 )
 
 // workerPair returns both ends of a loopback TCP connection, pdlb's end
 // wrapped as its dial wraps it.
 func workerPair(t *testing.T) (c *workerConn, worker net.Conn) {
 	t.Helper()
-	conn, worker, err := loopbackPair()
+	conn, worker, err := loopback.Pair()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +62,7 @@ func TestStagedRequestGoesOutWithTheFirstRead(t *testing.T) {
 	stagedWrite(t, c, []byte(request))
 	// Held back: nothing reaches the worker before the answer is read.
 	_ = worker.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-	if n, err := worker.Read(make([]byte, 1)); n != 0 || !isTimeout(err) {
+	if n, err := worker.Read(make([]byte, 1)); n != 0 || !IsTimeout(err) {
 		t.Fatalf("the worker read %d bytes (%v) before pdlb read the answer", n, err)
 	}
 	_ = worker.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -155,7 +158,7 @@ func TestRequestInTwoWritesGoesOutWithTheSecond(t *testing.T) {
 		_, _ = c.Write(rest)
 		c.stageRequest(false)
 		_, _ = io.ReadFull(worker, got)
-	}); allocs != 0 && !raceEnabled {
+	}); allocs != 0 && !race.Enabled {
 		t.Fatalf("a request in two writes costs %v allocations, want 0", allocs)
 	}
 }
@@ -173,7 +176,7 @@ func TestStagedRequestLargerThanTheSocketTakes(t *testing.T) {
 			n, err := c.Conn.Write(chunk)
 			filled += n
 			if err != nil {
-				if !isTimeout(err) {
+				if !IsTimeout(err) {
 					t.Fatal(err)
 				}
 				break
@@ -212,7 +215,7 @@ func TestStagedRequestFailures(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // its FIN arrives
 		stagedWrite(t, c, []byte("GET / HTTP/1.1\r\n\r\n"))
 		_, err := c.Read(make([]byte, 64))
-		if !isConnDrop(err) {
+		if !IsConnDrop(err) {
 			t.Fatalf("read after the worker left: %v, want a dropped connection", err)
 		}
 	})
@@ -221,7 +224,7 @@ func TestStagedRequestFailures(t *testing.T) {
 		_ = c.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
 		stagedWrite(t, c, []byte("GET / HTTP/1.1\r\n\r\n"))
 		_, err := c.Read(make([]byte, 64))
-		if !isTimeout(err) {
+		if !IsTimeout(err) {
 			t.Fatalf("read with no answer: %v, want a timeout", err)
 		}
 		if c.staged != nil {
@@ -265,7 +268,7 @@ func TestStagedRoundTripAllocatesNothing(t *testing.T) {
 		}
 	}
 	roundTrip() // fills the pool
-	if allocs := testing.AllocsPerRun(100, roundTrip); allocs != 0 && !raceEnabled {
+	if allocs := testing.AllocsPerRun(100, roundTrip); allocs != 0 && !race.Enabled {
 		t.Fatalf("a staged round trip costs %v allocations, want 0", allocs)
 	}
 }

@@ -1,4 +1,4 @@
-package lb
+package wire
 
 import (
 	"errors"
@@ -8,29 +8,30 @@ import (
 	"time"
 )
 
-func TestWireDeadlineRoundsUpToAStep(t *testing.T) {
+func TestStepsRoundUp(t *testing.T) {
+	steps := NewSteps()
 	start := time.Now()
-	for _, d := range []time.Duration{0, time.Millisecond, 37 * time.Millisecond, deadlineStep, 10*time.Second + 1} {
+	for _, d := range []time.Duration{0, time.Millisecond, 37 * time.Millisecond, DeadlineStep, 10*time.Second + 1} {
 		in := start.Add(d)
-		got := wireDeadline(in)
-		if got.Before(in) || got.Sub(in) >= deadlineStep {
-			t.Errorf("wireDeadline(start+%v) is %v after it, want within [0, %v)", d, got.Sub(in), deadlineStep)
+		got := steps.Round(in)
+		if got.Before(in) || got.Sub(in) >= DeadlineStep {
+			t.Errorf("steps.Round(start+%v) is %v after it, want within [0, %v)", d, got.Sub(in), DeadlineStep)
 		}
 		if !strings.Contains(got.String(), "m=") {
-			t.Errorf("wireDeadline(start+%v) lost its monotonic reading: %v", d, got)
+			t.Errorf("steps.Round(start+%v) lost its monotonic reading: %v", d, got)
 		}
 	}
-	if got := wireDeadline(time.Time{}); !got.IsZero() {
+	if got := steps.Round(time.Time{}); !got.IsZero() {
 		t.Errorf("no deadline became %v", got)
 	}
 	// Deadlines within one step are one deadline: what lets a pooled
 	// connection keep the one it has. Each is taken from a clock reading
 	// of its own, as requests' deadlines are.
-	base := wireDeadline(time.Now().Add(time.Minute))
+	base := steps.Round(time.Now().Add(time.Minute))
 	for i := range 1000 {
 		now := time.Now()
-		in := now.Add(base.Sub(now) - time.Duration(1+i%99)*deadlineStep/100)
-		if got := wireDeadline(in); !got.Equal(base) {
+		in := now.Add(base.Sub(now) - time.Duration(1+i%99)*DeadlineStep/100)
+		if got := steps.Round(in); !got.Equal(base) {
 			t.Fatalf("%v, in the step that ends at %v, rounds to %v", in, base, got)
 		}
 	}
@@ -57,7 +58,7 @@ func TestWorkerConnSetsOnlyNewDeadlines(t *testing.T) {
 	inner := &deadlineConn{}
 	c := &workerConn{Conn: inner}
 	t1 := time.Now().Add(time.Minute)
-	t2 := t1.Add(deadlineStep)
+	t2 := t1.Add(DeadlineStep)
 	for _, d := range []time.Time{t1, t1, t1, t2, t2, t1} {
 		_ = c.SetReadDeadline(d)
 		_ = c.SetWriteDeadline(d)

@@ -1,5 +1,0 @@
-//go:build !race
-
-package lb
-
-const raceEnabled = false
