@@ -60,12 +60,13 @@ func TestServerReadsRequestsOverTCP(t *testing.T) {
 			}
 		}
 	}
+	// Each piece is a write of its own, so a segment of its own (Go's
+	// sockets send at once); whether pdlb's read finds one or several is
+	// the scheduler's: wire's TestRequestInPiecesIsReadWhole makes each
+	// piece come after a read that found none.
 	send := func(pieces ...string) {
 		t.Helper()
-		for i, p := range pieces {
-			if i > 0 {
-				time.Sleep(20 * time.Millisecond)
-			}
+		for _, p := range pieces {
 			if _, err := conn.Write([]byte(p)); err != nil {
 				t.Fatal(err)
 			}

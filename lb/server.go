@@ -244,7 +244,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.startOnce.Do(s.startBackground)
 	s.log.Info().Str("addr", ln.Addr().String()).Int("prefill", len(s.prefills.backends)).
 		Int("decode", len(s.decodes.backends)).Int("max_connections", s.conns.Max()).Msg("serving")
-	return s.srv.Serve(wire.Listener{Listener: ln, Log: &s.log, Budget: s.conns, Steps: s.link.steps})
+	return s.srv.Serve(wire.Listener{Listener: ln, Log: &s.log, Budget: s.conns, Steps: s.link.steps,
+		OutOfResources: health.OutOfResources})
 }
 
 // ServeAdmin serves /metrics on ln (sglang_router's --prometheus-port),

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"pdlb/internal/loopback"
@@ -106,6 +107,62 @@ func TestReadAheadAllocatesNothing(t *testing.T) {
 	}
 }
 
+// readWaits returns a channel that gets a value each time a read of c
+// finds the socket empty and waits for the poller (a few at most are
+// kept).
+func readWaits(c *ClientConn) <-chan struct{} {
+	waits := make(chan struct{}, 16)
+	readOnce := c.readSocket
+	c.readSocket = func(fd uintptr) bool {
+		ready := readOnce(fd)
+		if !ready {
+			select {
+			case waits <- struct{}{}:
+			default:
+			}
+		}
+		return ready
+	}
+	return waits
+}
+
+// A request that arrives in pieces, each after the read found the socket
+// empty, is read whole, as fasthttp reads it: a byte, then the rest.
+func TestRequestInPiecesIsReadWhole(t *testing.T) {
+	client, c := acceptedPair(t)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	const request = "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+	pieces := []string{request[:1], request[1:30], request[30:]}
+	sent := make(chan error, 1)
+	waits := readWaits(c)
+	go func() {
+		for _, piece := range pieces {
+			<-waits
+			if _, err := client.Write([]byte(piece)); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	// Reads short enough to read ahead, as fasthttp's first one is.
+	got := make([]byte, 0, len(request))
+	p := make([]byte, maxAheadRead)
+	for len(got) < len(request) {
+		n, err := c.Read(p)
+		if err != nil {
+			t.Fatalf("after %q: %v", got, err)
+		}
+		got = append(got, p[:n]...)
+	}
+	if string(got) != request {
+		t.Fatalf("read %q, want %q", got, request)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestReadAheadReportsEndAndDeadline(t *testing.T) {
 	t.Run("client closes", func(t *testing.T) {
 		client, c := acceptedPair(t)
@@ -129,8 +186,9 @@ func TestReadAheadReportsEndAndDeadline(t *testing.T) {
 	})
 	t.Run("data after a wait", func(t *testing.T) {
 		client, c := acceptedPair(t)
+		waits := readWaits(c)
 		go func() {
-			time.Sleep(20 * time.Millisecond)
+			<-waits
 			_, _ = client.Write([]byte("late"))
 		}()
 		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -227,29 +285,34 @@ func TestUnwatchRestoresTheReadDeadline(t *testing.T) {
 
 // The Watcher's timer keeps running from one request to the next: a
 // request armed while it runs for an earlier one is watched only once it
-// has itself waited WatchAfter, and then its client's leaving is seen.
+// has itself waited WatchAfter, and then its client's leaving is seen. On
+// an in-memory connection, in a bubble: WatchAfter passes on its clock.
 func TestWatcherWaitsForTheRequestArmedLast(t *testing.T) {
-	client, c := acceptedPair(t)
-	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
-	gone := make(chan time.Time, 1)
-	var w Watcher
-	w.Init(func() { gone <- time.Now() }, time.Now)
+	synctest.Test(t, func(t *testing.T) {
+		client, conn := net.Pipe()
+		c := NewClientConn(conn, NewSteps())
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+		gone := make(chan time.Time, 1)
+		var w Watcher
+		w.Init(func() { gone <- time.Now() }, time.Now)
 
-	w.Arm(c, time.Now()) // a short request: its timer keeps running
-	w.Disarm()
-	time.Sleep(WatchAfter / 2)
-	second := time.Now()
-	w.Arm(c, second)
-	client.Close()
-	select {
-	case at := <-gone:
-		if waited := at.Sub(second); waited < WatchAfter {
-			t.Fatalf("the watch started %s after the request, before WatchAfter (%s)", waited, WatchAfter)
+		w.Arm(c, time.Now()) // a short request: its timer keeps running
+		w.Disarm()
+		time.Sleep(WatchAfter / 2) // on the bubble's clock
+		second := time.Now()
+		w.Arm(c, second)
+		client.Close()
+		select {
+		case at := <-gone:
+			if waited := at.Sub(second); waited != WatchAfter {
+				t.Fatalf("the watch saw the client leave %s after the request; want WatchAfter (%s)", waited, WatchAfter)
+			}
+		case <-time.After(WatchAfter + 3*time.Second):
+			t.Fatal("the client's leaving was never seen")
 		}
-	case <-time.After(WatchAfter + 3*time.Second):
-		t.Fatal("the client's leaving was never seen")
-	}
-	w.Disarm()
+		w.Disarm()
+	})
 }
 
 func TestWatchDoesNotStartWhileBytesAreReadAhead(t *testing.T) {

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-
-	"pdlb/health"
 )
 
 // Listener wraps each accepted connection in a ClientConn, admitted into
@@ -22,6 +20,10 @@ type Listener struct {
 	Budget *Budget
 	// Steps rounds the connections' deadlines.
 	Steps Steps
+	// OutOfResources reports whether an accept failed for want of
+	// descriptors or memory (lb passes health.OutOfResources, which its
+	// probes share).
+	OutOfResources func(error) bool
 }
 
 func (l Listener) Accept() (net.Conn, error) {
@@ -36,7 +38,7 @@ func (l Listener) Accept() (net.Conn, error) {
 			l.Budget.refuse(c)
 			continue
 		}
-		if !acceptMayRecover(err) {
+		if !l.mayRecover(err) {
 			return nil, err
 		}
 		pause = min(max(2*pause, 5*time.Millisecond), time.Second)
@@ -45,9 +47,9 @@ func (l Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// acceptMayRecover reports whether a failed accept may succeed later: the
+// mayRecover reports whether a failed accept may succeed later: the
 // process or system ran out of descriptors or memory, or a client left
 // before it was accepted.
-func acceptMayRecover(err error) bool {
-	return health.OutOfResources(err) || errors.Is(err, syscall.ECONNABORTED)
+func (l Listener) mayRecover(err error) bool {
+	return l.OutOfResources(err) || errors.Is(err, syscall.ECONNABORTED)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -187,10 +188,25 @@ func TestStagedRequestLargerThanTheSocketTakes(t *testing.T) {
 	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	request := strings.Repeat("r", maxStagedRequest)
 	stagedWrite(t, c, []byte(request))
+	// The worker reads once pdlb's read has found the socket full.
+	full := make(chan struct{})
+	sendAndRead := c.sendThenRead
+	c.sendThenRead = func(fd uintptr) bool {
+		done := sendAndRead(fd)
+		if c.got.full {
+			close(full)
+		}
+		return done
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		time.Sleep(50 * time.Millisecond) // pdlb's read finds the socket full
+		select {
+		case <-full:
+		case <-time.After(5 * time.Second):
+			t.Error("the socket took the whole request: the test filled it too little")
+			return
+		}
 		if _, err := io.CopyN(io.Discard, worker, int64(filled)); err != nil {
 			t.Error(err)
 			return
@@ -205,6 +221,20 @@ func TestStagedRequestLargerThanTheSocketTakes(t *testing.T) {
 	<-done
 }
 
+// waitReadable waits, through the poller, until c's socket has something to
+// read (data, or its peer's end), and reads none of it.
+func waitReadable(t *testing.T, c *workerConn) {
+	t.Helper()
+	var peek [1]byte
+	err := c.raw.Read(func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return err != syscall.EAGAIN
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A worker that closed the connection fails the read as a dropped
 // connection, which the round trip takes for a stale one to resend on;
 // a worker that never answers, with the read deadline.
@@ -212,7 +242,7 @@ func TestStagedRequestFailures(t *testing.T) {
 	t.Run("worker gone", func(t *testing.T) {
 		c, worker := workerPair(t)
 		worker.Close()
-		time.Sleep(20 * time.Millisecond) // its FIN arrives
+		waitReadable(t, c)
 		stagedWrite(t, c, []byte("GET / HTTP/1.1\r\n\r\n"))
 		_, err := c.Read(make([]byte, 64))
 		if !IsConnDrop(err) {
