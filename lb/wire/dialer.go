@@ -25,17 +25,17 @@ func NewDialer(dial fasthttp.DialFunc) *Dialer {
 	return &Dialer{tcp: fasthttp.TCPDialer{DNSCacheDuration: 5 * time.Second}, dial: dial}
 }
 
-// ProbeDialTimeout bounds the dials of health checks and the bootstrap
+// probeDialTimeout bounds the dials of health checks and the bootstrap
 // registry, which bound their whole calls themselves.
-const ProbeDialTimeout = 5 * time.Second
+const probeDialTimeout = 5 * time.Second
 
 // Dial is a fasthttp.DialFunc for the health checks and the bootstrap
-// registry: it connects within ProbeDialTimeout.
+// registry: it connects within probeDialTimeout.
 func (d *Dialer) Dial(addr string) (net.Conn, error) {
 	if d.dial != nil {
 		return d.dial(addr)
 	}
-	return d.tcp.DialDualStackTimeout(addr, ProbeDialTimeout)
+	return d.tcp.DialDualStackTimeout(addr, probeDialTimeout)
 }
 
 // DialWorker is a fasthttp.DialFuncWithTimeout for a worker's calls, which
