@@ -394,6 +394,7 @@ func wantRequest(t *testing.T, body []byte, got Request) Request {
 		}
 		r.RID = got.RID
 	}
+	r.RoutingKey = wantRoutingKey(t, body, m, got.RoutingKey)
 	r.PrefillDPRank = wantRank(m["disagg_prefill_dp_rank"], got.PrefillDPRank)
 	if v, ok := m["routed_dp_rank"]; ok && v != nil {
 		r.RoutedDPRank = wantRank(v, got.RoutedDPRank)
@@ -401,6 +402,44 @@ func wantRequest(t *testing.T, body []byte, got Request) Request {
 		r.RoutedDPRank = wantRank(m["data_parallel_rank"], got.RoutedDPRank)
 	}
 	return r
+}
+
+// wantRoutingKey is got, the routing key Parse found in body (decoded as m),
+// if it holds the prompt a worker reads first (see routingkey.go), else
+// fails t; the empty span when there is none.
+func wantRoutingKey(t *testing.T, body []byte, m map[string]any, got Span) Span {
+	t.Helper()
+	var want any
+	for _, name := range []string{"text", "input_ids", "prompt", "messages"} {
+		if v, ok := m[name]; ok && v != nil {
+			want = v
+			break
+		}
+	}
+	if list, ok := want.([]any); ok && len(list) > 0 {
+		switch list[0].(type) {
+		case string, []any:
+			want = list[0]
+		}
+	}
+	raw := got.Of(body)
+	switch want := want.(type) {
+	case string:
+		wrapped := pyObject(t, []byte(`{"k":"`+string(raw)+`"}`))
+		if wrapped["k"] != want {
+			t.Fatalf("Parse(%q): routing key %q; want the text %q", body, raw, want)
+		}
+		return got
+	case []any:
+		if len(want) > 0 {
+			wrapped := pyObject(t, append(append([]byte(`{"k":`), raw...), '}'))
+			if !reflect.DeepEqual(wrapped["k"], want) {
+				t.Fatalf("Parse(%q): routing key %q; want the list %v", body, raw, want)
+			}
+			return got
+		}
+	}
+	return Span{}
 }
 
 // wantRank is a decoded DP-rank value as pydantic reads an Optional[int],

@@ -55,6 +55,10 @@ type Request struct {
 	// for a batch a list of one rid per item.
 	RID Span
 
+	// RoutingKey is where the prompt is, as the cache-following routing
+	// policies key on it (see routingkey.go); empty without a prompt.
+	RoutingKey Span
+
 	// PromptTokens estimates the prompt's length in tokens without a
 	// tokenizer: the number of token ids when the prompt is given as ids
 	// (input_ids, or an OpenAI prompt list of ids), else one token per four
@@ -163,7 +167,7 @@ func scanRequest(body []byte) (Request, rawRanks, error) {
 	if err != nil {
 		return r, ranks, err
 	}
-	var text, inputIDs, prompt, messages []byte
+	var text, inputIDs, prompt, messages promptMember
 	for {
 		m, ok, err := ms.next()
 		if err != nil {
@@ -178,9 +182,9 @@ func scanRequest(body []byte) (Request, rawRanks, error) {
 		}
 		switch k {
 		case fieldText:
-			text = m.value
+			text = promptMember{m.value, m.end - len(m.value)}
 		case fieldInputIDs:
-			inputIDs = m.value
+			inputIDs = promptMember{m.value, m.end - len(m.value)}
 		case fieldStream:
 			r.Stream = truthy(m.value)
 		case fieldReturnLogprob:
@@ -195,19 +199,20 @@ func scanRequest(body []byte) (Request, rawRanks, error) {
 		case fieldDataParallelRank:
 			ranks.alias = m.value
 		case fieldPrompt:
-			prompt = m.value
+			prompt = promptMember{m.value, m.end - len(m.value)}
 		case fieldMessages:
-			messages = m.value
+			messages = promptMember{m.value, m.end - len(m.value)}
 		case fieldRID:
 			r.RID = Span{Start: m.end - len(m.value), Len: len(m.value)}
 		case fieldBootstrapHost, fieldBootstrapPort, fieldBootstrapRoom, fieldLocalPrefill:
 			r.HasKVFields = true
 		}
 	}
-	if r.Batch, err = batchSize(text, inputIDs); err != nil || r.Batch >= 0 {
+	r.RoutingKey = routingKey(text, inputIDs, prompt, messages)
+	if r.Batch, err = batchSize(text.value, inputIDs.value); err != nil || r.Batch >= 0 {
 		return r, ranks, err
 	}
-	r.PromptTokens, err = promptTokens(text, inputIDs, prompt, messages)
+	r.PromptTokens, err = promptTokens(text.value, inputIDs.value, prompt.value, messages.value)
 	return r, ranks, err
 }
 

@@ -13,7 +13,8 @@ func TestParse(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Parse(%q): unexpected error: %s", body, err)
 		}
-		got.PromptTokens = 0 // TestParsePromptTokens checks the estimate
+		got.PromptTokens = 0    // TestParsePromptTokens checks the estimate
+		got.RoutingKey = Span{} // TestRoutingKey checks it
 		if got != want {
 			t.Fatalf("Parse(%q): got %+v; want %+v", body, got, want)
 		}
