@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -52,8 +51,6 @@ type infoEntry struct {
 	// test can wait for that moment instead of polling for it.
 	waited     chan struct{}
 	waitedOnce sync.Once
-	// waiters counts the requests that waited on another's fetch, for tests.
-	waiters atomic.Int32
 }
 
 // infoCache maps canonical bootstrap addresses to their prefill info, and
@@ -82,7 +79,6 @@ func (s *Server) prefillInfo(c *call, ic *infoCache, n *Network, addr string, de
 		if owner {
 			s.fillInfo(c, ic, n, addr, e, deadline)
 		} else {
-			e.waiters.Add(1)
 			e.waitedOnce.Do(func() { close(e.waited) })
 		}
 		select {
