@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 // short load runs, and checks what issue 20 found wrong with it: it cut
 // /bootstrap's answer mid-object, and left its temporary log folder behind.
 func TestDemoPrintsWholeJSONAndRemovesItsLogs(t *testing.T) {
+	t.Parallel() // the scripts' runs wait mostly on their load runs' clocks
 	demo := newDemo(t)
 	out, err := demo.run(t, "", nil)
 	if err != nil {
@@ -61,6 +62,7 @@ func TestDemoPrintsWholeJSONAndRemovesItsLogs(t *testing.T) {
 // TestDemoInterruptedRemovesItsLogs sends Ctrl-C (SIGINT to the process
 // group, as a terminal does) once the demo's servers are up.
 func TestDemoInterruptedRemovesItsLogs(t *testing.T) {
+	t.Parallel()
 	demo := newDemo(t)
 	out, err := demo.run(t, "== POST /generate through pdlb", func(pgid int) {
 		if err := syscall.Kill(-pgid, syscall.SIGINT); err != nil {
