@@ -85,11 +85,12 @@ type demo struct {
 	tmp    string
 }
 
-// newDemo prepares a run of scripts/demo.sh, with short load runs.
+// newDemo prepares a run of scripts/demo.sh, with short load runs and
+// warm-ups: their length is not what the tests check.
 func newDemo(t *testing.T) *demo {
 	t.Helper()
 	d := newScriptRun(t, "scripts/demo.sh")
-	d.env = []string{"DEMO_BASE_PORT=" + strconv.Itoa(d.base), "DEMO_DURATION=300ms"}
+	d.env = []string{"DEMO_BASE_PORT=" + strconv.Itoa(d.base), "DEMO_DURATION=300ms", "DEMO_WARMUP=100ms"}
 	return d
 }
 
