@@ -119,7 +119,13 @@ func (d *demo) run(t *testing.T, marker string, onMarker func(pgid int)) (string
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, d.script)
-	cmd.Env = append(append(os.Environ(), runAsPDLB+"=1", "PDLB="+self, "TMPDIR="+d.tmp), d.env...)
+	// The race detector makes each process it instruments wait a second
+	// as it exits (GORACE's atexit_sleep_ms), giving goroutines still
+	// running a last chance to race. A race is reported, and fails its
+	// process, when it happens all the same; without this the scripts'
+	// runs were mostly those seconds (a bench run, each server stopped).
+	race := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+	cmd.Env = append(append(os.Environ(), runAsPDLB+"=1", "PDLB="+self, "TMPDIR="+d.tmp, "GORACE="+race), d.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
