@@ -336,7 +336,8 @@ func TestCompareInvalid(t *testing.T) {
 // sends the arrivals its schedule puts inside the round, the schedule going
 // on from round to round, with the workers of earlier rounds reused.
 func TestCompareOpenLoop(t *testing.T) {
-	t.Parallel()
+	// Not in parallel: it counts every arrival of a short window, and a
+	// generator starved past maxOverrun ends the round early.
 	const (
 		rate  = 1000.0
 		round = minRound
