@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 // short load runs, and checks what issue 20 found wrong with it: it cut
 // /bootstrap's answer mid-object, and left its temporary log folder behind.
 func TestDemoPrintsWholeJSONAndRemovesItsLogs(t *testing.T) {
+	t.Parallel() // the scripts' runs wait mostly on their load runs' clocks
 	demo := newDemo(t)
 	out, err := demo.run(t, "", nil)
 	if err != nil {
@@ -61,6 +62,7 @@ func TestDemoPrintsWholeJSONAndRemovesItsLogs(t *testing.T) {
 // TestDemoInterruptedRemovesItsLogs sends Ctrl-C (SIGINT to the process
 // group, as a terminal does) once the demo's servers are up.
 func TestDemoInterruptedRemovesItsLogs(t *testing.T) {
+	t.Parallel()
 	demo := newDemo(t)
 	out, err := demo.run(t, "== POST /generate through pdlb", func(pgid int) {
 		if err := syscall.Kill(-pgid, syscall.SIGINT); err != nil {
@@ -83,11 +85,12 @@ type demo struct {
 	tmp    string
 }
 
-// newDemo prepares a run of scripts/demo.sh, with short load runs.
+// newDemo prepares a run of scripts/demo.sh, with short load runs and
+// warm-ups: their length is not what the tests check.
 func newDemo(t *testing.T) *demo {
 	t.Helper()
 	d := newScriptRun(t, "scripts/demo.sh")
-	d.env = []string{"DEMO_BASE_PORT=" + strconv.Itoa(d.base), "DEMO_DURATION=300ms"}
+	d.env = []string{"DEMO_BASE_PORT=" + strconv.Itoa(d.base), "DEMO_DURATION=300ms", "DEMO_WARMUP=100ms"}
 	return d
 }
 
@@ -116,7 +119,13 @@ func (d *demo) run(t *testing.T, marker string, onMarker func(pgid int)) (string
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, d.script)
-	cmd.Env = append(append(os.Environ(), runAsPDLB+"=1", "PDLB="+self, "TMPDIR="+d.tmp), d.env...)
+	// The race detector makes each process it instruments wait a second
+	// as it exits (GORACE's atexit_sleep_ms), giving goroutines still
+	// running a last chance to race. A race is reported, and fails its
+	// process, when it happens all the same; without this the scripts'
+	// runs were mostly those seconds (a bench run, each server stopped).
+	race := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+	cmd.Env = append(append(os.Environ(), runAsPDLB+"=1", "PDLB="+self, "TMPDIR="+d.tmp, "GORACE="+race), d.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second

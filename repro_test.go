@@ -15,8 +15,16 @@ import (
 // when the request fails (pdlb without its warm-up): each run used to
 // leave its two logs in $TMPDIR and its answer in /tmp/pdlb-repro.json.
 func TestReproMiniLBLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
 	const oldAnswer = "/tmp/pdlb-repro.json"
 	before, beforeErr := os.Stat(oldAnswer)
+	// After the runs, which go on in parallel once this function returns.
+	t.Cleanup(func() {
+		after, afterErr := os.Stat(oldAnswer)
+		if afterErr == nil && (beforeErr != nil || !after.ModTime().Equal(before.ModTime())) {
+			t.Errorf("the script wrote %s, outside its temporary folder", oldAnswer)
+		}
+	})
 	for _, tc := range []struct {
 		name, pdlbArgs, status string
 		ok                     bool
@@ -25,6 +33,7 @@ func TestReproMiniLBLeavesNothingBehind(t *testing.T) {
 		{"no warm-up", "--no-prewarm", "status 500", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r := newScriptRun(t, "scripts/repro-mini-lb.sh")
 			r.env = []string{"REPRO_BASE_PORT=" + strconv.Itoa(r.base), "PDLB_ARGS=" + tc.pdlbArgs}
 			out, err := r.run(t, "", nil)
@@ -38,9 +47,5 @@ func TestReproMiniLBLeavesNothingBehind(t *testing.T) {
 			}
 			r.checkCleanedUp(t)
 		})
-	}
-	after, afterErr := os.Stat(oldAnswer)
-	if afterErr == nil && (beforeErr != nil || !after.ModTime().Equal(before.ModTime())) {
-		t.Errorf("the script wrote %s, outside its temporary folder", oldAnswer)
 	}
 }

@@ -83,6 +83,7 @@ func TestBenchJSONBadPath(t *testing.T) {
 }
 
 func TestBenchJSONFile(t *testing.T) {
+	t.Parallel()
 	url, _ := serveBench(t)
 	path := filepath.Join(t.TempDir(), "r.json")
 	stdout, _, err := runBench(t, t.Context(), url, "-n", "2", "--json", path)
@@ -99,6 +100,7 @@ func TestBenchJSONFile(t *testing.T) {
 // request succeeded (it was 0, so a mistyped port looked like a good run),
 // 128 + the signal when interrupted, 0 otherwise.
 func TestBenchExitStatus(t *testing.T) {
+	t.Parallel()
 	url, _ := serveBench(t)
 	stdout, _, err := runBench(t, t.Context(), url, "-n", "2")
 	if code := cli.ExitCode(err); code != 0 || !strings.Contains(stdout, "throughput") {
@@ -302,6 +304,7 @@ func benchDefaults(t *testing.T) Config {
 // thousands of 404s and no warning (issue 20). A --route that contradicts
 // it is refused before any load, naming both.
 func TestBenchRouteInURL(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

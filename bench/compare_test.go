@@ -81,6 +81,7 @@ func (tr *turns) stints() (int, map[string]int) {
 // must alternate without overlapping, and the table's ratios must be the
 // reports' own.
 func TestCompare(t *testing.T) {
+	t.Parallel()
 	const slowness = 4 * time.Millisecond
 	tr := &turns{}
 	targets, cfg := serveTargets(t, []string{"fast", "slow"}, tr.handler("fast", 0), tr.handler("slow", slowness))
@@ -194,6 +195,7 @@ func TestComparisonText(t *testing.T) {
 // target's two turns against the second's one: the figures must be those
 // of the one round both completed.
 func TestCompareInterrupted(t *testing.T) {
+	t.Parallel()
 	tr := &turns{}
 	hang := make(chan struct{})
 	t.Cleanup(func() { close(hang) })
@@ -334,6 +336,8 @@ func TestCompareInvalid(t *testing.T) {
 // sends the arrivals its schedule puts inside the round, the schedule going
 // on from round to round, with the workers of earlier rounds reused.
 func TestCompareOpenLoop(t *testing.T) {
+	// Not in parallel: it counts every arrival of a short window, and a
+	// generator starved past maxOverrun ends the round early.
 	const (
 		rate  = 1000.0
 		round = minRound

@@ -14,6 +14,7 @@ import (
 // them with the run's context. It once held an interrupted run for the
 // whole timeout.
 func TestRunCancelDefaultDial(t *testing.T) {
+	t.Parallel()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Skipf("no socket: %v", err)

@@ -14,6 +14,7 @@ import (
 )
 
 func TestRunErrorKinds(t *testing.T) {
+	t.Parallel()
 	block := make(chan struct{})
 	t.Cleanup(func() { close(block) })
 	for _, tc := range []struct {
@@ -119,6 +120,7 @@ func TestRunErrorKinds(t *testing.T) {
 }
 
 func TestRunConnectError(t *testing.T) {
+	t.Parallel()
 	rep := run(t, Config{URL: "http://fake.test", Requests: 2, Dial: refused})
 	checkCounts(t, rep, 2, 0)
 	if rep.Errors[KindConnect] != 2 {
@@ -139,6 +141,8 @@ func refused(context.Context, string) (net.Conn, error) {
 // of thousands of requests a second; each must pause 100 ms instead. The
 // open loop keeps its schedule: one request per arrival.
 func TestRunConnectErrorPause(t *testing.T) {
+	// Not in parallel: it counts every arrival of a short window, and a
+	// generator starved past maxOverrun ends the round early.
 	const d = 500 * time.Millisecond
 	rep := run(t, Config{URL: "http://fake.test", Concurrency: 2, Duration: d, Timeout: 5 * time.Second, Dial: refused})
 	// Per client: one at the start, then one after each pause.
@@ -161,6 +165,7 @@ func TestRunConnectErrorPause(t *testing.T) {
 // TestRunConnectErrorPauseEnds pauses an hour after a refused connection:
 // the pause must end with the window, and at once when the run is cut.
 func TestRunConnectErrorPauseEnds(t *testing.T) {
+	t.Parallel()
 	const clients = 3
 	cfg := Config{URL: "http://fake.test", Concurrency: clients, Duration: 300 * time.Millisecond, Timeout: 5 * time.Second,
 		Dial: refused, connectPause: time.Hour}

@@ -213,6 +213,7 @@ func TestOpenLoopGivesUp(t *testing.T) {
 // request: its report says why, the other's does not, and neither was
 // interrupted.
 func TestCompareGivesUp(t *testing.T) {
+	t.Parallel()
 	targets, cfg := serveTargets(t, []string{"good", "bad"},
 		jsonHandler(&recorder{}, fasthttp.StatusOK, `{"text":" a","meta_info":{"completion_tokens":1}}`),
 		jsonHandler(&recorder{}, fasthttp.StatusNotFound, `{"detail":"Not Found"}`))
@@ -261,6 +262,7 @@ func (c *manualClock) advance(d time.Duration) {
 // failing at the end of one turn and the start of the next was given up
 // after 0.6 s of its own time).
 func TestCompareGiveUpCountsOwnTurns(t *testing.T) {
+	t.Parallel()
 	clock := &manualClock{t: time.Unix(1000, 0)}
 	good := jsonHandler(&recorder{}, fasthttp.StatusOK, `{"text":" a","meta_info":{"completion_tokens":1}}`)
 	targets, cfg := serveTargets(t, []string{"failing", "slow"},
@@ -326,6 +328,7 @@ func TestRunGiveUpWaitsForOlderRequests(t *testing.T) {
 // what every distinct failure that gave it up said. Only the last was
 // left, in the gave-up line (issue 20).
 func TestCompareGiveUpKeepsMessages(t *testing.T) {
+	t.Parallel()
 	var served atomic.Bool
 	var n atomic.Int32
 	good := jsonHandler(&recorder{}, fasthttp.StatusOK, `{"text":" a","meta_info":{"completion_tokens":1}}`)

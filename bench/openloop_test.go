@@ -78,6 +78,8 @@ func arrivalsWithin(rate float64, seed uint64, d time.Duration) int {
 // of its schedule: about rate × duration, and exactly the number of the
 // seed's arrivals inside the window, however late the generator ran.
 func TestRunOpenLoop(t *testing.T) {
+	// Not in parallel: it counts every arrival of a short window, and a
+	// generator starved past maxOverrun ends the round early.
 	const (
 		rate = 2000.0
 		d    = 100 * time.Millisecond
@@ -120,6 +122,8 @@ func TestRunOpenLoopRequests(t *testing.T) {
 // the window with room for one request in flight: every later arrival is
 // dropped, and counted as such.
 func TestRunOpenLoopDropped(t *testing.T) {
+	// Not in parallel: it counts every arrival of a short window, and a
+	// generator starved past maxOverrun ends the round early.
 	const (
 		rate = 1000.0
 		d    = 50 * time.Millisecond
@@ -170,6 +174,7 @@ func TestPool(t *testing.T) {
 // schedule then never reaches the end of the window, and the run once went
 // on forever. The clock must end it.
 func TestRunOpenLoopTooFast(t *testing.T) {
+	t.Parallel()
 	cfg := serve(t, jsonHandler(&recorder{}, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`))
 	cfg.Rate = 1e10
 	cfg.Duration = 50 * time.Millisecond
@@ -195,6 +200,7 @@ func TestRunOpenLoopTooFast(t *testing.T) {
 // it; it must run to the window's end, as bench_serving's does to the end
 // of its last request.
 func TestRunOpenLoopElapsedCoversTheWindow(t *testing.T) {
+	t.Parallel()
 	const (
 		rate = 10.0
 		d    = 500 * time.Millisecond

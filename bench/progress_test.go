@@ -146,6 +146,7 @@ func TestProgressTicks(t *testing.T) {
 // while it goes, and clears it before Run returns: the target holds the
 // first answer until the display has been drawn.
 func TestRunProgress(t *testing.T) {
+	t.Parallel()
 	w := &recordingWriter{writes: make(chan struct{}, 1)}
 	rc := &recorder{}
 	h := jsonHandler(rc, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`)

@@ -57,6 +57,7 @@ func TestRunGenerate(t *testing.T) {
 // TestRunOverIPv6 loads an endpoint that listens on the IPv6 loopback
 // only, over real TCP.
 func TestRunOverIPv6(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "[::1]:0")
 	if err != nil {
 		t.Skipf("no IPv6 loopback here: %s", err)
@@ -190,6 +191,7 @@ func TestRunRoutes(t *testing.T) {
 // cannot arrive before it was sent, and the request started before the
 // endpoint saw it.
 func TestRunStreamTiming(t *testing.T) {
+	t.Parallel()
 	const (
 		first    = 20 * time.Millisecond // before the first token
 		gap      = 10 * time.Millisecond // between tokens
@@ -336,6 +338,7 @@ func TestRunKeepAlive(t *testing.T) {
 // TestRunWarmupExcluded fails the very first request, which starts during
 // the warm-up: it must not show among the figures.
 func TestRunWarmupExcluded(t *testing.T) {
+	t.Parallel()
 	rc := &recorder{}
 	fail := jsonHandler(rc, fasthttp.StatusInternalServerError, `{"error":{"message":"cold"}}`)
 	pass := jsonHandler(rc, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`)
@@ -370,6 +373,7 @@ func TestRunWarmupExcluded(t *testing.T) {
 // do: it once started at the end of the warm-up, and counted the rest of
 // that request, with nothing measured in flight, as measured time.
 func TestRunWarmupInFlight(t *testing.T) {
+	t.Parallel()
 	const hold = 300 * time.Millisecond
 	var released atomic.Int64 // when the warm-up's answer was let go
 	h := jsonHandler(&recorder{}, fasthttp.StatusOK, `{"text":"","meta_info":{"completion_tokens":1}}`)
@@ -422,6 +426,7 @@ func TestRunDuration(t *testing.T) {
 // window's end still delivered its first event within it (it was left
 // out).
 func TestRunEventRateIsWithinTheWindow(t *testing.T) {
+	t.Parallel()
 	const (
 		window = 200 * time.Millisecond
 		late   = 350 * time.Millisecond // the second event, well past the window

@@ -189,6 +189,7 @@ func TestStep(t *testing.T) {
 }
 
 func TestCheckerRiseFall(t *testing.T) {
+	t.Parallel()
 	nw := network{}
 	b := nw.backend(t, "worker:1")
 	onChange, changes := record()
@@ -248,6 +249,7 @@ func TestCheckerRiseFall(t *testing.T) {
 }
 
 func TestCheckerFirstFailureIsDown(t *testing.T) {
+	t.Parallel()
 	nw := network{}
 	b := nw.backend(t, "worker:1")
 	b.status.Store(fasthttp.StatusServiceUnavailable)
@@ -266,6 +268,7 @@ func TestCheckerFirstFailureIsDown(t *testing.T) {
 }
 
 func TestCheckerFailures(t *testing.T) {
+	t.Parallel()
 	closedLn := fasthttputil.NewInmemoryListener()
 	_ = closedLn.Close()
 	refused, err := net.Listen("tcp", "127.0.0.1:0")
@@ -316,6 +319,7 @@ func TestCheckerFailures(t *testing.T) {
 // TestCheckOnceProbesConcurrently makes each target's handler wait for the
 // other's request: probed one after the other, the first would time out.
 func TestCheckOnceProbesConcurrently(t *testing.T) {
+	t.Parallel()
 	nw := network{}
 	aIn, bIn := make(chan struct{}), make(chan struct{})
 	release := make(chan struct{})
@@ -342,6 +346,7 @@ func TestCheckOnceProbesConcurrently(t *testing.T) {
 }
 
 func TestCheckOnceContext(t *testing.T) {
+	t.Parallel()
 	t.Run("cancelled before", func(t *testing.T) {
 		nw := network{}
 		nw.backend(t, "worker:1")
@@ -378,6 +383,7 @@ func TestCheckOnceContext(t *testing.T) {
 // TestCheckOnceConcurrentCalls checks that overlapping CheckOnce calls
 // still report each transition once and in order (run it with -race).
 func TestCheckOnceConcurrentCalls(t *testing.T) {
+	t.Parallel()
 	nw := network{}
 	b := nw.backend(t, "worker:1")
 	var (
@@ -421,6 +427,7 @@ func TestCheckOnceConcurrentCalls(t *testing.T) {
 }
 
 func TestCheckerRun(t *testing.T) {
+	t.Parallel()
 	nw := network{}
 	b := nw.backend(t, "worker:1")
 	onChange, changes := record()
@@ -452,6 +459,7 @@ func TestCheckerRun(t *testing.T) {
 }
 
 func TestRunStops(t *testing.T) {
+	t.Parallel()
 	t.Run("between rounds", func(t *testing.T) {
 		nw := network{}
 		nw.backend(t, "worker:1")
@@ -492,6 +500,7 @@ func TestRunStops(t *testing.T) {
 }
 
 func TestCheckerLogsTransitionsOnly(t *testing.T) {
+	t.Parallel()
 	nw := network{}
 	b := nw.backend(t, "worker:1")
 	var buf bytes.Buffer
@@ -548,6 +557,7 @@ func TestNewChecker(t *testing.T) {
 // pdlb lacked the descriptors for says nothing of the worker and is not
 // reported.
 func TestOnProbeReportsFailuresUnderTheThreshold(t *testing.T) {
+	t.Parallel()
 	nw := network{}
 	b := nw.backend(t, "worker:1")
 	var starved atomic.Bool

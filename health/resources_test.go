@@ -43,6 +43,7 @@ func TestOutOfResources(t *testing.T) {
 // Under the flood of issue 19 such probes took both workers down, and
 // clients got 503s for seconds after the flood ended.
 func TestProbeOutOfDescriptorsChangesNothing(t *testing.T) {
+	t.Parallel()
 	nw := network{}
 	nw.backend(t, "worker:1")
 	var starved atomic.Bool
@@ -91,6 +92,7 @@ func TestProbeOutOfDescriptorsChangesNothing(t *testing.T) {
 // when they end, not every round: a flood that takes the descriptors would
 // otherwise fill the log too.
 func TestStarvedProbesAreLoggedOnce(t *testing.T) {
+	t.Parallel()
 	nw := network{}
 	nw.backend(t, "worker:1")
 	var starved atomic.Bool

@@ -5,14 +5,16 @@
 #
 # DEMO_BASE_PORT (default 18000) moves the ports: base to base+3, and
 # base+998 for the prefill's bootstrap server. DEMO_DURATION (default 5s) is
-# the length of each load run. The logs go to a temporary folder, removed
-# when the demo ends; their last lines are shown first if it failed.
+# the length of each load run, DEMO_WARMUP (default 1s) the warm-up before
+# it. The logs go to a temporary folder, removed when the demo ends; their
+# last lines are shown first if it failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 base=${DEMO_BASE_PORT:-18000}
 duration=${DEMO_DURATION:-5s}
+warmup=${DEMO_WARMUP:-1s}
 prefill=127.0.0.1:$((base + 1))
 decode=127.0.0.1:$((base + 2))
 aggregated=127.0.0.1:$((base + 3))
@@ -53,10 +55,10 @@ curl -s -o /dev/null -w "%{http_code}\n" "http://$lb/health_generate"
 
 echo
 echo "== $duration of load: 32 clients, non-stream /generate through pdlb"
-"$PDLB" bench "http://$lb" --concurrency 32 --duration "$duration" --warmup 1s --max-new-tokens 16
+"$PDLB" bench "http://$lb" --concurrency 32 --duration "$duration" --warmup "$warmup" --max-new-tokens 16
 echo
 echo "== $duration of load: 32 clients, streamed /v1/chat/completions through pdlb"
-"$PDLB" bench "http://$lb" --route /v1/chat/completions --stream --concurrency 32 --duration "$duration" --warmup 1s
+"$PDLB" bench "http://$lb" --route /v1/chat/completions --stream --concurrency 32 --duration "$duration" --warmup "$warmup"
 echo
 echo "== pdlb's own view (a few of its metrics)"
 curl -s "http://$lb/metrics" | grep -E '^pdlb_(requests_total|backend_requests_total|request_errors_total|decode_only_total|warmups_total)' | grep -v ' 0$' || true

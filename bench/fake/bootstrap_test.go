@@ -119,6 +119,7 @@ func TestBootstrapOnlyOnPrefill(t *testing.T) {
 // TestDecodeRetriesUntilRegistered checks that a decode retries a prefill
 // that answers 503 until it registers, then caches its info.
 func TestDecodeRetriesUntilRegistered(t *testing.T) {
+	t.Parallel()
 	base := newClock()
 	var p *Server
 	// The prefill registers once its bootstrap server has been asked twice.

@@ -28,6 +28,7 @@ func checkDrops(t *testing.T, d *Server, fetches, drops uint64) {
 // timeout. Like SGLang's, it now drops the info once HeartbeatMaxFailures
 // health polls in a row failed, and fetches it again.
 func TestHeartbeatDropsInfoOfRestartedPrefill(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		rounds int // failed poll rounds while the prefill is down
@@ -123,6 +124,7 @@ func TestHeartbeatFailureCount(t *testing.T) {
 // serves /route. The fake-only /fake/kv_transfer it receives shows that the
 // decode resolved the prefill DP rank with the cached info and waits.
 func TestHeartbeatFailsWaitingItems(t *testing.T) {
+	t.Parallel()
 	n := NewNetwork()
 	info := New(Config{Role: RolePrefill}) // answers /route, never started
 	var unhealthy atomic.Bool
@@ -172,6 +174,7 @@ func TestHeartbeatFailsWaitingItems(t *testing.T) {
 // disaggregation/decode.py); the fake used to ask every 100 ms until the
 // timeout.
 func TestPrefillInfoTries(t *testing.T) {
+	t.Parallel()
 	n := NewNetwork()
 	var asks atomic.Int32
 	serveFunc(t, n, "boot:8998", func(ctx *fasthttp.RequestCtx) {

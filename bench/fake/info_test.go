@@ -113,6 +113,7 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 // TestAbortRequest aborts a decode request while it fetches its prefill's
 // info from a bootstrap server that never answers.
 func TestAbortRequest(t *testing.T) {
+	t.Parallel()
 	n := NewNetwork()
 	arrived := make(chan struct{}, 1)
 	hold := make(chan struct{})

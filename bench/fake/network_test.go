@@ -90,6 +90,7 @@ func TestCrossProcessKV(t *testing.T) {
 }
 
 func TestCrossProcessKVTimeout(t *testing.T) {
+	t.Parallel()
 	cfg := Config{KVTimeout: 200 * time.Millisecond}
 	n, p, d := newPD(t, cfg, cfg)
 	n.removePrefill(p.regKeys, p)

@@ -150,6 +150,7 @@ func summarize(t *testing.T, path string, events []string) []string {
 }
 
 func TestPDMismatch(t *testing.T) {
+	t.Parallel()
 	const good = `"text":"hi","rid":"r1"`
 	for _, c := range []struct {
 		name, host, port string
@@ -180,6 +181,7 @@ func TestPDMismatch(t *testing.T) {
 }
 
 func TestPDMismatchStream(t *testing.T) {
+	t.Parallel()
 	cfg := Config{KVTimeout: 200 * time.Millisecond}
 	n, _, _ := newPD(t, cfg, cfg)
 	fields := `"text":"hi","rid":"r1","stream":true`
@@ -262,6 +264,7 @@ func TestBatchGenerate(t *testing.T) {
 }
 
 func TestOpenAISamplesUseConsecutiveRooms(t *testing.T) {
+	t.Parallel()
 	cfg := Config{KVTimeout: 300 * time.Millisecond}
 	n, p, d := newPD(t, cfg, cfg)
 	body := pdBody(`"prompt":"hi","n":2,"max_tokens":1`, "prefill", "8998", 5)

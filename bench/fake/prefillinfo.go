@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -48,8 +47,10 @@ type infoEntry struct {
 	lost  chan struct{}
 	info  prefillInfo
 	err   error
-	// waiters counts the requests that waited on another's fetch, for tests.
-	waiters atomic.Int32
+	// waited is closed once a request waits on another's fetch, so that a
+	// test can wait for that moment instead of polling for it.
+	waited     chan struct{}
+	waitedOnce sync.Once
 }
 
 // infoCache maps canonical bootstrap addresses to their prefill info, and
@@ -78,7 +79,7 @@ func (s *Server) prefillInfo(c *call, ic *infoCache, n *Network, addr string, de
 		if owner {
 			s.fillInfo(c, ic, n, addr, e, deadline)
 		} else {
-			e.waiters.Add(1)
+			e.waitedOnce.Do(func() { close(e.waited) })
 		}
 		select {
 		case <-e.ready:
@@ -107,7 +108,7 @@ func (ic *infoCache) entry(addr string) (e *infoEntry, owner bool) {
 	if e = ic.m[addr]; e != nil {
 		return e, false
 	}
-	e = &infoEntry{ready: make(chan struct{}), lost: make(chan struct{})}
+	e = &infoEntry{ready: make(chan struct{}), lost: make(chan struct{}), waited: make(chan struct{})}
 	ic.m[addr] = e
 	return e, true
 }

@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,16 +13,25 @@ import (
 // out-of-descriptor calls under load (a request pdlb cancelled took the next
 // one's handshake with it).
 func TestAbortedFetchIsNoAnswerForTheOthers(t *testing.T) {
-	var registered atomic.Bool
+	var registered, started atomic.Bool
+	// asked is closed when the prefill first reads its clock after Start:
+	// it does so only to answer /route (after counting it), and nothing
+	// but the decode's fetch asks it.
+	asked := make(chan struct{})
+	var askedOnce sync.Once
 	base := newClock()
 	now := func() time.Time {
 		if registered.Load() {
 			return base.now().Add(time.Hour)
 		}
+		if started.Load() {
+			askedOnce.Do(func() { close(asked) })
+		}
 		return base.now()
 	}
 	n := NewNetwork()
 	p := startServer(t, n, prefillAddr, Config{Role: RolePrefill, RegisterDelay: time.Minute, Now: now})
+	started.Store(true)
 	d := startServer(t, n, decodeAddr, Config{Role: RoleDecode, InfoRetries: 1000, InfoRetryInterval: time.Millisecond})
 
 	// The first request fetches, and keeps fetching while the prefill is
@@ -31,7 +41,10 @@ func TestAbortedFetchIsNoAnswerForTheOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer first.Close()
-	waitUntil(t, "the first request to fetch the prefill's info", func() bool { return p.Stats().BootstrapRoute > 0 })
+	within(t, asked, "the first request to fetch the prefill's info")
+	if got := p.Stats().BootstrapRoute; got == 0 {
+		t.Fatalf("got BootstrapRoute %d once the prefill was asked; want the fetch counted", got)
+	}
 
 	// The second waits on the first's fetch.
 	body := pdBody(`"text":"hi"`, "prefill", "8998", 2)
@@ -45,7 +58,7 @@ func TestAbortedFetchIsNoAnswerForTheOthers(t *testing.T) {
 		dres, _ := roundTrip(n, "POST", decodeAddr, "/generate", body)
 		answers <- [2]result{<-prefill, dres}
 	}()
-	waitUntil(t, "the second request to wait on the first's fetch", func() bool { return d.infoWaiters("prefill:8998") > 0 })
+	within(t, d.infoWaited(t, "prefill:8998"), "the second request to wait on the first's fetch")
 
 	first.Close() // the first request is aborted, its fetch stopped
 	registered.Store(true)
@@ -55,27 +68,19 @@ func TestAbortedFetchIsNoAnswerForTheOthers(t *testing.T) {
 	}
 }
 
-// infoWaiters is how many requests waited on another's fetch of addr's
-// info on any DP rank of s.
-func (s *Server) infoWaiters(addr string) int {
-	n := 0
+// infoWaited returns the channel closed once a request waits on another's
+// fetch of addr's info, on whichever DP rank of s has that fetch.
+func (s *Server) infoWaited(t *testing.T, addr string) <-chan struct{} {
+	t.Helper()
 	for i := range s.infos {
 		ic := &s.infos[i]
 		ic.mu.RLock()
-		if e := ic.m[addr]; e != nil {
-			n += int(e.waiters.Load())
-		}
+		e := ic.m[addr]
 		ic.mu.RUnlock()
-	}
-	return n
-}
-
-// waitUntil polls cond until it holds, failing the test after testDeadline.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(testDeadline); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+		if e != nil {
+			return e.waited
 		}
 	}
+	t.Fatalf("no fetch of %s's info on any DP rank", addr)
+	return nil
 }

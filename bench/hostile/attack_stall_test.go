@@ -72,21 +72,17 @@ func stalledStreams(a *arena) {
 			a.Fatalf("cannot send stalled stream %d: %v", i, err)
 		}
 	}
-	peak, deadline := int64(0), start.Add(stallLetGo(a.form))
-	for {
-		n := a.env.fakeStats(a.env.decode).InFlight
+	var peak, n int64
+	if pollUntil(start.Add(stallLetGo(a.form)), func() bool {
+		n = a.env.fakeStats(a.env.decode).InFlight
 		peak = max(peak, n)
-		if peak >= stallPool && n <= int64(len(wellBehaved)) {
-			a.Logf("the decode's requests in flight peaked at %d, and fell to %d %v after the stalled streams started",
-				peak, n, time.Since(start).Round(time.Millisecond))
-			break
-		}
-		if time.Now().After(deadline) {
-			a.Errorf("%v after %d streams stalled, the decode still had %d requests in flight (peak %d); want at most %d",
-				stallLetGo(a.form), a.form.stalledStreams, n, peak, len(wellBehaved))
-			break
-		}
-		waitPoll()
+		return peak >= stallPool && n <= int64(len(wellBehaved))
+	}) {
+		a.Logf("the decode's requests in flight peaked at %d, and fell to %d %v after the stalled streams started",
+			peak, n, time.Since(start).Round(time.Millisecond))
+	} else {
+		a.Errorf("%v after %d streams stalled, the decode still had %d requests in flight (peak %d); want at most %d",
+			stallLetGo(a.form), a.form.stalledStreams, n, peak, len(wellBehaved))
 	}
 	<-time.After(time.Until(start.Add(a.form.hold)))
 }
@@ -131,20 +127,15 @@ func droppedBatches(a *arena) {
 // waitDrained waits until the workers at addrs have no more requests in
 // flight than the well-behaved clients could have there.
 func (a *arena) waitDrained(addrs []string) {
-	deadline := time.Now().Add(dropDrainTimeout)
-	for {
-		var n int64
+	var n int64
+	if !pollUntil(time.Now().Add(dropDrainTimeout), func() bool {
+		n = 0
 		for _, w := range addrs {
 			n += a.env.fakeStats(w).InFlight
 		}
-		if n <= int64(len(wellBehaved)*len(addrs)) {
-			return
-		}
-		if time.Now().After(deadline) {
-			a.Errorf("%v after the last dropped batch, the workers still had %d requests in flight", dropDrainTimeout, n)
-			return
-		}
-		waitPoll()
+		return n <= int64(len(wellBehaved)*len(addrs))
+	}) {
+		a.Errorf("%v after the last dropped batch, the workers still had %d requests in flight", dropDrainTimeout, n)
 	}
 }
 

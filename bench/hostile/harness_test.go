@@ -3,6 +3,7 @@ package hostile
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -226,16 +227,15 @@ func (e *env) workers() []string { return []string{e.prefill, e.decode, e.fallba
 // startTimeout passes first.
 func (e *env) waitOK(url string, p *proc) {
 	e.t.Helper()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		status, _, err := get(url)
-		if err == nil && status == http.StatusOK {
-			return
-		}
-		if !p.alive() || time.Now().After(deadline) {
-			e.t.Fatalf("%s never answered %s with 200 (last: %d, %v); its log:\n%s", p.name, url, status, err, tail(p.log, 20))
-		}
-		waitPoll()
+	var status int
+	var err error
+	ok := func() bool { return err == nil && status == http.StatusOK }
+	pollUntil(time.Now().Add(startTimeout), func() bool {
+		status, _, err = get(url)
+		return ok() || !p.alive()
+	})
+	if !ok() {
+		e.t.Fatalf("%s never answered %s with 200 (last: %d, %v); its log:\n%s", p.name, url, status, err, tail(p.log, 20))
 	}
 }
 
@@ -243,24 +243,38 @@ func (e *env) waitOK(url string, p *proc) {
 // pair by then.
 func (e *env) waitServed() {
 	e.t.Helper()
-	deadline := time.Now().Add(startTimeout)
-	for {
+	err := errors.New("not tried")
+	pollUntil(time.Now().Add(startTimeout), func() bool {
 		c := newClient()
-		err := wellBehaved[0].do(c, e.base)
+		err = wellBehaved[0].do(c, e.base)
 		c.CloseIdleConnections()
-		if err == nil {
-			return
-		}
-		if !e.pdlb.alive() || time.Now().After(deadline) {
-			e.t.Fatalf("pdlb never served a generation (last: %v); its log:\n%s", err, tail(e.pdlb.log, 20))
-		}
-		waitPoll()
+		return err == nil || !e.pdlb.alive()
+	})
+	if err != nil {
+		e.t.Fatalf("pdlb never served a generation (last: %v); its log:\n%s", err, tail(e.pdlb.log, 20))
 	}
 }
 
-// waitPoll is the pause between two polls of a condition with a deadline:
-// the suite waits on what it can observe, never on time alone.
-func waitPoll() { time.Sleep(20 * time.Millisecond) }
+// pollInterval is the time between two checks of pollUntil.
+const pollInterval = 20 * time.Millisecond
+
+// pollUntil checks done every pollInterval until it holds, and reports
+// whether it did before deadline. The suite's conditions are the state of
+// other processes (pdlb and the fakes, seen through their HTTP answers and
+// /proc), which send the test no event when it changes: a bounded poll is
+// the honest minimum, and this is the suite's one place for it, so that
+// every wait has a deadline and none sleeps on time alone.
+func pollUntil(deadline time.Time, done func() bool) bool {
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for !done() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-tick.C
+	}
+	return true
+}
 
 // get answers GET url's status and body.
 func get(url string) (int, []byte, error) {

@@ -245,13 +245,8 @@ func checkResources(t *testing.T, e *env, mon *monitor, rssBefore, overhead int6
 	if !e.pdlb.alive() {
 		return
 	}
-	deadline := time.Now().Add(rssReturnTimeout)
-	for mon.latest().rss > rssBefore+rssReturnSlack {
-		if time.Now().After(deadline) {
-			t.Errorf("pdlb's RSS stayed at %s for %v after the attack; want it back under %s",
-				mib(mon.latest().rss), rssReturnTimeout, mib(rssBefore+rssReturnSlack))
-			break
-		}
-		waitPoll()
+	if !pollUntil(time.Now().Add(rssReturnTimeout), func() bool { return mon.latest().rss <= rssBefore+rssReturnSlack }) {
+		t.Errorf("pdlb's RSS stayed at %s for %v after the attack; want it back under %s",
+			mib(mon.latest().rss), rssReturnTimeout, mib(rssBefore+rssReturnSlack))
 	}
 }

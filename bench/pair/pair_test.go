@@ -67,6 +67,7 @@ func post(t *testing.T, addr, path, body string) (int, []byte) {
 // Both legs get the body with the same bootstrap fields; the client gets
 // the decode's answer.
 func TestPairSendsBothLegsAndAnswersWithTheDecode(t *testing.T) {
+	t.Parallel()
 	bodies := make(chan []byte, 2)
 	record := func(answer string) fasthttp.RequestHandler {
 		return func(ctx *fasthttp.RequestCtx) {
@@ -100,6 +101,7 @@ func TestPairSendsBothLegsAndAnswersWithTheDecode(t *testing.T) {
 // A body that is not a JSON object gets a JSON error, and no worker sees it;
 // a decode that cannot be reached gets one too.
 func TestPairErrors(t *testing.T) {
+	t.Parallel()
 	seen := make(chan struct{}, 2)
 	prefill := listen(t, func(*fasthttp.RequestCtx) { seen <- struct{}{} })
 	down, err := net.Listen("tcp", "127.0.0.1:0")
@@ -131,6 +133,7 @@ func TestPairErrors(t *testing.T) {
 // A stream's events reach the client as the decode sends them, not once
 // its answer is over.
 func TestPairPassesStreamsOn(t *testing.T) {
+	t.Parallel()
 	prefill := listen(t, func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString(`{}`) })
 	next, over := make(chan struct{}), make(chan struct{})
 	decode := listen(t, func(ctx *fasthttp.RequestCtx) {

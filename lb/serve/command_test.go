@@ -558,6 +558,7 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 // refused as the command line is parsed (main exits with status 2):
 // --pprof-addr 33660 used to fail once pdlb was starting, with status 1.
 func TestListenAddressesAreCheckedAtParse(t *testing.T) {
+	t.Parallel()
 	workers := []string{"--prefill", "http://p:1", "--decode", "http://d:1"}
 	f := func(wantErr string, args ...string) {
 		t.Helper()

@@ -150,6 +150,7 @@ func TestServeStopsOnSignal(t *testing.T) {
 // be ignored until the drain ended. One that comes with the first is the
 // first delivered twice, as GNU timeout does.
 func TestServeSecondSignalExitsAtOnce(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, time.Minute)
 	s.sendGenerate(t) // holds the drain
 	s.sigs <- syscall.SIGTERM
@@ -171,6 +172,7 @@ func TestServeSecondSignalExitsAtOnce(t *testing.T) {
 // A request still in flight when the grace period ends is cut: the client
 // gets a 503, pdlb says how many it cut, and exits with status 1.
 func TestServeCutsAtTheEndOfTheGracePeriod(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, 10*time.Millisecond)
 	conn := s.sendGenerate(t)
 	s.sigs <- syscall.SIGTERM
