@@ -303,25 +303,8 @@ func (c *Command) config() (Config, error) {
 		}
 		cfg.Route = *c.Route
 	}
-	// nil: not given, the default. Given, a zero, which Config
-	// would read as its default, is a mistake.
-	if c.Concurrency != nil {
-		if *c.Concurrency < 1 {
-			return cfg, fmt.Errorf("--concurrency %d: want at least 1 client", *c.Concurrency)
-		}
-		cfg.Concurrency = *c.Concurrency
-	}
-	if c.Rate != nil {
-		if !(*c.Rate > 0) {
-			return cfg, fmt.Errorf("--rate %v: want more than 0 requests per second", *c.Rate)
-		}
-		cfg.Rate = *c.Rate
-	}
-	if c.Duration != nil {
-		if *c.Duration <= 0 {
-			return cfg, fmt.Errorf("--duration %v: want more than 0", *c.Duration)
-		}
-		cfg.Duration = *c.Duration
+	if err := c.setLoad(&cfg); err != nil {
+		return cfg, err
 	}
 	headers, err := c.headers()
 	if err != nil {
@@ -329,16 +312,52 @@ func (c *Command) config() (Config, error) {
 	}
 	cfg.Headers = headers
 	if c.Prompts != "" {
-		f, err := os.Open(c.Prompts)
-		if err != nil {
-			return cfg, fmt.Errorf("cannot read prompts: %w", err)
-		}
-		defer f.Close()
-		if cfg.Prompts, err = ReadPrompts(f); err != nil {
-			return cfg, fmt.Errorf("cannot read prompts from %s: %w", c.Prompts, err)
+		if cfg.Prompts, err = readPromptFile(c.Prompts); err != nil {
+			return cfg, err
 		}
 	}
 	return cfg, nil
+}
+
+// setLoad sets the load's shape from --concurrency, --rate and --duration.
+// Their nil is not given, Config's default; given, a zero, which Config
+// would read as its default too, is a mistake, refused here with the
+// flag's name.
+func (c *Command) setLoad(cfg *Config) error {
+	if c.Concurrency != nil {
+		if *c.Concurrency < 1 {
+			return fmt.Errorf("--concurrency %d: want at least 1 client", *c.Concurrency)
+		}
+		cfg.Concurrency = *c.Concurrency
+	}
+	if c.Rate != nil {
+		if !(*c.Rate > 0) {
+			return fmt.Errorf("--rate %v: want more than 0 requests per second", *c.Rate)
+		}
+		cfg.Rate = *c.Rate
+	}
+	if c.Duration != nil {
+		if *c.Duration <= 0 {
+			return fmt.Errorf("--duration %v: want more than 0", *c.Duration)
+		}
+		cfg.Duration = *c.Duration
+	}
+	return nil
+}
+
+// readPromptFile reads --prompts' JSON Lines file, before any load, so
+// that a bad file fails the command rather than the run.
+func readPromptFile(name string) ([]Prompt, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read prompts: %w", err)
+	}
+	defer f.Close()
+	prompts, err := ReadPrompts(f)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read prompts from %s: %w", name, err)
+	}
+	return prompts, nil
 }
 
 // headers are the --header flags' and --api-key's headers, in order.

@@ -46,6 +46,31 @@ type target struct {
 // newTarget parses rawURL and builds a client sized for concurrency
 // connections, whose dials end with ctx.
 func newTarget(ctx context.Context, rawURL, route string, dial func(context.Context, string) (net.Conn, error), concurrency int, timeout time.Duration) (*target, error) {
+	u, err := parseTargetURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if dial == nil {
+		dial = contextDial(timeout)
+	}
+	path, err := endpointPath(u.EscapedPath(), route)
+	if err != nil {
+		return nil, fmt.Errorf("url %q %w", rawURL, err)
+	}
+	t := &target{
+		uri:   u.Scheme + "://" + u.Host + path,
+		ctx:   ctx,
+		dial:  dial,
+		conns: make(map[*trackedConn]struct{}),
+	}
+	t.hc = t.newHostClient(dialAddr(u), u.Scheme == "https", concurrency, timeout)
+	return t, nil
+}
+
+// parseTargetURL parses a target's base URL, refusing one the run could
+// not use (another scheme, no host, a query or fragment, a port out of
+// range) before any load rather than failing each request.
+func parseTargetURL(rawURL string) (*url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("cannot parse url %q: %w", rawURL, err)
@@ -66,35 +91,39 @@ func newTarget(ctx context.Context, rawURL, route string, dial func(context.Cont
 			return nil, fmt.Errorf("url %q: port must be from 1 to 65535", rawURL)
 		}
 	}
-	addr := u.Host
-	if u.Port() == "" {
-		port := "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
-		addr = net.JoinHostPort(u.Hostname(), port)
+	return u, nil
+}
+
+// dialAddr returns the host:port to dial for u, with its scheme's port
+// when it names none: HostClient.Addr must carry one.
+func dialAddr(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
 	}
-	if dial == nil {
-		// fasthttp's dialers take no context, and a connect to a host that
-		// drops SYNs (or a full backlog) would hold an interrupted run for
-		// the whole timeout. "tcp" tries IPv4 and IPv6.
-		d := &net.Dialer{Timeout: timeout}
-		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	port := "80"
+	if u.Scheme == "https" {
+		port = "443"
 	}
-	path, err := endpointPath(u.EscapedPath(), route)
-	if err != nil {
-		return nil, fmt.Errorf("url %q %w", rawURL, err)
-	}
-	t := &target{
-		uri:   u.Scheme + "://" + u.Host + path,
-		ctx:   ctx,
-		dial:  dial,
-		conns: make(map[*trackedConn]struct{}),
-	}
-	t.hc = &fasthttp.HostClient{
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// contextDial returns the dial a target uses when Config.Dial is nil.
+// fasthttp's dialers take no context, and a connect to a host that drops
+// SYNs (or a full backlog) would hold an interrupted run for the whole
+// timeout. "tcp" tries IPv4 and IPv6.
+func contextDial(timeout time.Duration) func(ctx context.Context, addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout}
+	return func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+}
+
+// newHostClient returns the client of t's requests to addr: its dials go
+// through t, so that close can cut them, and its settings (each says why)
+// keep a long run's connections alive and never send a request twice.
+func (t *target) newHostClient(addr string, isTLS bool, concurrency int, timeout time.Duration) *fasthttp.HostClient {
+	return &fasthttp.HostClient{
 		Addr:  addr,
 		Name:  "pdlb-bench",
-		IsTLS: u.Scheme == "https",
+		IsTLS: isTLS,
 		Dial:  t.dialTracked,
 		// Each client holds at most one connection; waiting instead of
 		// failing with ErrNoFreeConns covers a closing connection that
@@ -119,7 +148,6 @@ func newTarget(ctx context.Context, rawURL, route string, dial func(context.Cont
 		MaxResponseBodySize:    maxResponseBodySize,
 		DisablePathNormalizing: true,
 	}
-	return t, nil
 }
 
 // dialError marks a failure to connect, so it is told apart from failures

@@ -289,22 +289,46 @@ func (w *worker) readStream() outcome {
 // event that says nothing counts one token. An event whose count did not
 // grow is skipped, its gap carried on to the next, as there too.
 func (w *worker) readEvents() outcome {
-	var (
-		o           outcome
-		prev        time.Time
-		tokenEvents int
-		seen        int // tokens so far, as the events said or one per event
-		usage       = -1
-	)
+	var o outcome
+	tt := tokenTimer{usage: -1}
+	for {
+		v, at, kind := w.nextEvent()
+		if kind != "" {
+			o.kind = kind
+			break
+		}
+		if v == nil {
+			o.tokens = tt.tokens()
+			break
+		}
+		o.events++
+		if w.r.inWindow(at) {
+			o.inWindow++
+		}
+		if sent := w.r.wl.sentAt(v); sent > 0 {
+			w.lags = append(w.lags, at.Sub(time.Unix(0, sent)))
+		}
+		hasText, n := w.r.wl.chunk(v)
+		w.gaps = tt.add(w.gaps, at, hasText, n)
+	}
+	o.first = tt.first
+	return o
+}
+
+// nextEvent returns the stream's next event that carries JSON, parsed, and
+// when it arrived; a nil v at "data: [DONE]". A stream that broke, an event
+// that does not parse, and one that reports a failure end the stream with
+// the kind returned, w.msg saying why: the events before them still count.
+// The parsed event is w.parser's, valid until its next parse.
+func (w *worker) nextEvent() (v *fastjson.Value, at time.Time, kind string) {
 	for {
 		data, at, err := w.sse.next()
 		if err != nil {
 			w.msg = appendStreamError(w.msg, err)
-			o.kind = streamKind(err)
-			return o
+			return nil, at, streamKind(err)
 		}
 		if string(data) == "[DONE]" {
-			break
+			return nil, at, ""
 		}
 		if len(data) == 0 {
 			// "data:" alone: WHATWG dispatches it with empty data, but
@@ -315,59 +339,81 @@ func (w *worker) readEvents() outcome {
 		if err != nil {
 			w.msg = append(w.msg, "event "...)
 			w.msg = appendAnswerMessage(w.msg, &w.parser, data)
-			o.kind = KindBadBody
-			return o
+			return nil, at, KindBadBody
 		}
-		if isError(v) {
-			w.msg = appendValueMessage(w.msg, v, data)
-			o.kind = KindStreamError
-			return o
-		}
-		if isAbort(v) {
-			w.msg = appendValueMessage(w.msg, v, data)
-			o.kind = KindAborted
-			return o
-		}
-		o.events++
-		if w.r.inWindow(at) {
-			o.inWindow++
-		}
-		if sent := w.r.wl.sentAt(v); sent > 0 {
-			w.lags = append(w.lags, at.Sub(time.Unix(0, sent)))
-		}
-		hasText, n := w.r.wl.chunk(v)
-		if n >= 0 {
-			usage = n
-		}
-		if !hasText {
-			continue
-		}
-		count := seen + 1
-		if n >= 0 {
-			// A server's count, however wrong, must not make millions
-			// of samples: no request asks for more than maxDraw.
-			count = min(n, maxDraw)
-		}
-		switch {
-		case tokenEvents == 0:
-			o.first = at
-		case count <= seen:
-			continue
-		default:
-			k := count - seen
-			gap := at.Sub(prev) / time.Duration(k)
-			for range k {
-				w.gaps = append(w.gaps, gap)
-			}
-		}
-		prev, seen = at, count
-		tokenEvents++
+		return v, at, w.eventFailure(v, data)
 	}
-	o.tokens = tokenEvents
-	if usage >= 0 {
-		o.tokens = usage
+}
+
+// eventFailure returns the error kind of an event that ends its stream as
+// a failure, an error object or an abort, with w.msg saying why; "" for
+// any other. An error is checked first: an event could say both.
+func (w *worker) eventFailure(v *fastjson.Value, data []byte) string {
+	switch {
+	case isError(v):
+		w.msg = appendValueMessage(w.msg, v, data)
+		return KindStreamError
+	case isAbort(v):
+		w.msg = appendValueMessage(w.msg, v, data)
+		return KindAborted
 	}
-	return o
+	return ""
+}
+
+// tokenTimer counts a stream's tokens and turns the arrivals of its token
+// events into inter-token samples (readEvents says how). It is readEvents'
+// state across events, kept apart so that the reading of events and the
+// counting of tokens each read on their own. Its zero value is not ready:
+// usage starts at -1.
+type tokenTimer struct {
+	first  time.Time // arrival of the first token event; zero if none
+	prev   time.Time // arrival of the last token event counted
+	events int       // token events counted
+	seen   int       // tokens so far, as the events said or one per event
+	usage  int       // the last count an event said; -1 while none has
+}
+
+// add counts an event that arrived at at, hasText and n being what
+// workload.chunk read from it, and returns gaps with one sample appended
+// per new token.
+func (tt *tokenTimer) add(gaps []time.Duration, at time.Time, hasText bool, n int) []time.Duration {
+	if n >= 0 {
+		tt.usage = n
+	}
+	if !hasText {
+		return gaps
+	}
+	count := tt.seen + 1
+	if n >= 0 {
+		// A server's count, however wrong, must not make millions
+		// of samples: no request asks for more than maxDraw.
+		count = min(n, maxDraw)
+	}
+	switch {
+	case tt.events == 0:
+		tt.first = at
+	case count <= tt.seen:
+		return gaps
+	default:
+		k := count - tt.seen
+		gap := at.Sub(tt.prev) / time.Duration(k)
+		for range k {
+			gaps = append(gaps, gap)
+		}
+	}
+	tt.prev, tt.seen = at, count
+	tt.events++
+	return gaps
+}
+
+// tokens returns the stream's output length: the last count an event
+// said, which is the server's own (usage, completion_tokens), else one per
+// token event.
+func (tt *tokenTimer) tokens() int {
+	if tt.usage >= 0 {
+		return tt.usage
+	}
+	return tt.events
 }
 
 // drain reads what follows "data: [DONE]" up to the end of the response,

@@ -71,6 +71,10 @@ func newClient(addr string) *fasthttp.HostClient {
 	return &fasthttp.HostClient{Addr: addr, DialDualStack: true, MaxConns: 1 << 16, MaxIdleConnDuration: 4 * time.Second}
 }
 
+// handle answers a request with the pair's answer to it, its body
+// carrying the bootstrap fields; /health is always 200. The body is built
+// in a pooled buffer that goes back to the pool only once both legs have
+// returned: they send it without copying it.
 func (p *proxy) handle(ctx *fasthttp.RequestCtx) {
 	if string(ctx.Path()) == "/health" {
 		return // 200, for scripts that wait for it to start
@@ -80,16 +84,32 @@ func (p *proxy) handle(ctx *fasthttp.RequestCtx) {
 		buf = new([]byte)
 	}
 	defer p.bodies.Put(buf)
-	f := p.fields
-	room := [1]uint64{bootstrap.NewRoom()}
-	f.Rooms = room[:]
-	body, err := bootstrap.Append((*buf)[:0], ctx.PostBody(), f)
-	*buf = body
+	body, err := p.appendBody(buf, ctx.PostBody())
 	if err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
+	p.exchange(ctx, body)
+}
 
+// appendBody splices the pair's bootstrap fields, with a fresh room, into
+// the client's body, building it in *buf, which keeps the grown buffer for
+// the next request.
+func (p *proxy) appendBody(buf *[]byte, clientBody []byte) ([]byte, error) {
+	f := p.fields
+	room := [1]uint64{bootstrap.NewRoom()}
+	f.Rooms = room[:]
+	body, err := bootstrap.Append((*buf)[:0], clientBody, f)
+	*buf = body
+	return body, err
+}
+
+// exchange sends body to the prefill and the decode at once and answers
+// ctx with the decode's answer, once both have returned: a decode waits
+// for its prefill's KV cache, and body is theirs until then (SetBodyRaw).
+// It releases its requests and responses, but for a streamed answer,
+// which ctx releases when fasthttp has sent it.
+func (p *proxy) exchange(ctx *fasthttp.RequestCtx, body []byte) {
 	preq, dreq := fasthttp.AcquireRequest(), fasthttp.AcquireRequest()
 	presp, dresp := fasthttp.AcquireResponse(), fasthttp.AcquireResponse()
 	defer func() {
@@ -100,38 +120,49 @@ func (p *proxy) handle(ctx *fasthttp.RequestCtx) {
 			fasthttp.ReleaseResponse(dresp)
 		}
 	}()
-	for _, leg := range []struct {
-		req *fasthttp.Request
-		hc  *fasthttp.HostClient
-	}{{preq, p.prefill}, {dreq, p.decode}} {
-		leg.req.Header.SetMethod(fasthttp.MethodPost)
-		leg.req.SetRequestURIBytes(ctx.RequestURI())
-		leg.req.Header.SetHost(leg.hc.Addr)
-		leg.req.Header.SetContentType("application/json")
-		leg.req.SetBodyRaw(body)
-	}
+	setLeg(preq, p.prefill, ctx.RequestURI(), body)
+	setLeg(dreq, p.decode, ctx.RequestURI(), body)
 	prefillDone := make(chan struct{})
 	go func() {
 		defer close(prefillDone)
 		_ = p.prefill.Do(preq, presp)
 	}()
 	dresp.StreamBody = wantsStream(body)
-	err = p.decode.Do(dreq, dresp)
+	err := p.decode.Do(dreq, dresp)
 	<-prefillDone
 	if err != nil {
 		writeError(ctx, fasthttp.StatusBadGateway, "decode: "+err.Error())
 		return
 	}
+	if answer(ctx, dresp) {
+		dresp = nil // ctx's now
+	}
+}
+
+// setLeg makes req the POST of body to uri on hc's backend, body sent
+// without a copy.
+func setLeg(req *fasthttp.Request, hc *fasthttp.HostClient, uri, body []byte) {
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURIBytes(uri)
+	req.Header.SetHost(hc.Addr)
+	req.Header.SetContentType("application/json")
+	req.SetBodyRaw(body)
+}
+
+// answer copies the decode's answer, dresp, to ctx. A streamed one is
+// handed to ctx instead, to pass on as fasthttp reads it: answer then
+// returns true, and the caller must not release dresp.
+func answer(ctx *fasthttp.RequestCtx, dresp *fasthttp.Response) (handedOver bool) {
 	ctx.SetStatusCode(dresp.StatusCode())
 	ctx.Response.Header.SetContentTypeBytes(dresp.Header.ContentType())
 	if dresp.BodyStream() != nil {
 		// fasthttp writes each read as a chunk, flushed, and closes the
 		// stream when done, which gives the response back.
 		ctx.SetBodyStream(&streamedBody{resp: dresp}, -1)
-		dresp = nil
-		return
+		return true
 	}
 	ctx.SetBody(dresp.Body())
+	return false
 }
 
 // wantsStream reports whether body asks for a stream ("stream": true at
