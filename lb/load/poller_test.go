@@ -10,26 +10,65 @@ import (
 	"time"
 )
 
+const (
+	loadsURI   = "/v1/loads?include=core"
+	getLoadURI = "/get_load"
+)
+
+// pollCase is a worker's answers and what one round must make of them.
+type pollCase struct {
+	name          string
+	loads, getLd  *answer
+	auth          string
+	wantRoute     Route
+	wantLoad      int64 // when wantLoadOK
+	wantLoadOK    bool
+	wantKnown     bool
+	wantErr       string // prefix; "" for none
+	wantHits      []string
+	wantAuthHeard string
+}
+
+// check compares the snapshot of c's worker after a round started at
+// start, and the requests its fake f received, with c's wants.
+func (c *pollCase) check(t *testing.T, s *Snapshot, start time.Time, f *fake) {
+	t.Helper()
+	errText := ""
+	if s.Err != nil {
+		errText = s.Err.Error()
+	}
+	load, loadOK := s.Load()
+	switch {
+	case s.Route != c.wantRoute:
+		t.Errorf("%s: route got %s; want %s", c.name, s.Route, c.wantRoute)
+	case s.Known() != c.wantKnown:
+		t.Errorf("%s: Known got %t; want %t (err %v)", c.name, s.Known(), c.wantKnown, s.Err)
+	case loadOK != c.wantLoadOK || load != c.wantLoad:
+		t.Errorf("%s: Load got (%d, %t); want (%d, %t)", c.name, load, loadOK, c.wantLoad, c.wantLoadOK)
+	case c.wantErr == "" && s.Err != nil, !strings.HasPrefix(errText, c.wantErr):
+		t.Errorf("%s: err got %q; want %q...", c.name, errText, c.wantErr)
+	case !s.At.Equal(start) || !s.Since.Equal(start):
+		t.Errorf("%s: At, Since got %v, %v; want the round's time %v", c.name, s.At, s.Since, start)
+	}
+	var heard string
+	var got []string
+	for len(f.hits) > 0 {
+		h := <-f.hits
+		got, heard = append(got, h.uri), h.auth
+	}
+	if !slices.Equal(got, c.wantHits) {
+		t.Errorf("%s: requests got %q; want %q", c.name, got, c.wantHits)
+	}
+	if heard != c.wantAuthHeard {
+		t.Errorf("%s: Authorization got %q; want %q", c.name, heard, c.wantAuthHeard)
+	}
+}
+
 // One round against workers of every kind: each ends with the snapshot
 // its answers call for, having been asked exactly the routes it should.
 func TestPollOnce(t *testing.T) {
-	const (
-		loadsURI   = "/v1/loads?include=core"
-		getLoadURI = "/get_load"
-	)
 	twoRanks := loadsAnswer(loadsEntry(1, 4, 1, 10, 20), loadsEntry(0, 2, 0, 30, 40))
-	cases := []struct {
-		name          string
-		loads, getLd  *answer
-		auth          string
-		wantRoute     Route
-		wantLoad      int64 // when wantLoadOK
-		wantLoadOK    bool
-		wantKnown     bool
-		wantErr       string // prefix; "" for none
-		wantHits      []string
-		wantAuthHeard string
-	}{
+	cases := []pollCase{
 		{name: "current SGLang", loads: ok(twoRanks),
 			wantRoute: RouteLoads, wantLoad: 7, wantLoadOK: true, wantKnown: true,
 			wantHits: []string{loadsURI}},
@@ -61,51 +100,18 @@ func TestPollOnce(t *testing.T) {
 	}
 	bubble(t, func(t *testing.T) {
 		nw := newNetwork()
-		fakes := map[string]*fake{}
-		var targets []Target
+		fakes := make([]*fake, len(cases))
+		targets := []Target{{Addr: "nowhere:30000"}}
 		for i, c := range cases {
 			addr := fmt.Sprintf("worker%d:30000", i)
-			fakes[addr] = nw.serve(t, addr, c.loads, c.getLd)
+			fakes[i] = nw.serve(t, addr, c.loads, c.getLd)
 			targets = append(targets, Target{Addr: addr, Authorization: c.auth})
 		}
-		targets = append(targets, Target{Addr: "nowhere:30000"})
 		p := newPoller(t, nw, Config{Targets: targets})
 		start := time.Now()
 		p.PollOnce(context.Background())
-
-		for i, c := range cases {
-			addr := fmt.Sprintf("worker%d:30000", i)
-			s := p.Get(addr)
-			errText := ""
-			if s.Err != nil {
-				errText = s.Err.Error()
-			}
-			load, loadOK := s.Load()
-			switch {
-			case s.Route != c.wantRoute:
-				t.Errorf("%s: route got %s; want %s", c.name, s.Route, c.wantRoute)
-			case s.Known() != c.wantKnown:
-				t.Errorf("%s: Known got %t; want %t (err %v)", c.name, s.Known(), c.wantKnown, s.Err)
-			case loadOK != c.wantLoadOK || load != c.wantLoad:
-				t.Errorf("%s: Load got (%d, %t); want (%d, %t)", c.name, load, loadOK, c.wantLoad, c.wantLoadOK)
-			case c.wantErr == "" && s.Err != nil, !strings.HasPrefix(errText, c.wantErr):
-				t.Errorf("%s: err got %q; want %q...", c.name, errText, c.wantErr)
-			case !s.At.Equal(start) || !s.Since.Equal(start):
-				t.Errorf("%s: At, Since got %v, %v; want the round's time %v", c.name, s.At, s.Since, start)
-			}
-			f := fakes[addr]
-			var heard string
-			var got []string
-			for len(f.hits) > 0 {
-				h := <-f.hits
-				got, heard = append(got, h.uri), h.auth
-			}
-			if !slices.Equal(got, c.wantHits) {
-				t.Errorf("%s: requests got %q; want %q", c.name, got, c.wantHits)
-			}
-			if heard != c.wantAuthHeard {
-				t.Errorf("%s: Authorization got %q; want %q", c.name, heard, c.wantAuthHeard)
-			}
+		for i := range cases {
+			cases[i].check(t, p.Get(fmt.Sprintf("worker%d:30000", i)), start, fakes[i])
 		}
 		if s := p.Get("nowhere:30000"); s.Known() || s.Err == nil || !strings.Contains(s.Err.Error(), "connection refused") {
 			t.Errorf("unreachable worker: got known %t, err %v; want unknown, connection refused", s.Known(), s.Err)
