@@ -8,8 +8,9 @@
 // worker. A worker that answers neither route, errs, or sends what cannot
 // be read has an unknown load (its Snapshot says why, and since when),
 // and the caller falls back to its own in-flight counts; so does a rank
-// that left a count out. The package imports no other pdlb package; lb
-// runs Run until shutdown and calls Add and Remove as workers come and go.
+// that left a count out. The package imports no other pdlb package: its
+// owner (package lb) runs Run until shutdown, calls Add and Remove as
+// workers come and go, and reads Get when it picks.
 //
 // The two routes it reads (SGLang, github.com/sgl-project/sglang):
 //
