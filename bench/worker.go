@@ -443,7 +443,10 @@ func isError(v *fastjson.Value) bool {
 // isAbort reports whether an answer, an event, or an item of a batch was
 // ended by an abort (KindAborted).
 func isAbort(v *fastjson.Value) bool {
-	if items, err := v.Array(); err == nil {
+	// Type first: Array on an object builds an error (2 allocations an
+	// event).
+	if v.Type() == fastjson.TypeArray {
+		items, _ := v.Array()
 		for _, it := range items {
 			if isAbort(it) {
 				return true

@@ -31,7 +31,7 @@ func BenchmarkStreamEvents(b *testing.B) {
 				break
 			}
 			v, err := p.ParseBytes(data)
-			if err != nil || isError(v) {
+			if err != nil || isError(v) || isAbort(v) {
 				b.Fatal("bad event")
 			}
 			w.chunk(v)
