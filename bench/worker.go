@@ -73,6 +73,7 @@ type tally struct {
 	requests, ok int
 	errs         map[string]int
 	tokens       int64
+	cache        cacheTally
 	events       int64
 	windowEvents int64 // arrived in a measured window, of streams that did not fail in it
 	cutEvents    int64 // of measured streams an interrupt cut
@@ -95,7 +96,8 @@ type outcome struct {
 	kind   string    // error kind; empty for a success
 	first  time.Time // arrival of the first token event; zero if none
 	tokens int
-	events int // stream events before [DONE], or before the stream failed
+	cache  cacheUse // what the answer says of the prefix cache
+	events int      // stream events before [DONE], or before the stream failed
 	// inWindow is how many of them arrived in the round's measured window.
 	inWindow int
 }
@@ -139,6 +141,9 @@ func (w *worker) one(measured bool) (kind string) {
 	}
 	w.body = w.r.wl.appendBody(w.body[:0], seq, w.rng)
 	w.req.SetBodyRaw(w.body)
+	if key := w.r.wl.routingKey(seq); key != nil {
+		w.req.Header.SetBytesV(RoutingKeyHeader, key)
+	}
 	start := time.Now()
 	gen := w.r.streak.begin()
 	o := w.exchange(start)
@@ -191,6 +196,7 @@ func (w *worker) record(o outcome, start, end time.Time) {
 	}
 	w.ok++
 	w.tokens += int64(o.tokens)
+	w.cache.add(o.cache)
 	latency := end.Sub(start)
 	w.latency = append(w.latency, latency)
 	switch {
@@ -255,7 +261,7 @@ func (w *worker) readBody() outcome {
 		w.msg = appendValueMessage(w.msg, v, body)
 		return outcome{kind: KindAborted}
 	}
-	return outcome{tokens: w.r.wl.completionTokens(v)}
+	return outcome{tokens: w.r.wl.completionTokens(v), cache: w.r.wl.cacheUse(v)}
 }
 
 // readStream reads an event stream to its end. The stream is closed
@@ -310,6 +316,10 @@ func (w *worker) readEvents() outcome {
 		}
 		hasText, n := w.r.wl.chunk(v)
 		w.gaps = tt.add(w.gaps, at, hasText, n)
+		// The last event that says is the answer's word on it.
+		if c := w.r.wl.cacheUse(v); c.reported {
+			o.cache = c
+		}
 	}
 	o.first = tt.first
 	return o

@@ -1,0 +1,284 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+)
+
+// smallGSP is a SharedPrefix small enough for tests.
+func smallGSP() SharedPrefix {
+	return SharedPrefix{Groups: 3, PromptsPerGroup: 4, SystemPromptLen: 10, QuestionLen: 5, OutputLen: 7}
+}
+
+// groupOf returns each request's group, in sending order.
+func groupOf(sp *sharedPrefix) []int {
+	var gs []int
+	for _, r := range sp.reqs {
+		gs = append(gs, r.group)
+	}
+	return gs
+}
+
+func TestSharedPrefixShape(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		s         SharedPrefix
+		seed      uint64
+		exact     bool // every length as asked
+		wantOrder bool // group after group
+	}{
+		{"shuffled", smallGSP(), 1, true, false},
+		{"ordered", func() SharedPrefix { s := smallGSP(); s.Ordered = true; return s }(), 1, true, true},
+		{"range", func() SharedPrefix { s := smallGSP(); s.RangeRatio = 0.5; s.PromptsPerGroup = 40; return s }(), 7, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.s.withDefaults()
+			sp := newSharedPrefix(s, tc.seed)
+			if got, want := len(sp.reqs), s.Groups*s.PromptsPerGroup; got != want || s.Requests() != want {
+				t.Fatalf("got %d requests (Requests %d); want %d", got, s.Requests(), want)
+			}
+			perGroup := map[int]int{}
+			lengths := map[int]bool{}
+			for _, r := range sp.reqs {
+				perGroup[r.group]++
+				sys, q := len(strings.Fields(string(sp.system[r.group]))), len(strings.Fields(string(r.question)))
+				lengths[sys*1e6+q*1e3+r.maxTokens] = true
+				lo := func(full int) int { return max(int(float64(full)*s.RangeRatio), 1) }
+				if sys < lo(s.SystemPromptLen) || sys > s.SystemPromptLen || q < lo(s.QuestionLen) || q > s.QuestionLen ||
+					r.maxTokens < lo(s.OutputLen) || r.maxTokens > s.OutputLen {
+					t.Fatalf("got lengths %d, %d, %d; want within %v", sys, q, r.maxTokens, s)
+				}
+			}
+			for g := range s.Groups {
+				if perGroup[g] != s.PromptsPerGroup {
+					t.Fatalf("got %d requests in group %d; want %d", perGroup[g], g, s.PromptsPerGroup)
+				}
+			}
+			if exact := len(lengths) == 1; exact != tc.exact {
+				t.Errorf("got %d distinct lengths; want exact %v", len(lengths), tc.exact)
+			}
+			gs := groupOf(sp)
+			if sorted := slices.IsSorted(gs); sorted != tc.wantOrder {
+				t.Errorf("got order %v; want group after group %v", gs, tc.wantOrder)
+			}
+			if again := groupOf(newSharedPrefix(s, tc.seed)); !slices.Equal(again, gs) {
+				t.Errorf("the same seed gave order %v, then %v", gs, again)
+			}
+			if other := groupOf(newSharedPrefix(s, tc.seed+1)); !tc.wantOrder && slices.Equal(other, gs) {
+				t.Errorf("seeds %d and %d gave the same order %v", tc.seed, tc.seed+1, gs)
+			}
+		})
+	}
+}
+
+func TestSharedPrefixBest(t *testing.T) {
+	s := smallGSP().withDefaults()
+	sp := newSharedPrefix(s, 3)
+	// 3 groups × 3 later prompts × 10 words, over 12 prompts of 15.
+	if want := 90.0 / 180; sp.best != want {
+		t.Errorf("got best %v; want %v", sp.best, want)
+	}
+	d := SharedPrefix{}.withDefaults()
+	if got := newSharedPrefix(d, 1).best; fmt.Sprintf("%.3f", got) != "0.882" {
+		t.Errorf("got best %v with the defaults; want 15 × 2048 / (16 × 2176) = 0.882", got)
+	}
+}
+
+func TestSharedPrefixRoutingKeys(t *testing.T) {
+	s := smallGSP()
+	for _, send := range []bool{false, true} {
+		s.SendRoutingKey = send
+		cfg := Config{URL: "http://x", SharedPrefix: &s}.withDefaults()
+		wl := newWorkload(&cfg)
+		keyOf := map[int]string{}
+		keys := map[string]bool{}
+		for seq := uint64(1); seq <= uint64(s.Requests()); seq++ {
+			key := wl.routingKey(seq)
+			if (key != nil) != send {
+				t.Fatalf("send %v: got key %q", send, key)
+			}
+			g := wl.gsp.request(seq).group
+			if k, ok := keyOf[g]; ok && k != string(key) {
+				t.Fatalf("group %d got keys %q and %q", g, k, key)
+			}
+			keyOf[g] = string(key)
+			keys[string(key)] = true
+		}
+		if want := map[bool]int{false: 1, true: s.Groups}[send]; len(keys) != want {
+			t.Errorf("send %v: got %d distinct keys; want %d", send, len(keys), want)
+		}
+	}
+}
+
+// prefixCache is a fake worker whose prefix cache holds system prompts:
+// a prompt finds its system prompt's words cached when an earlier one had
+// it. Each word is a token. It records what it answered.
+type prefixCache struct {
+	route          string
+	stream         bool
+	mu             sync.Mutex
+	seen           map[string]bool
+	keys           map[string]string // system prompt → routing key
+	bodies         []string
+	cached, prompt int
+}
+
+func (pc *prefixCache) handle(ctx *fasthttp.RequestCtx) {
+	v, err := fastjson.ParseBytes(ctx.PostBody())
+	if err != nil {
+		ctx.Error(err.Error(), 400)
+		return
+	}
+	var system, question string
+	switch pc.route {
+	case RouteGenerate:
+		system, question, _ = strings.Cut(string(v.GetStringBytes("text")), "\n\n")
+	case RouteCompletions:
+		system, question, _ = strings.Cut(string(v.GetStringBytes("prompt")), "\n\n")
+	default:
+		msgs := v.GetArray("messages")
+		if len(msgs) != 2 || string(msgs[0].GetStringBytes("role")) != "system" || string(msgs[1].GetStringBytes("role")) != "user" {
+			ctx.Error("want a system and a user message", 400)
+			return
+		}
+		system, question = string(msgs[0].GetStringBytes("content")), string(msgs[1].GetStringBytes("content"))
+	}
+	pc.mu.Lock()
+	prompt := len(strings.Fields(system)) + len(strings.Fields(question))
+	cached := 0
+	if pc.seen[system] {
+		cached = len(strings.Fields(system))
+	}
+	pc.seen[system] = true
+	key := string(ctx.Request.Header.Peek(RoutingKeyHeader))
+	if k, ok := pc.keys[system]; ok && k != key {
+		cached = -1 // a group that changed keys: no answer can count
+	}
+	pc.keys[system] = key
+	pc.bodies = append(pc.bodies, string(ctx.PostBody()))
+	pc.cached += cached
+	pc.prompt += prompt
+	pc.mu.Unlock()
+	pc.answer(ctx, cached, prompt)
+}
+
+// answer writes the answer, with the counts where SGLang puts them: on a
+// /generate stream every event has them (the first here says 0 cached, to
+// check that the last one counts), on an OpenAI stream the usage chunk.
+func (pc *prefixCache) answer(ctx *fasthttp.RequestCtx, cached, prompt int) {
+	meta := fmt.Sprintf(`"meta_info":{"completion_tokens":%%d,"prompt_tokens":%d,"cached_tokens":%%d}`, prompt)
+	usage := fmt.Sprintf(`"usage":{"prompt_tokens":%d,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":%d}}`, prompt, cached)
+	var events []string
+	switch pc.route {
+	case RouteGenerate:
+		events = []string{`{"text":"a",` + fmt.Sprintf(meta, 1, 0) + `}`, `{"text":"ab",` + fmt.Sprintf(meta, 2, cached) + `}`}
+	default:
+		events = []string{`{"choices":[{"text":"a","delta":{"content":"a"}}]}`, `{"choices":[],` + usage + `}`}
+	}
+	if !pc.stream {
+		ctx.SetContentType("application/json")
+		if pc.route == RouteGenerate {
+			ctx.SetBodyString(events[1])
+		} else {
+			ctx.SetBodyString(`{"choices":[{"text":"ab","message":{"content":"ab"}}],` + usage + `}`)
+		}
+		return
+	}
+	ctx.SetContentType("text/event-stream")
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		for _, ev := range events {
+			fmt.Fprintf(w, "data: %s\n\n", ev)
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	})
+}
+
+// TestSharedPrefixRun sends the workload on each route, streamed or not, to
+// a worker that caches system prompts: every request must be sent once,
+// with the route's body, and the hit rate is then the best possible.
+func TestSharedPrefixRun(t *testing.T) {
+	for _, route := range routes {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s stream %v", route, stream), func(t *testing.T) {
+				t.Parallel()
+				pc := &prefixCache{route: route, stream: stream, seen: map[string]bool{}, keys: map[string]string{}}
+				cfg := serve(t, pc.handle)
+				s := smallGSP()
+				s.SendRoutingKey = true
+				cfg.Route, cfg.Stream, cfg.SharedPrefix, cfg.Concurrency = route, stream, &s, 2
+				rep, err := Run(t.Context(), cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rep.OK != s.Requests() || rep.Requests != s.Requests() {
+					t.Fatalf("got %d requests, %d ok (errors %v %v); want %d", rep.Requests, rep.OK, rep.Errors, rep.ErrorMessages, s.Requests())
+				}
+				checkSharedPrefixBodies(t, cfg, pc.bodies)
+				if rep.CacheReports != s.Requests() || rep.CachedTokens != int64(pc.cached) || rep.PromptTokens != int64(pc.prompt) {
+					t.Errorf("got %d reports, %d of %d tokens cached; want %d, %d of %d",
+						rep.CacheReports, rep.CachedTokens, rep.PromptTokens, s.Requests(), pc.cached, pc.prompt)
+				}
+				if rep.CacheHitRate != rep.BestCacheHitRate || rep.BestCacheHitRate != 0.5 {
+					t.Errorf("got hit rate %v, best %v; want both 0.5", rep.CacheHitRate, rep.BestCacheHitRate)
+				}
+			})
+		}
+	}
+}
+
+// checkSharedPrefixBodies checks the bodies a SharedPrefix run sent (cfg
+// before its defaults): each request of the workload once, as the route
+// wants it.
+func checkSharedPrefixBodies(t *testing.T, cfg Config, bodies []string) {
+	t.Helper()
+	cfg = cfg.withDefaults()
+	wl := newWorkload(&cfg)
+	var want []string
+	for seq := uint64(1); seq <= uint64(len(wl.gsp.reqs)); seq++ {
+		want = append(want, string(wl.appendBody(nil, seq, nil)))
+	}
+	slices.Sort(want)
+	got := slices.Sorted(slices.Values(bodies))
+	if !slices.Equal(got, want) {
+		t.Fatalf("got bodies\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	v, err := fastjson.Parse(bodies[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := wl.gsp.reqs[0]
+	for _, r2 := range wl.gsp.reqs {
+		if strings.Contains(bodies[0], string(r2.question)) {
+			r = r2
+		}
+	}
+	system, question := string(wl.gsp.system[r.group]), string(r.question)
+	var gotPrompt string
+	var gotMax int
+	switch cfg.Route {
+	case RouteGenerate:
+		gotPrompt, gotMax = string(v.GetStringBytes("text")), v.GetInt("sampling_params", "max_new_tokens")
+		if !v.GetBool("sampling_params", "ignore_eos") {
+			t.Errorf("got no ignore_eos in %s", bodies[0])
+		}
+	case RouteCompletions:
+		gotPrompt, gotMax = string(v.GetStringBytes("prompt")), v.GetInt("max_tokens")
+	default:
+		msgs := v.GetArray("messages")
+		gotPrompt = string(msgs[0].GetStringBytes("content")) + "\n\n" + string(msgs[1].GetStringBytes("content"))
+		gotMax = v.GetInt("max_tokens")
+	}
+	if gotPrompt != system+"\n\n"+question || gotMax != r.maxTokens {
+		t.Errorf("got prompt %q, max tokens %d; want %q, %d", gotPrompt, gotMax, system+"\n\n"+question, r.maxTokens)
+	}
+	if v.GetBool("stream") != cfg.Stream {
+		t.Errorf("got stream %v; want %v", v.GetBool("stream"), cfg.Stream)
+	}
+}
