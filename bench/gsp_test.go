@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -280,5 +281,123 @@ func checkSharedPrefixBodies(t *testing.T, cfg Config, bodies []string) {
 	}
 	if v.GetBool("stream") != cfg.Stream {
 		t.Errorf("got stream %v; want %v", v.GetBool("stream"), cfg.Stream)
+	}
+}
+
+func TestSharedPrefixReportText(t *testing.T) {
+	s := smallGSP().withDefaults()
+	for _, tc := range []struct {
+		name string
+		r    Report
+		want []string
+	}{
+		{"hits", Report{SharedPrefix: &s, Seed: 5, CacheReports: 12, CachedTokens: 90, PromptTokens: 180, CacheHitRate: 0.5, BestCacheHitRate: 0.5}, []string{
+			"workload     generated-shared-prefix: 3 groups × 4 prompts of a 10-word system prompt and a 5-word question, 7 new tokens, shuffled (seed 5)\n",
+			"cache hits   0.500 of prompt tokens cached (90 of 180, in 12 answers); best possible 0.500\n",
+		}},
+		{"not reported", Report{SharedPrefix: &s, BestCacheHitRate: 0.5}, []string{
+			"cache hits   not reported by the answers (SGLang's OpenAI routes report them with --enable-cache-report); best possible 0.500\n",
+		}},
+		{"other workload", Report{MaxNewTokens: Fixed(16), PromptWords: Fixed(32), CacheReports: 1, CachedTokens: 1, PromptTokens: 4, CacheHitRate: 0.25}, []string{
+			"cache hits   0.250 of prompt tokens cached (1 of 4, in 1 answer)\n",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			if err := tc.r.WriteText(&b); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(b.String(), want) {
+					t.Errorf("got\n%s\nwant the line %q", b.String(), want)
+				}
+			}
+		})
+	}
+	var b strings.Builder
+	if err := (&Report{MaxNewTokens: Fixed(16)}).WriteText(&b); err != nil || strings.Contains(b.String(), "cache hits") {
+		t.Errorf("got\n%s\nwant no cache line without reports", b.String())
+	}
+}
+
+// TestSharedPrefixCompare sends the workload to two targets in turns: each
+// gets every request once, and the table compares their hit rates.
+func TestSharedPrefixCompare(t *testing.T) {
+	hot := &prefixCache{route: RouteGenerate, seen: map[string]bool{}, keys: map[string]string{}}
+	cold := &prefixCache{route: RouteGenerate, seen: map[string]bool{}, keys: map[string]string{}}
+	forget := func(ctx *fasthttp.RequestCtx) { // a cache that keeps nothing
+		cold.handle(ctx)
+		cold.mu.Lock()
+		clear(cold.seen)
+		cold.mu.Unlock()
+	}
+	targets, cfg := serveTargets(t, []string{"hot", "cold"}, hot.handle, forget)
+	s := smallGSP()
+	cfg.SharedPrefix, cfg.Concurrency, cfg.Round = &s, 2, minRound
+	c, err := Compare(t.Context(), cfg, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, pc := range []*prefixCache{hot, cold} {
+		if r := c.Reports[i]; r.OK != s.Requests() || len(pc.bodies) != s.Requests() {
+			t.Fatalf("%s: got %d ok of %d sent; want %d", r.Name, r.OK, len(pc.bodies), s.Requests())
+		}
+	}
+	var b strings.Builder
+	if err := c.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	checkRow(t, b.String(), "cache hit rate", "0.500", "0.000", "0.000")
+	if want := "best hits    0.500, the best hit rate any router could reach on this workload\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("got\n%s\nwant the line %q", b.String(), want)
+	}
+}
+
+func TestSharedPrefixFlags(t *testing.T) {
+	c, err := parse(t, "http://x", "--workload", "generated-shared-prefix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := SharedPrefix{Groups: 64, PromptsPerGroup: 16, SystemPromptLen: 2048, QuestionLen: 128, OutputLen: 256, RangeRatio: 1}
+	if cfg.SharedPrefix == nil || *cfg.SharedPrefix != want {
+		t.Fatalf("got %+v; want bench_serving's defaults %+v", cfg.SharedPrefix, want)
+	}
+	if c, _ := parse(t, "http://x"); c.Workload != "unique-prefix" {
+		t.Errorf("got workload %q by default; want unique-prefix", c.Workload)
+	}
+	c, _ = parse(t, "http://x", "--workload", "generated-shared-prefix", "--gsp-num-groups", "2", "--gsp-prompts-per-group", "3",
+		"--gsp-system-prompt-len", "4", "--gsp-question-len", "5", "--gsp-output-len", "6", "--gsp-range-ratio", "0", "--gsp-ordered", "--gsp-send-routing-key")
+	cfg, err = c.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = SharedPrefix{Groups: 2, PromptsPerGroup: 3, SystemPromptLen: 4, QuestionLen: 5, OutputLen: 6, RangeRatio: math.SmallestNonzeroFloat64, Ordered: true, SendRoutingKey: true}
+	if *cfg.SharedPrefix != want {
+		t.Errorf("got %+v; want %+v", *cfg.SharedPrefix, want)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--gsp-num-groups", "0"}, "--gsp-num-groups 0: want at least 1"},
+		{[]string{"--gsp-output-len=-1"}, "--gsp-output-len -1: want at least 1"},
+		{[]string{"--gsp-range-ratio", "1.5"}, "--gsp-range-ratio 1.5: want 0 to 1"},
+		{[]string{"-n", "5"}, "the generated-shared-prefix workload sends its 1024 requests once each: give no request count"},
+		{[]string{"--warmup", "1s"}, "a warm-up would send some of the generated-shared-prefix workload's prompts twice: give none"},
+		{[]string{"--gsp-num-groups", "2000000"}, "generated-shared-prefix workload: groups 2000000: want 1 to 1048576"},
+	} {
+		c, err := parse(t, append([]string{"http://x", "--workload", "generated-shared-prefix"}, tc.args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		err = c.run(t.Context(), &out, &out)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q: got %v; want %q", tc.args, err, tc.want)
+		}
 	}
 }
