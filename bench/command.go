@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -31,6 +32,9 @@ type Command struct {
 	Duration *time.Duration `help:"Measured time after the warm-up (more than 0), per target with --compare (default 10s when --requests is 0)." short:"d"`
 	Warmup   time.Duration  `help:"Time at the start (of each target's first round with --compare) whose requests are left out of the figures."`
 
+	Workload string            `help:"What to send: unique-prefix, prompts of --prompt-words (or --prompts) that share no prefix; or generated-shared-prefix, SGLang bench_serving's workload of the --gsp-* flags, each request sent once (the run ends when all are answered, or at --duration), reporting the prefix cache's hit rate against the best any router could reach." enum:"unique-prefix,generated-shared-prefix" default:"unique-prefix"`
+	GSP      SharedPrefixFlags `embed:"" prefix:"gsp-"`
+
 	MaxNewTokens Dist     `help:"Output tokens asked for per request: N, or drawn per request from uniform:MIN:MAX, normal:MEAN:SD or lognormal:MEAN:SD (N, MAX and MEAN at most 1048576; draws rounded and kept within 1-1048576)." default:"16"`
 	PromptWords  Dist     `help:"Prompt length in words, as --max-new-tokens (ignored with --prompts)." default:"32"`
 	Prompts      string   `help:"Send the prompts of this JSON Lines file round robin, verbatim: an object a line with a \"prompt\" string or a \"messages\" list, and optionally \"max_new_tokens\" or \"max_tokens\"." placeholder:"FILE"`
@@ -45,12 +49,56 @@ type Command struct {
 	Quiet       bool          `help:"Show no progress: by default a bar on standard error, redrawn in place on a terminal, else a line every 5 s." short:"q"`
 }
 
+// SharedPrefixFlags are the --gsp-* flags of --workload
+// generated-shared-prefix, with SGLang bench_serving's names and defaults.
+type SharedPrefixFlags struct {
+	NumGroups       int     `help:"Generated-shared-prefix: system prompts, each a group's." default:"64"`
+	PromptsPerGroup int     `help:"Generated-shared-prefix: requests a group, each a question after the group's system prompt." default:"16"`
+	SystemPromptLen int     `help:"Generated-shared-prefix: system prompt length in words (one token each to pdlb fake, about one to a real tokenizer)." default:"2048"`
+	QuestionLen     int     `help:"Generated-shared-prefix: question length in words." default:"128"`
+	OutputLen       int     `help:"Generated-shared-prefix: output tokens a request." default:"256"`
+	RangeRatio      float64 `help:"Generated-shared-prefix: draw each length from this share of it to all of it (1: exact)." default:"1.0"`
+	Ordered         bool    `help:"Generated-shared-prefix: send the requests group after group, not shuffled by --seed."`
+	SendRoutingKey  bool    `help:"Generated-shared-prefix: send an X-SMG-Routing-Key header naming each request's group, for routers that route by it."`
+}
+
+// sharedPrefix converts the flags, refusing a count below 1, which
+// SharedPrefix would take for its default; a range ratio of 0,
+// bench_serving's lengths from 1 to all, is SharedPrefix's smallest above
+// 0, as its 0 is the default.
+func (f *SharedPrefixFlags) sharedPrefix() (*SharedPrefix, error) {
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{
+		{"num-groups", f.NumGroups}, {"prompts-per-group", f.PromptsPerGroup},
+		{"system-prompt-len", f.SystemPromptLen}, {"question-len", f.QuestionLen}, {"output-len", f.OutputLen},
+	} {
+		if n.v < 1 {
+			return nil, fmt.Errorf("--gsp-%s %d: want at least 1", n.flag, n.v)
+		}
+	}
+	if !(f.RangeRatio >= 0 && f.RangeRatio <= 1) {
+		return nil, fmt.Errorf("--gsp-range-ratio %v: want 0 to 1", f.RangeRatio)
+	}
+	s := &SharedPrefix{
+		Groups: f.NumGroups, PromptsPerGroup: f.PromptsPerGroup, SystemPromptLen: f.SystemPromptLen,
+		QuestionLen: f.QuestionLen, OutputLen: f.OutputLen, RangeRatio: f.RangeRatio,
+		Ordered: f.Ordered, SendRoutingKey: f.SendRoutingKey,
+	}
+	if f.RangeRatio == 0 {
+		s.RangeRatio = math.SmallestNonzeroFloat64
+	}
+	return s, nil
+}
+
 // Help shows examples under the command's summary.
 func (c *Command) Help() string {
 	return `The load is a closed loop (-c clients) or an open one (--rate), for a time (-d) or a number of requests (-n). The progress shows on standard error, the report on standard output. Examples:
 
   pdlb bench http://127.0.0.1:8000 -c 16 -d 30s
   pdlb bench http://127.0.0.1:8000/v1/chat/completions --stream --rate 20 -n 1000
+  pdlb bench http://127.0.0.1:8000 --workload generated-shared-prefix -c 16 --stream
   pdlb bench --compare direct=http://127.0.0.1:30000 --compare pdlb=http://127.0.0.1:8000 -c 8 -d 20s`
 }
 
@@ -313,6 +361,11 @@ func (c *Command) config() (Config, error) {
 	cfg.Headers = headers
 	if c.Prompts != "" {
 		if cfg.Prompts, err = readPromptFile(c.Prompts); err != nil {
+			return cfg, err
+		}
+	}
+	if c.Workload == WorkloadSharedPrefix {
+		if cfg.SharedPrefix, err = c.GSP.sharedPrefix(); err != nil {
 			return cfg, err
 		}
 	}

@@ -79,6 +79,11 @@ func Compare(ctx context.Context, cfg Config, targets []Target) (*Comparison, er
 		return nil, err
 	}
 	cfg.Route = route
+	if cfg.Duration == 0 {
+		// Before withDefaults, which bounds a run by Duration only
+		// when it has no request count, and a SharedPrefix has one.
+		cfg.Duration = defaultDuration
+	}
 	cfg = cfg.withDefaults()
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)

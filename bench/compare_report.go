@@ -109,6 +109,9 @@ func (c *Comparison) writeHeader(b *bytes.Buffer) {
 	if lag {
 		fmt.Fprintf(b, "%-12s %s\n", "lag", lagNote)
 	}
+	if first.BestCacheHitRate > 0 {
+		fmt.Fprintf(b, "%-12s %.3f, the best hit rate any router could reach on this workload\n", "best hits", first.BestCacheHitRate)
+	}
 	for _, r := range c.Reports {
 		if r.GaveUp != "" {
 			fmt.Fprintf(b, "%-12s %s: %s\n", "gave up", r.Name, r.GaveUp)
@@ -163,6 +166,11 @@ func compareFigures(rs []*Report) []figure {
 	)
 	if rs[0].Stream {
 		fs = append(fs, figure{"events/s", always(func(r *Report) float64 { return r.EventsPerSec }), rate})
+	}
+	if slices.ContainsFunc(rs, func(r *Report) bool { return r.CacheReports > 0 }) {
+		fs = append(fs, figure{"cache hit rate", func(r *Report) (float64, bool) {
+			return r.CacheHitRate, r.CacheReports > 0
+		}, func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }})
 	}
 	for _, s := range []struct {
 		name string

@@ -105,6 +105,15 @@ type Config struct {
 	// Prompts, when not empty, are sent instead of generated prompts,
 	// request number n using Prompts[(n-1) % len(Prompts)], verbatim.
 	Prompts []Prompt
+	// SharedPrefix, when not nil, replaces the generated prompts with
+	// SGLang's generated-shared-prefix workload (its doc says what it is),
+	// which then sets the prompts, the output lengths (MaxNewTokens and
+	// PromptWords are ignored) and the request count: each of its requests
+	// is sent once, and Run ends when all have been answered, or at
+	// Duration if that comes first. Compare gives each target the whole
+	// workload within Duration (10 s unless set), in its turns. Prompts,
+	// Requests and Warmup must then be zero.
+	SharedPrefix *SharedPrefix
 	// Seed makes the run reproducible: prompt text, drawn sizes (a
 	// function of Seed and the request number) and open-loop arrivals.
 	Seed uint64
@@ -188,6 +197,9 @@ func (c *Config) validateLoad() error {
 			return fmt.Errorf("%s must not be negative", f.name)
 		}
 	}
+	if err := c.checkSharedPrefix(); err != nil {
+		return err
+	}
 	if !(c.Rate >= 0) || math.IsInf(c.Rate, 0) {
 		return fmt.Errorf("rate must be a finite number of requests per second, not %v", c.Rate)
 	}
@@ -217,6 +229,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxInflight == 0 {
 		c.MaxInflight = defaultMaxInflight
+	}
+	if c.SharedPrefix != nil {
+		// A copy: the caller's stays as given.
+		s := c.SharedPrefix.withDefaults()
+		c.SharedPrefix = &s
+		c.Requests = s.Groups * s.PromptsPerGroup
 	}
 	if c.Requests == 0 && c.Duration == 0 {
 		c.Duration = defaultDuration

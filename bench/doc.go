@@ -66,6 +66,55 @@
 // per-client buffer from pre-built pieces, answers are parsed with a reused
 // fastjson parser, and stream events are split in a reused buffer.
 //
+// # The generated-shared-prefix workload
+//
+// Config.SharedPrefix (`--workload generated-shared-prefix` and the --gsp-*
+// flags) sends SGLang bench_serving's workload of that name, with its
+// parameters and defaults (python/sglang/benchmark/args.py and
+// datasets/generated_shared_prefix.py): 64 groups of 16 requests, each
+// prompt a group's 2,048-word system prompt, "\n\n", and a 128-word
+// question of its own, asking for 256 tokens with ignore_eos, as
+// bench_serving's clients ask on every route. Lengths are exact, or drawn
+// per group (system prompt) and per request (question, output) from
+// max(int(len × ratio), 1) to len with --gsp-range-ratio below 1, as
+// bench_serving's compute_random_lens draws them. The requests are
+// shuffled by --seed unless --gsp-ordered, so a run repeats exactly; each
+// is sent once, and the run ends when all are answered (or at --duration;
+// with --compare, each target gets the whole workload in its turns within
+// --duration, 10 s unless set). --gsp-send-routing-key adds one
+// X-SMG-Routing-Key header a group, which sglang_router's
+// consistent_hashing and manual policies route by (bench_serving's keys
+// carry a random run id and the time; these, gsp-SEED-GROUP, repeat). On
+// /generate the prompt is "text", on /v1/completions "prompt"; on
+// /v1/chat/completions the system prompt is a system message and the
+// question a user message (bench_serving sends the whole prompt as one
+// user message), so a router must read the whole conversation, not its
+// first message, to tell the requests of a group apart.
+//
+// Words stand for tokens: bench_serving decodes random token ids of the
+// model's vocabulary, which needs the model's tokenizer; pdlb bench draws
+// common English words instead (the vocabulary of the generated prompts),
+// each one token to the fake workers, which split text at white space, and
+// about one to a real BPE tokenizer (a common word with the space before
+// it). The "\n\n" is white space to the fakes and one token to a real
+// tokenizer, which also adds its chat template and special tokens. Two
+// questions of a group may start with the same word (1 in 64): a prefix
+// cache then finds one token more than the system prompt, about 5 in
+// 100,000 of the prompt tokens with the defaults.
+//
+// The report adds the prefix cache's hit rate, from what the answers say:
+// the sum of meta_info.cached_tokens over that of meta_info.prompt_tokens
+// on /generate, of usage.prompt_tokens_details.cached_tokens over
+// usage.prompt_tokens on the OpenAI routes (SGLang reports them there when
+// started with --enable-cache-report), from the last stream event that
+// carries them; with any workload whose answers carry them. For this
+// workload it also gives the best hit rate any router could reach: of each
+// group's requests, every one after the first finds its system prompt's
+// tokens cached, so best = Σ_groups (prompts a group - 1) × system prompt
+// length / Σ_requests (system prompt length + question length), 15 × 2048
+// / (16 × 2176) = 0.882 with the defaults. A worker that caches whole
+// pages of tokens rounds each system prompt down to its page size.
+//
 // # The command
 //
 // `pdlb bench URL` sends load to any SGLang- or OpenAI-style endpoint

@@ -7,6 +7,7 @@ func (r *runner) report() *Report {
 	rep.Requests += t.requests // after any dropped arrivals
 	rep.OK += t.ok
 	rep.OutputTokens += t.tokens
+	rep.setCache(t.cache)
 	rep.Events += t.events
 	for k, n := range t.errs {
 		rep.Errors[k] += n
@@ -53,7 +54,12 @@ func (r *runner) newReport() *Report {
 		ErrorMessages:  r.errLog.snapshot(),
 	}
 	rep.GaveUp, rep.GaveUpMessages = r.gaveUpReason()
-	if len(r.cfg.Prompts) == 0 {
+	switch {
+	case r.cfg.SharedPrefix != nil:
+		rep.Workload, rep.SharedPrefix = WorkloadSharedPrefix, r.cfg.SharedPrefix
+		rep.MaxNewTokens = Dist{}
+		rep.BestCacheHitRate = r.wl.gsp.best
+	case len(r.cfg.Prompts) == 0:
 		rep.PromptWords = r.cfg.PromptWords
 	}
 	if r.cfg.Route != RouteGenerate {
@@ -77,6 +83,7 @@ func (r *runner) total() tally {
 		t.requests += w.requests
 		t.ok += w.ok
 		t.tokens += w.tokens
+		t.cache.merge(w.cache)
 		t.events += w.events
 		t.windowEvents += w.windowEvents
 		t.cutEvents += w.cutEvents

@@ -32,7 +32,7 @@ type Report struct {
 	Concurrency  int           `json:"concurrency"`
 	Rate         float64       `json:"rate,omitempty"`
 	MaxInflight  int           `json:"max_inflight,omitempty"`
-	MaxNewTokens Dist          `json:"max_new_tokens"`
+	MaxNewTokens Dist          `json:"max_new_tokens,omitzero"`
 	PromptWords  Dist          `json:"prompt_words,omitzero"`
 	Prompts      int           `json:"prompts,omitempty"`
 	Seed         uint64        `json:"seed"`
@@ -44,6 +44,12 @@ type Report struct {
 	// Endpoint is the URL every request went to: URL's scheme, host and
 	// path prefix, then Route.
 	Endpoint string `json:"endpoint"`
+	// Workload is WorkloadSharedPrefix for that workload, whose
+	// parameters SharedPrefix echoes (defaults applied), and the seed its
+	// texts and order come from; empty, and nil, for generated or file
+	// prompts. MaxNewTokens is then zero: the workload sets the lengths.
+	Workload     string        `json:"workload,omitempty"`
+	SharedPrefix *SharedPrefix `json:"shared_prefix,omitempty"`
 
 	// Requests is the number of measured requests that finished: OK plus
 	// the sum of Errors.
@@ -99,6 +105,32 @@ type Report struct {
 	OutputTokens int64 `json:"output_tokens"`
 	// OutputTokensPerSec is OutputTokens per second of Elapsed.
 	OutputTokensPerSec float64 `json:"output_tokens_per_s"`
+
+	// CacheReports is the number of successful answers that said how
+	// many of their prompt's tokens the server found in its prefix cache
+	// (meta_info.cached_tokens and prompt_tokens on /generate;
+	// usage.prompt_tokens_details.cached_tokens and usage.prompt_tokens on
+	// the OpenAI routes, which SGLang reports when started with
+	// --enable-cache-report; in a stream, the last event that carries
+	// them); CachedTokens and PromptTokens are their sums, and
+	// CacheHitRate is CachedTokens over PromptTokens (0 when none
+	// reported). It is SGLang's own count, so it means the same against
+	// a real cluster as against the fakes.
+	CacheReports int     `json:"cache_reports"`
+	CachedTokens int64   `json:"cached_tokens"`
+	PromptTokens int64   `json:"prompt_tokens"`
+	CacheHitRate float64 `json:"cache_hit_rate"`
+	// BestCacheHitRate is, for the SharedPrefix workload, the hit rate of
+	// a router that keeps every group on one worker with room for it: of
+	// each group's requests, every one after the first finds the system
+	// prompt's tokens cached, and nothing else is. It is Σ over groups g
+	// of (PromptsPerGroup - 1) × S(g), over Σ over requests r of S(g(r)) +
+	// Q(r), where S is a system prompt's length and Q a question's, in
+	// words (tokens to the fakes): with the defaults, 15 × 2048 / (16 ×
+	// (2048 + 128)) = 0.882. It is the whole workload's, whatever part of
+	// it the run sent; a server that caches by pages of several tokens
+	// rounds S down to a page. Zero for other workloads.
+	BestCacheHitRate float64 `json:"best_cache_hit_rate,omitempty"`
 	// EventsPerSec is Events over EventWindow, for stream runs. With a
 	// Duration, Events counts the events ([DONE] not included) that
 	// arrived within the measured windows (Duration each, warm-up
@@ -203,6 +235,8 @@ func (r Report) MarshalJSON() ([]byte, error) {
 	p.RequestsPerSec = round3(p.RequestsPerSec)
 	p.OutputTokensPerSec = round3(p.OutputTokensPerSec)
 	p.EventsPerSec = round3(p.EventsPerSec)
+	p.CacheHitRate = round4(p.CacheHitRate)
+	p.BestCacheHitRate = round4(p.BestCacheHitRate)
 	timeout := r.Timeout
 	if timeout == NoTimeout {
 		timeout = 0
@@ -225,6 +259,8 @@ func millis(d time.Duration) float64 { return round3(float64(d) / 1e6) }
 
 func round3(x float64) float64 { return math.Round(x*1e3) / 1e3 }
 
+func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
+
 // WriteJSON writes r as one indented JSON object.
 func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
@@ -244,7 +280,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		target = r.Name + " " + target
 	}
 	fmt.Fprintf(&b, "%-12s %s (%s)\n", "target", target, r.loadText())
-	if r.MaxNewTokens != (Dist{}) {
+	if r.MaxNewTokens != (Dist{}) || r.SharedPrefix != nil {
 		fmt.Fprintf(&b, "%-12s %s\n", "workload", r.workloadText())
 	}
 	fmt.Fprintf(&b, "%-12s %d (%d ok, %d errors; %d warm-up not counted)\n", "requests",
@@ -268,6 +304,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		r.RequestsPerSec, r.OutputTokensPerSec, r.OutputTokens)
 	if r.Stream {
 		fmt.Fprintf(&b, "%-12s %.1f events/s (%d events in %.2f s)\n", "events", r.EventsPerSec, r.Events, r.EventWindow.Seconds())
+	}
+	if r.CacheReports > 0 || r.SharedPrefix != nil {
+		fmt.Fprintf(&b, "%-12s %s\n", "cache hits", r.cacheText())
 	}
 	if r.EventLag.Count > 0 {
 		fmt.Fprintf(&b, "%-12s %s\n", "lag", lagNote)
@@ -297,6 +336,9 @@ func (r *Report) loadText() string {
 
 // workloadText describes the requests' sizes.
 func (r *Report) workloadText() string {
+	if s := r.SharedPrefix; s != nil {
+		return sharedPrefixText(s, r.Seed)
+	}
 	if r.Prompts > 0 {
 		return fmt.Sprintf("%d file prompts, %s new tokens unless a prompt says", r.Prompts, r.MaxNewTokens)
 	}

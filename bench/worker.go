@@ -73,6 +73,7 @@ type tally struct {
 	requests, ok int
 	errs         map[string]int
 	tokens       int64
+	cache        cacheTally
 	events       int64
 	windowEvents int64 // arrived in a measured window, of streams that did not fail in it
 	cutEvents    int64 // of measured streams an interrupt cut
@@ -95,7 +96,8 @@ type outcome struct {
 	kind   string    // error kind; empty for a success
 	first  time.Time // arrival of the first token event; zero if none
 	tokens int
-	events int // stream events before [DONE], or before the stream failed
+	cache  cacheUse // what the answer says of the prefix cache
+	events int      // stream events before [DONE], or before the stream failed
 	// inWindow is how many of them arrived in the round's measured window.
 	inWindow int
 }
@@ -139,6 +141,9 @@ func (w *worker) one(measured bool) (kind string) {
 	}
 	w.body = w.r.wl.appendBody(w.body[:0], seq, w.rng)
 	w.req.SetBodyRaw(w.body)
+	if key := w.r.wl.routingKey(seq); key != nil {
+		w.req.Header.SetBytesV(RoutingKeyHeader, key)
+	}
 	start := time.Now()
 	gen := w.r.streak.begin()
 	o := w.exchange(start)
@@ -191,6 +196,7 @@ func (w *worker) record(o outcome, start, end time.Time) {
 	}
 	w.ok++
 	w.tokens += int64(o.tokens)
+	w.cache.add(o.cache)
 	latency := end.Sub(start)
 	w.latency = append(w.latency, latency)
 	switch {
@@ -255,7 +261,7 @@ func (w *worker) readBody() outcome {
 		w.msg = appendValueMessage(w.msg, v, body)
 		return outcome{kind: KindAborted}
 	}
-	return outcome{tokens: w.r.wl.completionTokens(v)}
+	return outcome{tokens: w.r.wl.completionTokens(v), cache: w.r.wl.cacheUse(v)}
 }
 
 // readStream reads an event stream to its end. The stream is closed
@@ -310,6 +316,10 @@ func (w *worker) readEvents() outcome {
 		}
 		hasText, n := w.r.wl.chunk(v)
 		w.gaps = tt.add(w.gaps, at, hasText, n)
+		// The last event that says is the answer's word on it.
+		if c := w.r.wl.cacheUse(v); c.reported {
+			o.cache = c
+		}
 	}
 	o.first = tt.first
 	return o
@@ -360,62 +370,6 @@ func (w *worker) eventFailure(v *fastjson.Value, data []byte) string {
 	return ""
 }
 
-// tokenTimer counts a stream's tokens and turns the arrivals of its token
-// events into inter-token samples (readEvents says how). It is readEvents'
-// state across events, kept apart so that the reading of events and the
-// counting of tokens each read on their own. Its zero value is not ready:
-// usage starts at -1.
-type tokenTimer struct {
-	first  time.Time // arrival of the first token event; zero if none
-	prev   time.Time // arrival of the last token event counted
-	events int       // token events counted
-	seen   int       // tokens so far, as the events said or one per event
-	usage  int       // the last count an event said; -1 while none has
-}
-
-// add counts an event that arrived at at, hasText and n being what
-// workload.chunk read from it, and returns gaps with one sample appended
-// per new token.
-func (tt *tokenTimer) add(gaps []time.Duration, at time.Time, hasText bool, n int) []time.Duration {
-	if n >= 0 {
-		tt.usage = n
-	}
-	if !hasText {
-		return gaps
-	}
-	count := tt.seen + 1
-	if n >= 0 {
-		// A server's count, however wrong, must not make millions
-		// of samples: no request asks for more than maxDraw.
-		count = min(n, maxDraw)
-	}
-	switch {
-	case tt.events == 0:
-		tt.first = at
-	case count <= tt.seen:
-		return gaps
-	default:
-		k := count - tt.seen
-		gap := at.Sub(tt.prev) / time.Duration(k)
-		for range k {
-			gaps = append(gaps, gap)
-		}
-	}
-	tt.prev, tt.seen = at, count
-	tt.events++
-	return gaps
-}
-
-// tokens returns the stream's output length: the last count an event
-// said, which is the server's own (usage, completion_tokens), else one per
-// token event.
-func (tt *tokenTimer) tokens() int {
-	if tt.usage >= 0 {
-		return tt.usage
-	}
-	return tt.events
-}
-
 // drain reads what follows "data: [DONE]" up to the end of the response,
 // which is at once for a well-behaved server, so the connection can be
 // reused. It returns an error kind if the response does not end.
@@ -443,7 +397,10 @@ func isError(v *fastjson.Value) bool {
 // isAbort reports whether an answer, an event, or an item of a batch was
 // ended by an abort (KindAborted).
 func isAbort(v *fastjson.Value) bool {
-	if items, err := v.Array(); err == nil {
+	// Type first: Array on an object builds an error (2 allocations an
+	// event).
+	if v.Type() == fastjson.TypeArray {
+		items, _ := v.Array()
 		for _, it := range items {
 			if isAbort(it) {
 				return true

@@ -45,6 +45,9 @@ type workload struct {
 	// promptMax their own output lengths (0: drawn from maxTokens).
 	prompts   [][]byte
 	promptMax []int
+	// gsp, when not nil, is the SharedPrefix workload, which makes every
+	// prompt and output length instead.
+	gsp *sharedPrefix
 }
 
 // newWorkload pre-builds the pieces of the bodies cfg describes; cfg has
@@ -85,6 +88,10 @@ func newWorkload(cfg *Config) *workload {
 	if cfg.Route == RouteChatCompletions {
 		wl.quote, wl.unquote = []byte(`[{"role":"user","content":"`), []byte(`"}]`)
 	}
+	if cfg.SharedPrefix != nil {
+		wl.gsp = newSharedPrefix(*cfg.SharedPrefix, cfg.Seed)
+		return wl
+	}
 	wl.pool, wl.ends = poolWords(promptPool, cfg.Seed)
 	for _, p := range cfg.Prompts {
 		wl.prompts = append(wl.prompts, wl.promptValue(p))
@@ -124,6 +131,9 @@ func poolWords(n int, seed uint64) ([]byte, []int) {
 // random reports whether bodies need a per-request generator: whether a
 // size is drawn.
 func (wl *workload) random() bool {
+	if wl.gsp != nil {
+		return false // drawn when generated
+	}
 	_, fixedWords := wl.promptWords.fixed()
 	_, fixedTokens := wl.maxTokens.fixed()
 	return !fixedWords && len(wl.prompts) == 0 || !fixedTokens
@@ -144,11 +154,16 @@ func (wl *workload) seedFor(pcg *rand.PCG, seq uint64) {
 func (wl *workload) appendBody(dst []byte, seq uint64, rng *rand.Rand) []byte {
 	dst = append(dst, wl.open...)
 	maxTokens := 0
-	if n := uint64(len(wl.prompts)); n > 0 {
+	switch n := uint64(len(wl.prompts)); {
+	case wl.gsp != nil:
+		r := wl.gsp.request(seq)
+		dst = wl.gsp.appendPrompt(dst, r, wl.route == RouteChatCompletions)
+		maxTokens = r.maxTokens
+	case n > 0:
 		i := (seq - 1) % n
 		dst = append(dst, wl.prompts[i]...)
 		maxTokens = wl.promptMax[i]
-	} else {
+	default:
 		dst = wl.appendPrompt(dst, seq, wl.promptWords.draw(rng))
 	}
 	if maxTokens == 0 {
@@ -157,6 +172,15 @@ func (wl *workload) appendBody(dst []byte, seq uint64, rng *rand.Rand) []byte {
 	dst = append(dst, wl.mid...)
 	dst = strconv.AppendInt(dst, int64(maxTokens), 10)
 	return append(dst, wl.tail...)
+}
+
+// routingKey returns the routing key to send with request number seq, or
+// nil for none.
+func (wl *workload) routingKey(seq uint64) []byte {
+	if wl.gsp == nil {
+		return nil
+	}
+	return wl.gsp.routingKey(wl.gsp.request(seq))
 }
 
 // appendPrompt appends a generated prompt of words words, the first of
