@@ -49,10 +49,13 @@ type item struct {
 	port          int    // bootstrap_port; 0 when null
 	room          uint64
 	hasRoom       bool
-	local         bool // prefilled by the decode itself (do_local_prefill, local.go)
-	routedDPRank  int  // routed_dp_rank (or data_parallel_rank); noRank when absent
-	prefillDPRank int  // disagg_prefill_dp_rank; noRank when absent
-	dpRank        int  // the DP rank of this server that serves the item, set by dispatch
+	local         bool     // prefilled by the decode itself (do_local_prefill, local.go)
+	routedDPRank  int      // routed_dp_rank (or data_parallel_rank); noRank when absent
+	prefillDPRank int      // disagg_prefill_dp_rank; noRank when absent
+	dpRank        int      // the DP rank of this server that serves the item, set by dispatch
+	blocks        []uint64 // the prompt's chained block hashes, when the server caches (tokens.go)
+	cached        int      // prompt tokens found cached: by this server, or by the prefill (PD)
+	reserved      int      // KV tokens held on its rank (model.go), 0 once released
 }
 
 // noRank marks an absent DP-rank field. Any integer a client sends, -1
@@ -68,6 +71,7 @@ func (e badRequest) Error() string { return string(e) }
 type prompt struct {
 	tokens int
 	ids    *fastjson.Value // the input_ids array, nil for text
+	blocks []uint64        // chained block hashes, nil when the server does not cache
 }
 
 // HeaderDPRank is the header SGLang's OpenAI routes take as routed_dp_rank,
@@ -109,7 +113,7 @@ func (s *Server) parse(rt route, body []byte) (*request, error) {
 		r.model = string(m)
 	}
 	r.includeUsage = truthy(v.Get("stream_options", "include_usage"))
-	prompts, batch, err := promptsOf(rt, v)
+	prompts, batch, err := promptsOf(rt, v, s.hashPageSize())
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +140,7 @@ func (s *Server) expand(r *request, v *fastjson.Value, prompts []prompt) error {
 			return err
 		}
 		for j := 0; j < n; j++ {
-			it := item{index: len(r.items), first: j == 0, promptTokens: pr.tokens, prefillDPRank: noRank}
+			it := item{index: len(r.items), first: j == 0, promptTokens: pr.tokens, blocks: pr.blocks, prefillDPRank: noRank}
 			if err := s.fillItem(&it, r, v, p, j); err != nil {
 				return err
 			}
@@ -190,16 +194,26 @@ func fillBootstrap(it *item, v *fastjson.Value, p, j int) error {
 	return nil
 }
 
+// hashPageSize is the page size prompts are hashed with for the prefix
+// cache, 0 when the server keeps none: a decode, or no Config.CacheTokens.
+func (s *Server) hashPageSize() int {
+	if s.cfg.CacheTokens <= 0 || s.cfg.Role == RoleDecode {
+		return 0
+	}
+	return s.cfg.PageSize
+}
+
 // promptsOf returns the prompts of a request and whether /generate got a
-// batch (a list of texts or a list of input_ids lists).
-func promptsOf(rt route, v *fastjson.Value) ([]prompt, bool, error) {
+// batch (a list of texts or a list of input_ids lists). With page > 0, each
+// prompt's block hashes are computed for the prefix cache.
+func promptsOf(rt route, v *fastjson.Value, page int) ([]prompt, bool, error) {
 	switch rt {
 	case routeGenerate:
 		if t := v.Get("text"); t != nil && t.Type() != fastjson.TypeNull {
-			return textPrompts(t, "text")
+			return textPrompts(t, "text", page)
 		}
 		if ids := v.Get("input_ids"); ids != nil && ids.Type() != fastjson.TypeNull {
-			return idPrompts(ids, "input_ids")
+			return idPrompts(ids, "input_ids", page)
 		}
 		return nil, false, badRequest("Either text, input_ids or input_embeds should be provided.")
 	case routeCompletions:
@@ -208,22 +222,36 @@ func promptsOf(rt route, v *fastjson.Value) ([]prompt, bool, error) {
 			return nil, false, badRequest("prompt: Field required")
 		}
 		if a := pv.GetArray(); len(a) > 0 && a[0].Type() != fastjson.TypeString {
-			return idPrompts(pv, "prompt")
+			return idPrompts(pv, "prompt", page)
 		}
-		return textPrompts(pv, "prompt")
+		return textPrompts(pv, "prompt", page)
 	default:
-		n, err := messageBytes(v.Get("messages"))
+		m := v.Get("messages")
+		n, err := messageBytes(m)
 		if err != nil {
 			return nil, false, err
 		}
-		return []prompt{{tokens: estimateTokens(n)}}, false, nil
+		p := prompt{tokens: estimateTokens(n)}
+		if page > 0 {
+			p.blocks = chatBlocks(m, page)
+		}
+		return []prompt{p}, false, nil
 	}
 }
 
+// textPrompt is the prompt of text b.
+func textPrompt(b []byte, page int) prompt {
+	p := prompt{tokens: estimateTokens(len(b))}
+	if page > 0 {
+		p.blocks = textBlocks(b, page)
+	}
+	return p
+}
+
 // textPrompts reads a string or a list of strings.
-func textPrompts(t *fastjson.Value, field string) ([]prompt, bool, error) {
+func textPrompts(t *fastjson.Value, field string, page int) ([]prompt, bool, error) {
 	if t.Type() == fastjson.TypeString {
-		return []prompt{{tokens: estimateTokens(len(t.GetStringBytes()))}}, false, nil
+		return []prompt{textPrompt(t.GetStringBytes(), page)}, false, nil
 	}
 	a, err := t.Array()
 	if err != nil || len(a) == 0 {
@@ -235,52 +263,68 @@ func textPrompts(t *fastjson.Value, field string) ([]prompt, bool, error) {
 		if err != nil {
 			return nil, false, badRequest(field + " must be a string or a non-empty list of strings")
 		}
-		ps[i].tokens = estimateTokens(len(b))
+		ps[i] = textPrompt(b, page)
 	}
 	return ps, true, nil
 }
 
 // idPrompts reads a list of token ids or a list of such lists.
-func idPrompts(ids *fastjson.Value, field string) ([]prompt, bool, error) {
+func idPrompts(ids *fastjson.Value, field string, page int) ([]prompt, bool, error) {
 	a, err := ids.Array()
 	if err != nil {
 		return nil, false, badRequest(field + " must be a list of token ids or a list of such lists")
 	}
 	if len(a) == 0 || a[0].Type() != fastjson.TypeArray {
-		return []prompt{{tokens: len(a), ids: ids}}, false, nil
+		return []prompt{idPrompt(ids, page)}, false, nil
 	}
 	ps := make([]prompt, len(a))
 	for i, e := range a {
 		if e.Type() != fastjson.TypeArray {
 			return nil, false, badRequest(field + " must be a list of token ids or a list of such lists")
 		}
-		ps[i] = prompt{tokens: len(e.GetArray()), ids: e}
+		ps[i] = idPrompt(e, page)
 	}
 	return ps, true, nil
 }
 
-// messageBytes sums the text bytes of chat messages, whose content is a
-// string or a list of parts with "text".
+// idPrompt is the prompt of the token id list ids.
+func idPrompt(ids *fastjson.Value, page int) prompt {
+	p := prompt{tokens: len(ids.GetArray()), ids: ids}
+	if page > 0 {
+		p.blocks = idBlocks(ids, page)
+	}
+	return p
+}
+
+// messageBytes sums the text bytes of chat messages (eachMessageText).
 func messageBytes(m *fastjson.Value) (int, error) {
 	if m == nil || m.Type() != fastjson.TypeArray {
 		return 0, badRequest("messages: Field required")
 	}
-	msgs := m.GetArray()
 	n := 0
-	for _, msg := range msgs {
+	eachMessageText(m, func(b []byte) { n += len(b) })
+	return n, nil
+}
+
+// eachMessageText calls f with each piece of text of the messages m, in
+// order: a message's content is a string or a list of parts with "text".
+// This is the conversation the fakes count and cache; the roles and the
+// template that would join them add the same few tokens to every
+// conversation of the same shape, and are left out.
+func eachMessageText(m *fastjson.Value, f func([]byte)) {
+	for _, msg := range m.GetArray() {
 		c := msg.Get("content")
 		if c == nil {
 			continue
 		}
 		if c.Type() == fastjson.TypeString {
-			n += len(c.GetStringBytes())
+			f(c.GetStringBytes())
 			continue
 		}
 		for _, part := range c.GetArray() {
-			n += len(part.GetStringBytes("text"))
+			f(part.GetStringBytes("text"))
 		}
 	}
-	return n, nil
 }
 
 // estimateTokens is the token count of a text of n bytes: ceil(n/4), at
