@@ -136,7 +136,7 @@ func (s *Server) roomless(r *request) *item {
 // transfer does the work before the first token: a prefill computes then
 // hands its KV cache over, a decode takes room for the item's KV and waits
 // for it (or computes the items it prefills itself), an aggregated server
-// takes room and computes.
+// computes.
 func (s *Server) transfer(r *request, c *call) *failure {
 	switch s.cfg.Role {
 	case RolePrefill:
@@ -146,7 +146,7 @@ func (s *Server) transfer(r *request, c *call) *failure {
 		return s.eachItem(r, func(it *item) *failure { return s.decodeItem(c, r, it, deadline) })
 	}
 	return s.eachItem(r, func(it *item) *failure {
-		if !s.reserve(c, it) || !s.compute(c, it) {
+		if !s.compute(c, it) {
 			return abortedAt(it.index)
 		}
 		return nil
@@ -160,7 +160,7 @@ func (s *Server) prefillItem(c *call, it *item) *failure {
 	if f := s.conflict(it); f != nil {
 		return f
 	}
-	if !s.reserve(c, it) || !s.compute(c, it) {
+	if !s.compute(c, it) {
 		return abortedAt(it.index)
 	}
 	return s.sendKV(c, it)

@@ -70,9 +70,10 @@ func (s *Server) cachedPrefix(rm *rankModel, it *item) int {
 	return rm.cache.match(it.blocks, (it.promptTokens-1)/page) * page
 }
 
-// compute is the prefill of it on its rank: wait for a slot, find its
-// cached prefix, spend the prompt's cost, cache the prompt. It reports
-// false if the call was aborted or the server closed first.
+// compute is the prefill of it on its rank: wait for a slot, take its KV
+// tokens (unless a decode took them before), find its cached prefix, spend
+// the prompt's cost, cache the prompt. It reports false if the call was
+// aborted or the server closed first.
 func (s *Server) compute(c *call, it *item) bool {
 	rm := &s.ranks[it.dpRank]
 	if rm.slots != nil {
@@ -84,6 +85,9 @@ func (s *Server) compute(c *call, it *item) bool {
 			return false
 		}
 		defer func() { <-rm.slots }()
+	}
+	if it.reserved == 0 && !s.reserve(c, it) {
+		return false
 	}
 	it.cached = s.cachedPrefix(rm, it)
 	rm.load.prefilling.Add(1)
