@@ -13,9 +13,10 @@ import (
 // requests go straight to Handler, so nothing but the model's own timers
 // runs, and every duration is exact.
 
-// serveAtOnce serves every body on path of s at the same moment and returns
-// how long each took, in the bubble's time, and each answer. It must run in
-// a bubble.
+// serveAtOnce serves every body on path of s at the same moment of the
+// bubble's clock, in turn: each starts once the one before waits, so they
+// meet the model in order. It returns how long each took, in the bubble's
+// time, and each answer. It must run in a bubble.
 func serveAtOnce(s *Server, path string, bodies ...string) ([]time.Duration, []string) {
 	took := make([]time.Duration, len(bodies))
 	answers := make([]string, len(bodies))
@@ -28,6 +29,7 @@ func serveAtOnce(s *Server, path string, bodies ...string) ([]time.Duration, []s
 			answers[i] = string(ctx.Response.Body()) // runs a stream to its end
 			took[i] = time.Since(start)
 		})
+		synctest.Wait()
 	}
 	wg.Wait()
 	return took, answers
@@ -99,8 +101,8 @@ func TestMaxPrefills(t *testing.T) {
 
 // A token step takes TokenDelay plus BatchTokenDelay for each other item
 // generating on the rank when it starts, streamed or not. Requests sent at
-// once join the batch one after the other: the first one's first step sees
-// a batch of one, the next one's a batch of two, and so on.
+// the same moment join the batch one after the other: the first one's first
+// step sees a batch of one, the next one's a batch of two, and so on.
 func TestDecodeBatchSlowsTokens(t *testing.T) {
 	t.Parallel()
 	const ms = time.Millisecond
