@@ -114,7 +114,9 @@ func (s *Server) appendGenerateItem(dst []byte, r *request, it *item, k int, fin
 	dst = strconv.AppendInt(dst, int64(it.promptTokens), 10)
 	dst = append(dst, `,"completion_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(k), 10)
-	dst = append(dst, `,"cached_tokens":0,"weight_version":"default","dp_rank":`...)
+	dst = append(dst, `,"cached_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(it.cached), 10)
+	dst = append(dst, `,"weight_version":"default","dp_rank":`...)
 	dst = strconv.AppendInt(dst, int64(it.dpRank), 10)
 	dst = append(dst, `,"e2e_latency":`...)
 	dst = appendFloat(dst, time.Since(r.start).Seconds())
@@ -253,13 +255,15 @@ func appendChoiceTail(dst []byte, fin finish) []byte {
 }
 
 // appendUsage appends the usage object: each prompt counts once, however
-// many samples it has.
+// many samples it has, and so do its cached tokens, reported only with
+// Config.CacheReport and when above 0, as SGLang's UsageProcessor does.
 func (s *Server) appendUsage(dst []byte, r *request, fin finish) []byte {
-	prompt, completion := 0, 0
+	prompt, completion, cached := 0, 0, 0
 	for i := range r.items {
 		it := &r.items[i]
 		if it.first {
 			prompt += it.promptTokens
+			cached += it.cached
 		}
 		completion += s.answerTokens(it, fin)
 	}
@@ -269,7 +273,12 @@ func (s *Server) appendUsage(dst []byte, r *request, fin finish) []byte {
 	dst = strconv.AppendInt(dst, int64(prompt+completion), 10)
 	dst = append(dst, `,"completion_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(completion), 10)
-	return append(dst, `,"prompt_tokens_details":null}`...)
+	if !s.cfg.CacheReport || cached == 0 {
+		return append(dst, `,"prompt_tokens_details":null}`...)
+	}
+	dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(cached), 10)
+	return append(dst, "}}"...)
 }
 
 // appendChunk appends one OpenAI stream chunk for item it: the role delta

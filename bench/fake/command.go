@@ -27,6 +27,13 @@ type Command struct {
 	Tokens               int           `help:"Tokens generated when a request does not say how many." default:"16"`
 	TokenDelay           time.Duration `help:"Time between two generated tokens (stream events)."`
 	PrefillDelay         time.Duration `help:"Time a prefill spends on a prompt."`
+	PrefillTokenDelay    time.Duration `help:"Performance model: time a prefill spends per uncached prompt token, on top of --prefill-delay."`
+	MaxPrefills          int           `help:"Performance model: prompts a prefill computes at once per DP rank; the rest queue (0: no bound)."`
+	CacheTokens          int           `help:"Performance model: capacity in tokens of each prefill's prefix cache per DP rank, an LRU of page-sized blocks (0: no cache, cached_tokens always 0)."`
+	PageSize             int           `help:"Performance model: tokens per prefix-cache block, SGLang's --page-size." default:"1"`
+	BatchTokenDelay      time.Duration `help:"Performance model: what each other request decoding on the same DP rank adds to --token-delay."`
+	MaxTotalTokens       int           `help:"Performance model: KV tokens a decode holds per DP rank (prompt + max tokens of each request); requests beyond wait (0: no bound)."`
+	EnableCacheReport    bool          `help:"Report usage.prompt_tokens_details.cached_tokens on the OpenAI routes, as SGLang's --enable-cache-report."`
 	StartDelay           time.Duration `help:"Answer /health with 503 for this long after starting, as a loading server does."`
 	DPSize               int           `help:"Data-parallel ranks each server reports." default:"1"`
 	RegisterDelay        time.Duration `help:"A prefill's bootstrap server answers 503 'not fully registered' for this long after starting."`
@@ -43,13 +50,16 @@ type Command struct {
 	cli.LogFlags
 }
 
-// Validate requires at least one server.
+// Validate requires at least one server and a sane performance model.
 func (c *Command) Validate() error {
 	if len(c.Prefill)+len(c.Decode)+len(c.Aggregated) == 0 {
 		return errors.New("nothing to serve: give --prefill, --decode or --aggregated addresses")
 	}
 	if last := c.BootstrapPort + max(len(c.Prefill)-1, 0); c.BootstrapPort <= 0 || last > 65535 {
 		return fmt.Errorf("--bootstrap-port %d: the prefills' bootstrap ports would run from %d to %d, outside 1-65535", c.BootstrapPort, c.BootstrapPort, last)
+	}
+	if c.PageSize < 1 || c.MaxPrefills < 0 || c.CacheTokens < 0 || c.MaxTotalTokens < 0 {
+		return errors.New("--page-size must be at least 1, and --max-prefills, --cache-tokens and --max-total-tokens not negative")
 	}
 	return nil
 }
@@ -99,12 +109,21 @@ func (c *Command) Run() error {
 
 func (c *Command) config(role Role, bootstrapPort int) Config {
 	return Config{
-		Role:             role,
-		Model:            c.Model,
-		APIKey:           c.APIKey,
-		Tokens:           c.Tokens,
-		TokenDelay:       c.TokenDelay,
-		PrefillDelay:     c.PrefillDelay,
+		Role:         role,
+		Model:        c.Model,
+		APIKey:       c.APIKey,
+		Tokens:       c.Tokens,
+		TokenDelay:   c.TokenDelay,
+		PrefillDelay: c.PrefillDelay,
+
+		PrefillTokenDelay: c.PrefillTokenDelay,
+		MaxPrefills:       c.MaxPrefills,
+		CacheTokens:       c.CacheTokens,
+		PageSize:          c.PageSize,
+		BatchTokenDelay:   c.BatchTokenDelay,
+		MaxTotalTokens:    c.MaxTotalTokens,
+		CacheReport:       c.EnableCacheReport,
+
 		StartDelay:       c.StartDelay,
 		BootstrapPort:    bootstrapPort,
 		DPSize:           c.DPSize,

@@ -39,6 +39,9 @@ const (
 	// DefaultMaxHeaderSize is h11's limit on a request header, which
 	// SGLang's uvicorn keeps.
 	DefaultMaxHeaderSize = 16 << 10
+	// DefaultPageSize is SGLang's --page-size when the attention backend
+	// asks for no other: one token per page (server_args.py).
+	DefaultPageSize = 1
 )
 
 // Config configures a fake Server. The zero value is a usable aggregated
@@ -78,6 +81,57 @@ type Config struct {
 	// prefilling locally (ConditionalAgg), "computes" a prompt before its KV
 	// cache is ready. Zero means no delay.
 	PrefillDelay time.Duration
+
+	// The performance model (model.go), off by default: with every field
+	// below at zero a server answers as it always has, with no cache, no
+	// bound on concurrency and cached_tokens 0.
+
+	// PrefillTokenDelay is what a prefill (or an aggregated server, or a
+	// decode prefilling locally) spends per uncached prompt token, on top of
+	// PrefillDelay: a prompt costs PrefillDelay + uncached tokens ×
+	// PrefillTokenDelay. Zero means uncached tokens cost nothing.
+	PrefillTokenDelay time.Duration
+
+	// MaxPrefills bounds, per DP rank, the prompts a prefill or aggregated
+	// server computes at once; the others queue, first come first served,
+	// and count as waiting in its load. Zero means no bound.
+	MaxPrefills int
+
+	// CacheTokens is, per DP rank, the capacity in tokens of the prefix
+	// cache of a prefill or aggregated server (cache.go): a prompt's
+	// leading blocks found there are cached_tokens, and cost no
+	// PrefillTokenDelay. Capacity rounds down to whole pages. Zero means no
+	// cache: every answer reports cached_tokens 0. A decode ignores it.
+	CacheTokens int
+
+	// PageSize is the number of tokens of a cache block, SGLang's
+	// --page-size. Zero means DefaultPageSize.
+	PageSize int
+
+	// BatchTokenDelay is what each other item generating on the same DP
+	// rank adds to a decode's (or an aggregated server's) time per token: a
+	// token step takes TokenDelay + (batch - 1) × BatchTokenDelay, batch
+	// being the items generating there at that step. Zero means the batch
+	// costs nothing. TokenGate, when set, overrides both.
+	BatchTokenDelay time.Duration
+
+	// MaxTotalTokens bounds, per DP rank, the KV tokens a decode or
+	// aggregated server holds: an item takes its prompt plus its max tokens
+	// from arrival (a decode preallocates before the KV transfer, as
+	// SGLang's prealloc queue does) to its end; items that do not fit wait,
+	// first come first served, and count as waiting in its load. An item
+	// larger than the whole pool is let in alone. It is also the
+	// max_total_num_tokens loads report (CacheTokens when zero). Zero means
+	// no bound.
+	MaxTotalTokens int
+
+	// CacheReport is SGLang's --enable-cache-report: the OpenAI routes'
+	// usage carries prompt_tokens_details {"cached_tokens": N} when N, the
+	// cached tokens of the first sample of every prompt, is above 0 (SGLang's
+	// UsageProcessor); otherwise prompt_tokens_details is null, as SGLang's
+	// is without the flag. /generate's meta_info.cached_tokens does not
+	// depend on it.
+	CacheReport bool
 
 	// StartDelay is how long after Start /health and /health_generate
 	// answer 503, as SGLang's do while its server status is Starting (the
@@ -273,6 +327,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxHeaderSize <= 0 {
 		c.MaxHeaderSize = DefaultMaxHeaderSize
+	}
+	if c.PageSize <= 0 {
+		c.PageSize = DefaultPageSize
 	}
 	if c.Now == nil {
 		c.Now = time.Now

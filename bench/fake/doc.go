@@ -45,6 +45,40 @@
 // in another process is reached over HTTP through its bootstrap server's
 // fake-only POST /fake/kv_transfer.
 //
+// A performance model (model.go), off unless its Config fields are set
+// (`pdlb fake --cache-tokens --max-prefills --prefill-token-delay
+// --batch-token-delay --max-total-tokens --page-size`), lets routing be
+// measured on a simulated cluster; each DP rank stands for one SGLang
+// scheduler:
+//
+//   - A prefill (or an aggregated server) keeps a prefix cache of
+//     Config.CacheTokens tokens (cache.go): an LRU of chained hashes of
+//     blocks of Config.PageSize tokens (SGLang's --page-size, 1 by
+//     default, as SGLang's), so a block matches only with its whole prefix.
+//     Its tokens (tokens.go) are input_ids as given, else 4-byte pieces of
+//     the text (the pieces of a prefix are the first pieces of the text);
+//     a chat prompt is its messages' text in order, without roles, so chats
+//     that share a system prompt share its blocks. A match leaves at least
+//     one token to compute, as SGLang's does.
+//   - It computes at most Config.MaxPrefills prompts at once; the others
+//     queue. A prompt takes PrefillDelay + uncached tokens ×
+//     PrefillTokenDelay.
+//   - A decode (or an aggregated server) takes TokenDelay + (batch − 1) ×
+//     BatchTokenDelay per token step, batch being the items generating on
+//     its rank when the step starts, and holds at most
+//     Config.MaxTotalTokens KV tokens (each item its prompt plus its max
+//     tokens, from its arrival on a decode); items beyond wait.
+//
+// Answers report the cache as SGLang's do: meta_info.cached_tokens (with
+// prompt_tokens) on /generate, in every stream event; on the OpenAI routes
+// usage.prompt_tokens_details {"cached_tokens": N} with
+// Config.CacheReport (SGLang's --enable-cache-report) and N > 0, else null.
+// In PD the prefill hands its cached count over with the KV, and the decode
+// reports it as its own, as SGLang's decode copies it from the transfer's
+// metadata (disaggregation/decode.py, _commit_transfer_to_req), so a
+// client of the cluster sees the prefill's hit. Every server reports its
+// load on GET /v1/loads and GET /get_load, in SGLang's shapes (loads.go).
+//
 // Output is deterministic so tests can check bodies: generated token k has
 // id k and text " tok<k>"; prompt token j has the id given in input_ids, else
 // j. A prompt counts len(input_ids) tokens, or ceil(bytes/4) (at least 1) of

@@ -134,8 +134,9 @@ func (s *Server) roomless(r *request) *item {
 }
 
 // transfer does the work before the first token: a prefill computes then
-// hands its KV cache over, a decode waits for it (or computes the items it
-// prefills itself), an aggregated server computes.
+// hands its KV cache over, a decode takes room for the item's KV and waits
+// for it (or computes the items it prefills itself), an aggregated server
+// computes.
 func (s *Server) transfer(r *request, c *call) *failure {
 	switch s.cfg.Role {
 	case RolePrefill:
@@ -144,10 +145,12 @@ func (s *Server) transfer(r *request, c *call) *failure {
 		deadline := r.start.Add(s.cfg.KVTimeout)
 		return s.eachItem(r, func(it *item) *failure { return s.decodeItem(c, r, it, deadline) })
 	}
-	if !s.pause(c, s.cfg.PrefillDelay) {
-		return abortedAt(0)
-	}
-	return nil
+	return s.eachItem(r, func(it *item) *failure {
+		if !s.compute(c, it) {
+			return abortedAt(it.index)
+		}
+		return nil
+	})
 }
 
 // prefillItem is a prefill's work on it: SGLang's KV sender refuses a DP
@@ -157,7 +160,7 @@ func (s *Server) prefillItem(c *call, it *item) *failure {
 	if f := s.conflict(it); f != nil {
 		return f
 	}
-	if !s.pause(c, s.cfg.PrefillDelay) {
+	if !s.compute(c, it) {
 		return abortedAt(it.index)
 	}
 	return s.sendKV(c, it)
@@ -187,15 +190,17 @@ func (s *Server) eachItem(r *request, f func(*item) *failure) *failure {
 	return nil
 }
 
-// generate spends the time of a non-stream generation; it reports false if
-// the call was aborted meanwhile.
+// generate spends the time of a non-stream generation, in its ranks'
+// decode batches; it reports false if the call was aborted meanwhile.
 func (s *Server) generate(r *request, c *call) bool {
 	n := s.steps(r)
-	if s.cfg.TokenGate == nil {
+	s.startDecoding(r)
+	defer s.stopDecoding(r)
+	if s.cfg.TokenGate == nil && s.cfg.BatchTokenDelay == 0 {
 		return s.pause(c, time.Duration(n)*s.cfg.TokenDelay)
 	}
 	for range n {
-		if !s.nextToken(c) {
+		if !s.nextToken(c, r) {
 			return false
 		}
 	}
@@ -221,12 +226,13 @@ func (s *Server) tokensOf(it *item) int {
 	return it.maxTokens
 }
 
-// nextToken waits for the next token's turn: TokenGate, else TokenDelay.
-// It reports false if the call was aborted or the server closed.
-func (s *Server) nextToken(c *call) bool {
+// nextToken waits for the next token step of r: TokenGate, else its
+// tokenDelay. It reports false if the call was aborted or the server
+// closed.
+func (s *Server) nextToken(c *call, r *request) bool {
 	g := s.cfg.TokenGate
 	if g == nil {
-		return s.pause(c, s.cfg.TokenDelay)
+		return s.pause(c, s.tokenDelay(r))
 	}
 	select {
 	case <-g:
@@ -275,8 +281,10 @@ func (s *Server) track(r *request, c *call) {
 	s.st.inFlight.Add(1)
 }
 
-// untrack undoes track, once the request is over.
+// untrack undoes track, once the request is over, and gives back the KV
+// tokens its items held.
 func (s *Server) untrack(r *request, c *call) {
+	s.release(r)
 	for i := range r.items {
 		s.calls.CompareAndDelete(r.items[i].rid, c)
 	}

@@ -67,7 +67,11 @@ func (s *Server) serveServerInfo(ctx *fasthttp.RequestCtx) {
 		b = append(b, "null"...)
 	}
 	b = append(b, `,"admin_api_key":null,"ssl_keyfile_password":null`...)
-	b = append(b, `,"page_size":1,"load_balance_method":"round_robin","max_total_num_tokens":1048576,"internal_states":[`...)
+	b = append(b, `,"page_size":`...)
+	b = strconv.AppendInt(b, int64(s.cfg.PageSize), 10)
+	b = append(b, `,"load_balance_method":"round_robin","max_total_num_tokens":`...)
+	b = strconv.AppendInt(b, int64(s.maxTotalTokens()), 10)
+	b = append(b, `,"internal_states":[`...)
 	for r := range s.cfg.DPSize {
 		if r > 0 {
 			b = append(b, ',')
@@ -138,6 +142,11 @@ func (s *Server) serveFlushCache(ctx *fasthttp.RequestCtx) {
 			writeText(ctx, fasthttp.StatusServiceUnavailable, "Server is shutting down.\n")
 			return
 		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	for i := range s.ranks {
+		if c := s.ranks[i].cache; c != nil {
+			c.flush()
 		}
 	}
 	writeText(ctx, fasthttp.StatusOK, "Cache flushed.\nPlease check backend logs for more details. "+

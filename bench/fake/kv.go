@@ -43,9 +43,15 @@ type roomKey struct {
 }
 
 // meeting is one leg waiting in a room; met is closed when the other comes.
+// cached is what the prefill leg hands over with the KV: the prompt tokens
+// its prefix cache held, which SGLang's prefill sends in its metadata
+// buffer and the decode reports as its own cached_tokens
+// (disaggregation/decode.py, _commit_transfer_to_req). It is written
+// before met is closed, and read after.
 type meeting struct {
-	side side
-	met  chan struct{}
+	side   side
+	met    chan struct{}
+	cached int
 }
 
 // rendezvous pairs the two legs of each room. Entries exist only while one
@@ -56,17 +62,12 @@ type rendezvous struct {
 	rooms map[roomKey]*meeting
 }
 
-// alreadyMet is the meeting of a leg that found the other one waiting.
-var alreadyMet = func() *meeting {
-	m := &meeting{met: make(chan struct{})}
-	close(m.met)
-	return m
-}()
-
-// arrive enters room k on side sd. It returns a meeting to wait on, or nil
-// if a request of the same side already waits in the room: two requests in
-// flight with one room corrupt each other's transfer.
-func (r *rendezvous) arrive(k roomKey, sd side) *meeting {
+// arrive enters room k on side sd, a prefill leg bringing cached. It
+// returns a meeting to wait on (already met, with the prefill's cached,
+// when the other leg was waiting), or nil if a request of the same side
+// already waits in the room: two requests in flight with one room corrupt
+// each other's transfer.
+func (r *rendezvous) arrive(k roomKey, sd side, cached int) *meeting {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if m := r.rooms[k]; m != nil {
@@ -74,10 +75,14 @@ func (r *rendezvous) arrive(k roomKey, sd side) *meeting {
 			return nil
 		}
 		delete(r.rooms, k)
+		if sd == sidePrefill {
+			m.cached = cached
+		}
 		close(m.met)
-		return alreadyMet
+		done := &meeting{side: sd, met: m.met, cached: m.cached}
+		return done
 	}
-	m := &meeting{side: sd, met: make(chan struct{})}
+	m := &meeting{side: sd, met: make(chan struct{}), cached: cached}
 	r.rooms[k] = m
 	return m
 }
@@ -101,18 +106,19 @@ func (r *rendezvous) pending() int {
 	return len(r.rooms)
 }
 
-// meet arrives in room k on side sd and waits for the other leg, at most
-// timeout. stop and quit end the wait early as stopped, peerQuit (the other
-// server closing) and lost (its info dropped by the health polls) as
-// peerGone; nil ones never do.
-func (r *rendezvous) meet(k roomKey, sd side, timeout time.Duration, stop, quit, peerQuit, lost <-chan struct{}) meetResult {
-	m := r.arrive(k, sd)
+// meet arrives in room k on side sd, a prefill leg bringing cached, and
+// waits for the other leg, at most timeout. stop and quit end the wait
+// early as stopped, peerQuit (the other server closing) and lost (its info
+// dropped by the health polls) as peerGone; nil ones never do. Once met, it
+// returns the prefill's cached.
+func (r *rendezvous) meet(k roomKey, sd side, cached int, timeout time.Duration, stop, quit, peerQuit, lost <-chan struct{}) (meetResult, int) {
+	m := r.arrive(k, sd, cached)
 	if m == nil {
-		return duplicate
+		return duplicate, 0
 	}
 	select {
 	case <-m.met:
-		return met
+		return met, m.cached
 	default:
 	}
 	t := time.NewTimer(timeout)
@@ -120,7 +126,7 @@ func (r *rendezvous) meet(k roomKey, sd side, timeout time.Duration, stop, quit,
 	res := timedOut
 	select {
 	case <-m.met:
-		return met
+		return met, m.cached
 	case <-t.C:
 	case <-stop:
 		res = stopped
@@ -132,16 +138,17 @@ func (r *rendezvous) meet(k roomKey, sd side, timeout time.Duration, stop, quit,
 		res = peerGone
 	}
 	if r.leave(k, m) {
-		return met
+		<-m.met // closed under r.mu by the leg that met it
+		return met, m.cached
 	}
-	return res
+	return res, 0
 }
 
 // sendKV is the prefill leg of item it: wait for the decode to claim the
 // room on the DP rank the item was dispatched to.
 func (s *Server) sendKV(c *call, it *item) *failure {
 	start := time.Now()
-	res := s.kv.meet(roomKey{it.room, it.dpRank}, sidePrefill, s.cfg.KVTimeout, c.done, s.quit, nil, nil)
+	res, _ := s.kv.meet(roomKey{it.room, it.dpRank}, sidePrefill, it.cached, s.cfg.KVTimeout, c.done, s.quit, nil, nil)
 	reason := ""
 	switch res {
 	case met:
@@ -176,9 +183,9 @@ func (s *Server) receiveKV(c *call, r *request, it *item, deadline time.Time) *f
 	k := roomKey{it.room, rank}
 	var res meetResult
 	if p := ep.net.prefill(addr); p != nil {
-		res = p.kv.meet(k, sideDecode, time.Until(deadline), c.done, s.quit, p.quit, lost)
+		res, it.cached = p.kv.meet(k, sideDecode, 0, time.Until(deadline), c.done, s.quit, p.quit, lost)
 	} else {
-		res = s.meetRemote(c, lost, ep.net, addr, k, deadline)
+		res, it.cached = s.meetRemote(c, lost, ep.net, addr, k, deadline)
 	}
 	return s.receiveResult(res, r, it, port)
 }

@@ -22,7 +22,8 @@ import (
 // KVTimeout), and answers 200 when rank D of the prefill served R, 504 on
 // timeout, 409 when another decode holds R on D, 503 when the prefill
 // closes, 400 on a bad body; the body is
-// {"status": "ok"|"timeout"|"duplicate"|"closing"}.
+// {"status": "ok"|"timeout"|"duplicate"|"closing"}, plus, with "ok",
+// "cached_tokens": the prefill's cached prompt tokens (kv.go, meeting).
 
 // kvTransferPath is the fake-only bootstrap endpoint.
 const kvTransferPath = "/fake/kv_transfer"
@@ -36,7 +37,7 @@ var errNoNetwork = errors.New("no network to reach the bootstrap server")
 
 // meetRemote meets the prefill at addr over HTTP in room k; closing lost
 // ends the wait as the prefill gone.
-func (s *Server) meetRemote(c *call, lost <-chan struct{}, n *Network, addr string, k roomKey, deadline time.Time) meetResult {
+func (s *Server) meetRemote(c *call, lost <-chan struct{}, n *Network, addr string, k roomKey, deadline time.Time) (meetResult, int) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -53,20 +54,20 @@ func (s *Server) meetRemote(c *call, lost <-chan struct{}, n *Network, addr stri
 	req.SetBody(append(b, '}'))
 	if err := s.bootstrapCall(c, lost, n, addr, req, resp, deadline.Add(callGrace)); err != nil {
 		if s.stopped(c) {
-			return stopped
+			return stopped, 0
 		}
 		s.log.Debug().Err(err).Str("bootstrap_addr", addr).Msg("kv transfer call failed")
-		return peerGone
+		return peerGone, 0
 	}
 	switch resp.StatusCode() {
 	case fasthttp.StatusOK:
-		return met
+		return met, fastjson.GetInt(resp.Body(), "cached_tokens")
 	case fasthttp.StatusGatewayTimeout:
-		return timedOut
+		return timedOut, 0
 	case fasthttp.StatusConflict:
-		return duplicate
+		return duplicate, 0
 	}
-	return peerGone
+	return peerGone, 0
 }
 
 // serveKVTransfer is the bootstrap server's side of meetRemote.
@@ -94,9 +95,11 @@ func (s *Server) serveKVTransfer(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusBadRequest, []byte(`{"status":"bad request"}`))
 		return
 	}
-	switch s.kv.meet(k, sideDecode, timeout, nil, s.quit, nil, nil) {
+	res, cached := s.kv.meet(k, sideDecode, 0, timeout, nil, s.quit, nil, nil)
+	switch res {
 	case met:
-		writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
+		b := strconv.AppendInt([]byte(`{"status":"ok","cached_tokens":`), int64(cached), 10)
+		writeJSON(ctx, fasthttp.StatusOK, append(b, '}'))
 	case duplicate:
 		writeJSON(ctx, fasthttp.StatusConflict, []byte(`{"status":"duplicate"}`))
 	case stopped:

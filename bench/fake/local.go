@@ -48,19 +48,29 @@ func (s *Server) localPrefill(rt route, v *fastjson.Value, p int) bool {
 	return truthy(at(v.Get("do_local_prefill"), p))
 }
 
-// decodeItem is a decode's work on it before its first token: prefill it
-// locally, or wait for the KV cache of the prefill its bootstrap fields name.
+// decodeItem is a decode's work on it before its first token: take room
+// for its KV, then prefill it locally, or wait for the KV cache of the
+// prefill its bootstrap fields name (counted as waiting, as SGLang counts
+// its transfer queue).
 func (s *Server) decodeItem(c *call, r *request, it *item, deadline time.Time) *failure {
+	if !s.reserve(c, it) {
+		return abortedAt(it.index)
+	}
 	if it.local {
 		return s.prefillLocally(c, it)
 	}
-	return s.receiveKV(c, r, it, deadline)
+	var f *failure
+	s.wait(&s.ranks[it.dpRank], it, func() bool {
+		f = s.receiveKV(c, r, it, deadline)
+		return f == nil
+	})
+	return f
 }
 
-// prefillLocally computes it on the decode, as an aggregated server does,
-// and counts it once done.
+// prefillLocally computes it on the decode, as an aggregated server does
+// (a decode keeps no prefix cache), and counts it once done.
 func (s *Server) prefillLocally(c *call, it *item) *failure {
-	if !s.pause(c, s.cfg.PrefillDelay) {
+	if !s.compute(c, it) {
 		return abortedAt(it.index)
 	}
 	s.st.localPrefills.Add(1)

@@ -49,10 +49,13 @@ type item struct {
 	port          int    // bootstrap_port; 0 when null
 	room          uint64
 	hasRoom       bool
-	local         bool // prefilled by the decode itself (do_local_prefill, local.go)
-	routedDPRank  int  // routed_dp_rank (or data_parallel_rank); noRank when absent
-	prefillDPRank int  // disagg_prefill_dp_rank; noRank when absent
-	dpRank        int  // the DP rank of this server that serves the item, set by dispatch
+	local         bool     // prefilled by the decode itself (do_local_prefill, local.go)
+	routedDPRank  int      // routed_dp_rank (or data_parallel_rank); noRank when absent
+	prefillDPRank int      // disagg_prefill_dp_rank; noRank when absent
+	dpRank        int      // the DP rank of this server that serves the item, set by dispatch
+	blocks        []uint64 // the prompt's chained block hashes, when the server caches (tokens.go)
+	cached        int      // prompt tokens found cached: by this server, or by the prefill (PD)
+	reserved      int      // KV tokens held on its rank (model.go), 0 once released
 }
 
 // noRank marks an absent DP-rank field. Any integer a client sends, -1
@@ -63,12 +66,6 @@ const noRank = math.MinInt
 type badRequest string
 
 func (e badRequest) Error() string { return string(e) }
-
-// prompt is one prompt of a request before it is expanded into items.
-type prompt struct {
-	tokens int
-	ids    *fastjson.Value // the input_ids array, nil for text
-}
 
 // HeaderDPRank is the header SGLang's OpenAI routes take as routed_dp_rank,
 // over the body's.
@@ -109,7 +106,7 @@ func (s *Server) parse(rt route, body []byte) (*request, error) {
 		r.model = string(m)
 	}
 	r.includeUsage = truthy(v.Get("stream_options", "include_usage"))
-	prompts, batch, err := promptsOf(rt, v)
+	prompts, batch, err := promptsOf(rt, v, s.hashPageSize())
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +133,7 @@ func (s *Server) expand(r *request, v *fastjson.Value, prompts []prompt) error {
 			return err
 		}
 		for j := 0; j < n; j++ {
-			it := item{index: len(r.items), first: j == 0, promptTokens: pr.tokens, prefillDPRank: noRank}
+			it := item{index: len(r.items), first: j == 0, promptTokens: pr.tokens, blocks: pr.blocks, prefillDPRank: noRank}
 			if err := s.fillItem(&it, r, v, p, j); err != nil {
 				return err
 			}
@@ -188,108 +185,6 @@ func fillBootstrap(it *item, v *fastjson.Value, p, j int) error {
 	}
 	it.prefillDPRank = optRank(at(v.Get("disagg_prefill_dp_rank"), p))
 	return nil
-}
-
-// promptsOf returns the prompts of a request and whether /generate got a
-// batch (a list of texts or a list of input_ids lists).
-func promptsOf(rt route, v *fastjson.Value) ([]prompt, bool, error) {
-	switch rt {
-	case routeGenerate:
-		if t := v.Get("text"); t != nil && t.Type() != fastjson.TypeNull {
-			return textPrompts(t, "text")
-		}
-		if ids := v.Get("input_ids"); ids != nil && ids.Type() != fastjson.TypeNull {
-			return idPrompts(ids, "input_ids")
-		}
-		return nil, false, badRequest("Either text, input_ids or input_embeds should be provided.")
-	case routeCompletions:
-		pv := v.Get("prompt")
-		if pv == nil || pv.Type() == fastjson.TypeNull {
-			return nil, false, badRequest("prompt: Field required")
-		}
-		if a := pv.GetArray(); len(a) > 0 && a[0].Type() != fastjson.TypeString {
-			return idPrompts(pv, "prompt")
-		}
-		return textPrompts(pv, "prompt")
-	default:
-		n, err := messageBytes(v.Get("messages"))
-		if err != nil {
-			return nil, false, err
-		}
-		return []prompt{{tokens: estimateTokens(n)}}, false, nil
-	}
-}
-
-// textPrompts reads a string or a list of strings.
-func textPrompts(t *fastjson.Value, field string) ([]prompt, bool, error) {
-	if t.Type() == fastjson.TypeString {
-		return []prompt{{tokens: estimateTokens(len(t.GetStringBytes()))}}, false, nil
-	}
-	a, err := t.Array()
-	if err != nil || len(a) == 0 {
-		return nil, false, badRequest(field + " must be a string or a non-empty list of strings")
-	}
-	ps := make([]prompt, len(a))
-	for i, e := range a {
-		b, err := e.StringBytes()
-		if err != nil {
-			return nil, false, badRequest(field + " must be a string or a non-empty list of strings")
-		}
-		ps[i].tokens = estimateTokens(len(b))
-	}
-	return ps, true, nil
-}
-
-// idPrompts reads a list of token ids or a list of such lists.
-func idPrompts(ids *fastjson.Value, field string) ([]prompt, bool, error) {
-	a, err := ids.Array()
-	if err != nil {
-		return nil, false, badRequest(field + " must be a list of token ids or a list of such lists")
-	}
-	if len(a) == 0 || a[0].Type() != fastjson.TypeArray {
-		return []prompt{{tokens: len(a), ids: ids}}, false, nil
-	}
-	ps := make([]prompt, len(a))
-	for i, e := range a {
-		if e.Type() != fastjson.TypeArray {
-			return nil, false, badRequest(field + " must be a list of token ids or a list of such lists")
-		}
-		ps[i] = prompt{tokens: len(e.GetArray()), ids: e}
-	}
-	return ps, true, nil
-}
-
-// messageBytes sums the text bytes of chat messages, whose content is a
-// string or a list of parts with "text".
-func messageBytes(m *fastjson.Value) (int, error) {
-	if m == nil || m.Type() != fastjson.TypeArray {
-		return 0, badRequest("messages: Field required")
-	}
-	msgs := m.GetArray()
-	n := 0
-	for _, msg := range msgs {
-		c := msg.Get("content")
-		if c == nil {
-			continue
-		}
-		if c.Type() == fastjson.TypeString {
-			n += len(c.GetStringBytes())
-			continue
-		}
-		for _, part := range c.GetArray() {
-			n += len(part.GetStringBytes("text"))
-		}
-	}
-	return n, nil
-}
-
-// estimateTokens is the token count of a text of n bytes: ceil(n/4), at
-// least 1.
-func estimateTokens(n int) int {
-	if n <= 0 {
-		return 1
-	}
-	return (n + 3) / 4
 }
 
 // samples is n for prompt p: sampling_params.n on /generate, n on OpenAI

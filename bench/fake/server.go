@@ -45,8 +45,10 @@ type Server struct {
 
 	ep        atomic.Pointer[endpoint]
 	startedAt atomic.Int64 // per cfg.Now, in Unix nanoseconds
+	created   time.Time    // by the monotonic clock, for /get_load's ts_tic
 	kv        rendezvous
 	infos     []infoCache // per DP rank: each rank has its own prefill_info_table
+	ranks     []rankModel // per DP rank: the performance model (model.go)
 	hbMu      sync.Mutex  // guards hbStarted and hbDone (heartbeat.go)
 	hbStarted bool
 	hbDone    chan struct{} // closed when the health polls end
@@ -75,7 +77,7 @@ type endpoint struct {
 // panics if cfg.Role is not one of the Role constants.
 func New(cfg Config) *Server {
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: cfg.Log, quit: make(chan struct{}), ridSeed: rand.Uint64()}
+	s := &Server{cfg: cfg, log: cfg.Log, quit: make(chan struct{}), ridSeed: rand.Uint64(), created: time.Now()}
 	if cfg.Canary != "" {
 		s.canary = bytes.ToLower([]byte(cfg.Canary))
 	}
@@ -86,6 +88,7 @@ func New(cfg Config) *Server {
 		s.infos[i].fails = make(map[string]int)
 	}
 	s.st.ranks = make([]atomic.Uint64, cfg.DPSize)
+	s.ranks = newRankModels(cfg)
 	s.faults.Store(&faultState{changed: make(chan struct{})})
 	s.startedAt.Store(cfg.Now().UnixNano())
 	s.ep.Store(s.newEndpoint(cfg.Network, "127.0.0.1:0", ""))
@@ -176,7 +179,8 @@ func (s *Server) slots() []*slot {
 // Handler is the HTTP API (SGLang's entrypoints/http_server.py): POST
 // /generate, /v1/completions and /v1/chat/completions; GET /health,
 // /health_generate, /server_info, /get_server_info, /model_info,
-// /get_model_info and /v1/models; POST /flush_cache and /abort_request; GET
+// /get_model_info, /v1/models, /v1/loads and /get_load (loads.go); POST
+// /flush_cache and /abort_request; GET
 // StatsPath with Config.StatsRoute, whatever Config.APIKey. It may be mounted
 // on any fasthttp server; Start mounts it on its own. Faults act on it
 // wherever it is mounted, except FaultRefuse and CloseIdleConnections, which
@@ -229,6 +233,12 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	case "/abort_request":
 		s.st.abort.Add(1)
 		s.serveAbort(ctx)
+	case "/v1/loads":
+		s.st.loads.Add(1)
+		s.serveLoads(ctx)
+	case "/get_load":
+		s.st.loads.Add(1)
+		s.serveGetLoad(ctx)
 	default:
 		s.st.other.Add(1)
 		writeJSON(ctx, fasthttp.StatusNotFound, []byte(`{"detail":"Not Found"}`))

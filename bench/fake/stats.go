@@ -15,6 +15,7 @@ type Stats struct {
 	ModelInfo       uint64 // GET /model_info, /get_model_info and /v1/models
 	FlushCache      uint64 // POST or GET /flush_cache
 	AbortRequest    uint64 // POST /abort_request
+	Loads           uint64 // GET /v1/loads and /get_load
 	Other           uint64 // anything else (answered 404 or 405)
 	Unauthorized    uint64 // refused for a missing or wrong API key (Config.APIKey)
 
@@ -110,7 +111,7 @@ type Stats struct {
 type counters struct {
 	generate, completions, chat                      atomic.Uint64
 	health, serverInfo, modelInfo, flush, abort      atomic.Uint64
-	healthGenerate, canaries                         atomic.Uint64
+	healthGenerate, canaries, loads                  atomic.Uint64
 	other, generateRequests, rejectedNoRoom          atomic.Uint64
 	unauthorized                                     atomic.Uint64
 	kvOK, kvFailed, aborts, localPrefills            atomic.Uint64
@@ -138,6 +139,7 @@ func (s *Server) Stats() Stats {
 		ModelInfo:          c.modelInfo.Load(),
 		FlushCache:         c.flush.Load(),
 		AbortRequest:       c.abort.Load(),
+		Loads:              c.loads.Load(),
 		Other:              c.other.Load(),
 		Unauthorized:       c.unauthorized.Load(),
 		GenerateRequests:   c.generateRequests.Load(),

@@ -113,8 +113,10 @@ func (es *eventStream) run() {
 	}
 	es.begin()
 	n := s.steps(r)
+	s.startDecoding(r)
+	defer s.stopDecoding(r)
 	for t := 0; t < n && es.err == nil; t++ {
-		if !s.nextToken(es.c) {
+		if !s.nextToken(es.c, r) {
 			es.end(t, finish{kind: finishAbort, msg: abortMessage})
 			return
 		}
