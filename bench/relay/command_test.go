@@ -19,8 +19,11 @@ func TestParseRelay(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cannot parse the relay line: %s", err)
 	}
-	if c.Listen != "127.0.0.1:1" || c.To != "127.0.0.1:2" {
+	if c.Listen != "127.0.0.1:1" || len(c.To) != 1 || c.To[0] != "127.0.0.1:2" {
 		t.Errorf("relay got --listen %q --to %q", c.Listen, c.To)
+	}
+	if c, err := parse(t, "--listen", "127.0.0.1:1", "--to", "127.0.0.1:2,127.0.0.1:3"); err != nil || len(c.To) != 2 {
+		t.Errorf("relay to two upstreams: %v, %v", c.To, err)
 	}
 	if _, err := parse(t, "--listen", "127.0.0.1:1"); err == nil {
 		t.Error("relay without --to parsed; want an error")

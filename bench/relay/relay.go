@@ -1,8 +1,11 @@
 // Package relay is a featureless TCP relay: each connection it accepts is
-// piped to one upstream address, with plain reads and writes and nothing
+// piped to an upstream address, with plain reads and writes and nothing
 // else. It is the floor of any proxy, one more hop on the path, which
 // `make bench` puts beside pdlb so that what pdlb's features cost can be
-// told from what the hop itself costs on the machine.
+// told from what the hop itself costs on the machine. Given several
+// upstreams it takes them in turn, connection by connection, as an L4
+// balancer (a Kubernetes Service) spreads clients over pdlb replicas:
+// `make bench-routing` runs two replicas behind it.
 package relay
 
 import (
@@ -14,9 +17,13 @@ import (
 // bufSize is each direction's buffer: an SSE event or a small request fits.
 const bufSize = 4 << 10
 
-// Serve relays every connection accepted on ln to upstream until ln is
-// closed, then closes the connections it relays and waits for them to end.
-func Serve(ln net.Listener, upstream string) error {
+// Serve relays every connection accepted on ln to one of upstreams, each in
+// turn, until ln is closed, then closes the connections it relays and
+// waits for them to end.
+func Serve(ln net.Listener, upstreams ...string) error {
+	if len(upstreams) == 0 {
+		return errors.New("relay: no upstream")
+	}
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
@@ -30,7 +37,7 @@ func Serve(ln net.Listener, upstream string) error {
 		mu.Unlock()
 		wg.Wait()
 	}()
-	for {
+	for next := 0; ; next = (next + 1) % len(upstreams) {
 		client, err := ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
@@ -41,6 +48,7 @@ func Serve(ln net.Listener, upstream string) error {
 		mu.Lock()
 		clients[client] = struct{}{}
 		mu.Unlock()
+		upstream := upstreams[next]
 		wg.Go(func() {
 			relay(client, upstream)
 			mu.Lock()

@@ -3,7 +3,9 @@ package relay
 import (
 	"bufio"
 	"io"
+	"maps"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -49,14 +51,14 @@ func upstream(t *testing.T, saw chan<- string) net.Listener {
 // startRelay runs Serve to upstream on a loopback port and returns its
 // address, and stop, which closes the listener and fails the test unless
 // Serve then returns, without error, within 5 s. stop also runs at cleanup.
-func startRelay(t *testing.T, upstream string) (addr string, stop func()) {
+func startRelay(t *testing.T, upstreams ...string) (addr string, stop func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- Serve(ln, upstream) }()
+	go func() { served <- Serve(ln, upstreams...) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -152,5 +154,37 @@ func TestServeEndsOpenRelaysWhenItsListenerCloses(t *testing.T) {
 	stop()
 	if n, err := c.Read(make([]byte, 1)); err != io.EOF {
 		t.Errorf("read %d bytes, %v; want EOF once the relay has shut down", n, err)
+	}
+}
+
+// Several upstreams take the connections in turn, as an L4 balancer's
+// backends do.
+func TestRelaySpreadsConnectionsOverItsUpstreams(t *testing.T) {
+	sawA, sawB := make(chan string, 4), make(chan string, 4)
+	addr, _ := startRelay(t, upstream(t, sawA).Addr().String(), upstream(t, sawB).Addr().String())
+	for i := range 4 {
+		c := dial(t, addr)
+		if _, err := io.WriteString(c, "conn"+strconv.Itoa(i)+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.(*net.TCPConn).CloseWrite()
+	}
+	got := map[string]string{}
+	for range 4 {
+		select {
+		case s := <-sawA:
+			got[s] = "a"
+		case s := <-sawB:
+			got[s] = "b"
+		case <-time.After(5 * time.Second):
+			t.Fatal("a relayed connection did not end")
+		}
+	}
+	want := map[string]string{"conn0\n": "a", "conn1\n": "b", "conn2\n": "a", "conn3\n": "b"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("connections went %v; want %v", got, want)
 	}
 }
