@@ -60,6 +60,7 @@ type SharedPrefixFlags struct {
 	RangeRatio      float64 `help:"Generated-shared-prefix: draw each length from this share of it to all of it (1: exact)." default:"1.0"`
 	Ordered         bool    `help:"Generated-shared-prefix: send the requests group after group, not shuffled by --seed."`
 	SendRoutingKey  bool    `help:"Generated-shared-prefix: send an X-SMG-Routing-Key header naming each request's group, for routers that route by it."`
+	HotShare        float64 `help:"Generated-shared-prefix, skewed (pdlb's own): the share of the requests (0 to 1) that the first group takes, the others sharing the rest; 0 for bench_serving's even groups." default:"0"`
 }
 
 // sharedPrefix converts the flags, refusing a count below 1, which
@@ -81,10 +82,13 @@ func (f *SharedPrefixFlags) sharedPrefix() (*SharedPrefix, error) {
 	if !(f.RangeRatio >= 0 && f.RangeRatio <= 1) {
 		return nil, fmt.Errorf("--gsp-range-ratio %v: want 0 to 1", f.RangeRatio)
 	}
+	if !(f.HotShare >= 0 && f.HotShare < 1) {
+		return nil, fmt.Errorf("--gsp-hot-share %v: want 0 to less than 1", f.HotShare)
+	}
 	s := &SharedPrefix{
 		Groups: f.NumGroups, PromptsPerGroup: f.PromptsPerGroup, SystemPromptLen: f.SystemPromptLen,
 		QuestionLen: f.QuestionLen, OutputLen: f.OutputLen, RangeRatio: f.RangeRatio,
-		Ordered: f.Ordered, SendRoutingKey: f.SendRoutingKey,
+		Ordered: f.Ordered, SendRoutingKey: f.SendRoutingKey, HotShare: f.HotShare,
 	}
 	if f.RangeRatio == 0 {
 		s.RangeRatio = math.SmallestNonzeroFloat64

@@ -69,6 +69,12 @@ type SharedPrefix struct {
 	// naming its group, so a router that routes by key keeps a group on
 	// one worker.
 	SendRoutingKey bool `json:"send_routing_key"`
+	// HotShare, when above 0, skews the workload (pdlb's own, not
+	// bench_serving's): the first group takes that share of the
+	// Groups × PromptsPerGroup requests, the others share the rest evenly.
+	// A router that keeps each group on one worker must not melt that
+	// worker.
+	HotShare float64 `json:"hot_share,omitempty"`
 }
 
 // withDefaults returns s with every zero field set to its default.
@@ -167,19 +173,41 @@ func newSharedPrefix(s SharedPrefix, seed uint64) *sharedPrefix {
 	}
 	sp.reqs = make([]gspRequest, 0, s.Groups*s.PromptsPerGroup)
 	var promptTokens, bestCached float64
-	for g := range s.Groups {
-		for range s.PromptsPerGroup {
+	for g, n := range s.groupSizes() {
+		for range n {
 			q := draw(s.QuestionLen)
 			sp.reqs = append(sp.reqs, gspRequest{group: g, question: appendWords(nil, rng, q), maxTokens: draw(s.OutputLen)})
 			promptTokens += float64(sysLens[g] + q)
 		}
-		bestCached += float64((s.PromptsPerGroup - 1) * sysLens[g])
+		bestCached += float64(max(n-1, 0) * sysLens[g])
 	}
 	sp.best = bestCached / promptTokens
 	if !s.Ordered {
 		rng.Shuffle(len(sp.reqs), func(i, j int) { sp.reqs[i], sp.reqs[j] = sp.reqs[j], sp.reqs[i] })
 	}
 	return sp
+}
+
+// groupSizes returns each group's number of requests: PromptsPerGroup,
+// unless HotShare skews them.
+func (s SharedPrefix) groupSizes() []int {
+	sizes := make([]int, s.Groups)
+	total := s.Groups * s.PromptsPerGroup
+	if s.HotShare <= 0 || s.Groups == 1 {
+		for g := range sizes {
+			sizes[g] = s.PromptsPerGroup
+		}
+		return sizes
+	}
+	sizes[0] = int(s.HotShare*float64(total) + 0.5)
+	rest, others := total-sizes[0], s.Groups-1
+	for g := 1; g < s.Groups; g++ {
+		sizes[g] = rest / others
+		if g <= rest%others {
+			sizes[g]++
+		}
+	}
+	return sizes
 }
 
 // appendWords appends n words of vocabulary drawn by rng, joined by

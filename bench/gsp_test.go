@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -89,6 +90,27 @@ func TestSharedPrefixBest(t *testing.T) {
 	d := SharedPrefix{}.withDefaults()
 	if got := newSharedPrefix(d, 1).best; fmt.Sprintf("%.3f", got) != "0.882" {
 		t.Errorf("got best %v with the defaults; want 15 × 2048 / (16 × 2176) = 0.882", got)
+	}
+}
+
+// A hot share gives the first group that share of the requests, the
+// others the rest evenly; the best hit rate follows the sizes.
+func TestSharedPrefixHotShare(t *testing.T) {
+	s := SharedPrefix{Groups: 4, PromptsPerGroup: 10, SystemPromptLen: 10, QuestionLen: 5, OutputLen: 1, HotShare: 0.5}.withDefaults()
+	sp := newSharedPrefix(s, 1)
+	perGroup := map[int]int{}
+	for _, r := range sp.reqs {
+		perGroup[r.group]++
+	}
+	if want := map[int]int{0: 20, 1: 7, 2: 7, 3: 6}; !maps.Equal(perGroup, want) {
+		t.Fatalf("got groups %v; want %v", perGroup, want)
+	}
+	// (19 + 6 + 6 + 5) × 10 cached words over 40 prompts of 15.
+	if want := 360.0 / 600; math.Abs(sp.best-want) > 1e-12 {
+		t.Errorf("got best %v; want %v", sp.best, want)
+	}
+	if _, err := (&SharedPrefixFlags{NumGroups: 1, PromptsPerGroup: 1, SystemPromptLen: 1, QuestionLen: 1, OutputLen: 1, RangeRatio: 1, HotShare: 1}).sharedPrefix(); err == nil {
+		t.Error("--gsp-hot-share 1 was taken; want an error")
 	}
 }
 
