@@ -48,6 +48,7 @@ type CacheAware struct {
 	mu    sync.Mutex
 	trees [2]*tree // by Unit.index
 	picks []uint64 // picks per worker, for fair ties among equal loads
+	path  []*node  // match's path, kept between picks to spare allocations
 }
 
 // NewCacheAware returns a policy with empty trees.
@@ -67,14 +68,17 @@ func (c *CacheAware) Pick(key []byte, u Unit, p Pool) Choice {
 	t := c.trees[u.index()]
 	ch := c.choose(t, key, p)
 	if ch.Worker >= 0 {
-		t.insert(key, ch.Worker)
+		t.insertAfter(key, c.path, ch.Worker)
 		c.picked(ch.Worker)
 	}
+	clear(c.path)
 	return ch
 }
 
-// choose applies the rule without changing the tree.
+// choose applies the rule without changing the tree, leaving in c.path
+// the nodes it matched whole.
 func (c *CacheAware) choose(t *tree, key []byte, p Pool) Choice {
+	c.path = c.path[:0]
 	lo, hi, _, n := p.stats()
 	if n == 0 {
 		return none
@@ -82,7 +86,8 @@ func (c *CacheAware) choose(t *tree, key []byte, p Pool) Choice {
 	if hi-lo > c.cfg.BalanceAbsThreshold && float64(hi) > float64(lo)*c.cfg.BalanceRelThreshold {
 		return Choice{Worker: c.leastLoaded(p), Reason: ReasonImbalance}
 	}
-	matched, at := t.match(key, p)
+	matched, at, path := t.match(key, p, c.path)
+	c.path = path
 	ratio := 0.0
 	if len(key) > 0 {
 		ratio = float64(matched) / float64(len(key))

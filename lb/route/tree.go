@@ -1,6 +1,7 @@
 package route
 
 import (
+	"bytes"
 	"container/heap"
 	"encoding/binary"
 	"slices"
@@ -45,10 +46,14 @@ func (t *tree) first(b []byte) uint32 {
 }
 
 // shared returns how many leading bytes a and b have in common, rounded
-// down to whole units.
+// down to whole units. Whole chunks are compared with bytes.Equal, which
+// runs in vector instructions: a pick compares its key's 8 KB twice.
 func (t *tree) shared(a, b []byte) int {
 	n := min(len(a), len(b))
 	i := 0
+	for step := 256; i+step <= n && bytes.Equal(a[i:i+step], b[i:i+step]); {
+		i += step
+	}
 	for i+8 <= n && binary.LittleEndian.Uint64(a[i:]) == binary.LittleEndian.Uint64(b[i:]) {
 		i += 8
 	}
@@ -96,8 +101,9 @@ func (n *node) holdsUsable(p Pool) bool {
 // match returns how many bytes of key the tree holds for a usable worker
 // and the node where that match ends (nil when none). A match may end
 // inside a node's edge: its tenants are taken to hold the part matched, as
-// SMG's match_prefix_with_counts does.
-func (t *tree) match(key []byte, p Pool) (int, *node) {
+// SMG's match_prefix_with_counts does. The nodes whose edges key covers
+// whole are appended to path, for insertAfter.
+func (t *tree) match(key []byte, p Pool, path []*node) (int, *node, []*node) {
 	n, matched, rest := &t.root, 0, key
 	var last *node
 	for len(rest) >= t.unit {
@@ -110,19 +116,30 @@ func (t *tree) match(key []byte, p Pool) (int, *node) {
 		if k < len(c.text) {
 			break
 		}
-		rest, n = rest[k:], c
+		rest, n, path = rest[k:], c, append(path, c)
 	}
-	return matched, last
+	return matched, last, path
 }
 
 // insert records that worker w now holds key: every node on the path gets
 // w with the current time, the edge where the path leaves the tree is
 // split, and what is left of the key becomes a new leaf.
 func (t *tree) insert(key []byte, w int) {
+	t.insertAfter(key, nil, w)
+}
+
+// insertAfter is insert for a key whose first nodes, path, match has
+// already found: it skips comparing them again, as SMG's
+// match_and_insert_with does in one descent.
+func (t *tree) insertAfter(key []byte, path []*node, w int) {
 	t.grow(w)
 	t.clock++
 	now := t.clock
 	n, rest := &t.root, key[:len(key)-len(key)%t.unit]
+	for _, c := range path {
+		t.touch(c, w, now)
+		rest, n = rest[len(c.text):], c
+	}
 	for len(rest) > 0 {
 		f := t.first(rest)
 		c := n.children[f]
@@ -139,14 +156,19 @@ func (t *tree) insert(key []byte, w int) {
 		if k < len(c.text) {
 			c = t.split(c, k)
 		}
-		if i := c.find(w); i >= 0 {
-			c.tenants[i].at = now
-		} else {
-			c.tenants = append(c.tenants, tenant{int32(w), now})
-			t.size[w] += len(c.text)
-		}
+		t.touch(c, w, now)
 		rest, n = rest[k:], c
 	}
+}
+
+// touch marks n as used by worker w now.
+func (t *tree) touch(n *node, w int, now uint64) {
+	if i := n.find(w); i >= 0 {
+		n.tenants[i].at = now
+		return
+	}
+	n.tenants = append(n.tenants, tenant{int32(w), now})
+	t.size[w] += len(n.text)
 }
 
 // split cuts c's edge after k bytes into a new parent holding the first k
