@@ -163,3 +163,16 @@ func reportTreeBytes(b *testing.B, c *CacheAware, maxSize int) {
 	}
 	b.ReportMetric(float64(largest), "tree-bytes")
 }
+
+// BenchmarkPrefixHashPick: one prefix_hash pick of an 8 KB prompt on a
+// ring of 4 workers (hashing the first 1,024 bytes and a ring lookup).
+func BenchmarkPrefixHashPick(b *testing.B) {
+	ps := newPrompts()
+	r := NewRing([]string{"http://a:1", "http://b:1", "http://c:1", "http://d:1"})
+	ph := DefaultPrefixHash()
+	key := ps.next()
+	b.ReportAllocs()
+	for b.Loop() {
+		ph.Pick(r, key, Pool{Loads: benchLoads})
+	}
+}
