@@ -3,10 +3,8 @@ package lb
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -345,101 +343,5 @@ func (b *Backend) rankLoad(st *bootstrap.State) *rankLoad {
 		if b.ranks.CompareAndSwap(cur, fresh) {
 			return fresh
 		}
-	}
-}
-
-// Pool is the set of backends of one role with the policy that picks among
-// them. Its backends are fixed after construction; it is safe for
-// concurrent use.
-type Pool struct {
-	role     string
-	policy   string
-	backends []*Backend
-	next     atomic.Uint32
-}
-
-// pick returns a backend for a new request that needs DP rank rank (-1 for
-// none), or nil when none is available. Unavailable backends are skipped,
-// and so are those without the rank and those in exclude (the ones that
-// already failed this request): the policy chooses among the others. When
-// every backend is unavailable pick returns nil rather than guess (Caddy's
-// choice), so the caller can answer 503 or fall back instead of sending work
-// to a worker known to be down.
-func (p *Pool) pick(exclude []*Backend, rank int) *Backend {
-	n := len(p.backends)
-	if n == 0 {
-		return nil
-	}
-	if n == 1 {
-		if b := p.backends[0]; p.usable(b, exclude, rank) {
-			return b
-		}
-		return nil
-	}
-	var start int
-	switch p.policy {
-	case PolicyRoundRobin:
-		start = int(p.next.Add(1)-1) % n
-	case PolicyPowerOfTwo:
-		if b := p.pickLessLoaded(exclude, rank); b != nil {
-			return b
-		}
-		start = rand.IntN(n)
-	default:
-		start = rand.IntN(n)
-	}
-	for i := range n {
-		if b := p.backends[(start+i)%n]; p.usable(b, exclude, rank) {
-			return b
-		}
-	}
-	return nil
-}
-
-// anyAvailable reports whether a backend of p is in selection.
-func (p *Pool) anyAvailable() bool {
-	return slices.ContainsFunc(p.backends, (*Backend).available)
-}
-
-func (p *Pool) usable(b *Backend, exclude []*Backend, rank int) bool {
-	return b.available() && b.takes(rank) && !slices.Contains(exclude, b)
-}
-
-// largestDPSize returns the largest dp_size among p's backends, and false
-// when some backend's is unknown.
-func (p *Pool) largestDPSize() (int, bool) {
-	largest := 0
-	for _, b := range p.backends {
-		n := int(b.dpSize.Load())
-		if n == 0 {
-			return 0, false
-		}
-		largest = max(largest, n)
-	}
-	return largest, true
-}
-
-// pickLessLoaded draws two distinct backends and returns the one with fewer
-// requests in flight, or nil if neither is usable.
-func (p *Pool) pickLessLoaded(exclude []*Backend, rank int) *Backend {
-	n := len(p.backends)
-	i := rand.IntN(n)
-	j := rand.IntN(n - 1)
-	if j >= i {
-		j++
-	}
-	a, b := p.backends[i], p.backends[j]
-	switch {
-	case !p.usable(a, exclude, rank):
-		if p.usable(b, exclude, rank) {
-			return b
-		}
-		return nil
-	case !p.usable(b, exclude, rank):
-		return a
-	case b.inflight.Load() < a.inflight.Load():
-		return b
-	default:
-		return a
 	}
 }

@@ -3,15 +3,22 @@ package lb
 import (
 	"testing"
 
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
+
 	"pdlb/health"
 )
 
 func testPool(policy string, n int) *Pool {
 	p := &Pool{role: roleDecode, policy: policy}
 	for i := range n {
-		b := &Backend{role: roleDecode, addr: string(rune('a' + i))}
+		addr := string(rune('a' + i))
+		b := &Backend{role: roleDecode, addr: addr, url: "http://" + addr}
 		p.backends = append(p.backends, b)
 	}
+	cfg := Config{PrefillPolicy: policy}
+	cfg.setDefaults()
+	p.setPolicy(&cfg, metrics.NewSet(), zerolog.Nop())
 	return p
 }
 
@@ -19,7 +26,7 @@ func TestRoundRobinCycles(t *testing.T) {
 	p := testPool(PolicyRoundRobin, 3)
 	var got string
 	for range 6 {
-		got += p.pick(nil, -1).addr
+		got += p.pick(nil, -1, nil).addr
 	}
 	if got != "abcabc" {
 		t.Fatalf("got %q; want abcabc", got)
@@ -27,7 +34,7 @@ func TestRoundRobinCycles(t *testing.T) {
 	p.backends[1].health.Store(int32(health.Down))
 	got = ""
 	for range 4 {
-		got += p.pick(nil, -1).addr
+		got += p.pick(nil, -1, nil).addr
 	}
 	// b is skipped: its turns go to the next backend.
 	if got != "acca" {
@@ -40,7 +47,7 @@ func TestRandomReachesEveryBackend(t *testing.T) {
 		p := testPool(policy, 4)
 		seen := map[string]int{}
 		for range 4000 {
-			seen[p.pick(nil, -1).addr]++
+			seen[p.pick(nil, -1, nil).addr]++
 		}
 		for _, b := range p.backends {
 			if n := seen[b.addr]; n < 600 {
@@ -54,7 +61,7 @@ func TestPowerOfTwoAvoidsTheBusy(t *testing.T) {
 	p := testPool(PolicyPowerOfTwo, 2)
 	p.backends[0].inflight.Store(10)
 	for range 100 {
-		if b := p.pick(nil, -1); b.addr != "b" {
+		if b := p.pick(nil, -1, nil); b.addr != "b" {
 			t.Fatalf("picked the busy backend %s", b.addr)
 		}
 	}
@@ -69,7 +76,7 @@ func TestNothingAvailable(t *testing.T) {
 			for _, b := range p.backends {
 				b.health.Store(int32(health.Down))
 			}
-			if b := p.pick(nil, -1); b != nil {
+			if b := p.pick(nil, -1, nil); b != nil {
 				t.Fatalf("%s with %d down backends: picked %s", policy, n, b.addr)
 			}
 		}
@@ -115,15 +122,15 @@ func TestPickSkipsExcluded(t *testing.T) {
 		p := testPool(policy, 3)
 		exclude := []*Backend{p.backends[0], p.backends[2]}
 		for range 20 {
-			if b := p.pick(exclude, -1); b != p.backends[1] {
+			if b := p.pick(exclude, -1, nil); b != p.backends[1] {
 				t.Fatalf("%s: picked %v; want b, the only one not excluded", policy, b)
 			}
 		}
-		if b := p.pick(p.backends, -1); b != nil {
+		if b := p.pick(p.backends, -1, nil); b != nil {
 			t.Fatalf("%s: picked %s with every backend excluded", policy, b.addr)
 		}
 	}
-	if b := (&Pool{}).pick(nil, -1); b != nil {
+	if b := (&Pool{}).pick(nil, -1, nil); b != nil {
 		t.Fatalf("an empty pool picked %v", b)
 	}
 }
@@ -138,16 +145,16 @@ func TestPickOnlyWhereTheRankExists(t *testing.T) {
 		}
 		seen := map[string]int{}
 		for range 400 {
-			seen[p.pick(nil, 3).addr]++
+			seen[p.pick(nil, 3, nil).addr]++
 		}
 		if seen["a"]+seen["c"] != 0 || seen["b"] == 0 || seen["d"] == 0 {
 			t.Fatalf("%s: picked %v for rank 3; want b and d (dp 4) only", policy, seen)
 		}
-		if b := p.pick(nil, 4); b != nil {
+		if b := p.pick(nil, 4, nil); b != nil {
 			t.Fatalf("%s: picked %s for rank 4, which no backend has", policy, b.addr)
 		}
 		p.backends[2].dpSize.Store(0) // unknown: it may have the rank
-		if b := p.pick([]*Backend{p.backends[1], p.backends[3]}, 3); b != p.backends[2] {
+		if b := p.pick([]*Backend{p.backends[1], p.backends[3]}, 3, nil); b != p.backends[2] {
 			t.Fatalf("%s: picked %v; want c, whose dp_size is unknown", policy, b)
 		}
 	}
@@ -157,7 +164,7 @@ func TestPickOnlyWhereTheRankExists(t *testing.T) {
 	}
 	var got string
 	for range 4 {
-		got += p.pick(nil, 1).addr
+		got += p.pick(nil, 1, nil).addr
 	}
 	// As for a backend that is down, a turn skipped goes to the next one.
 	if got != "bbdd" {

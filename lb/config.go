@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bootstrap"
+	"pdlb/lb/policy"
 )
 
 // PrefillSpec names one prefill worker.
@@ -65,6 +66,17 @@ type Config struct {
 	PrefillPolicy  string
 	DecodePolicy   string
 	FallbackPolicy string
+	// CacheAware tunes cache_aware, as sglang_router's --cache-threshold,
+	// --balance-abs-threshold, --balance-rel-threshold, --max-tree-size and
+	// --eviction-interval-secs; zero fields take policy.DefaultCacheAware's.
+	CacheAware policy.CacheAwareConfig
+	// PrefixHashTokens is how many of a prompt's first tokens prefix_hash
+	// hashes; zero means 256, sglang_router's.
+	PrefixHashTokens int
+	// LoadCheckInterval is how often the workers' loads are read for the
+	// policies that weigh them (sglang_router's
+	// --worker-load-check-interval); zero means a second.
+	LoadCheckInterval time.Duration
 
 	// PDMinPromptTokens sends requests whose prompt is estimated shorter
 	// (bootstrap.Request.PromptTokens) to the decode-only path. Zero means
@@ -276,6 +288,9 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
+	if err := c.checkRouting(); err != nil {
+		return err
+	}
 	if err := c.checkBodyMemory(); err != nil {
 		return err
 	}
@@ -396,4 +411,23 @@ func (c *Config) maxRequestBody() int {
 		return c.MaxRequestBodySize
 	}
 	return defaultMaxRequestBodySize
+}
+
+// checkRouting refuses parameters of the routing policies that no policy
+// could follow.
+func (c *Config) checkRouting() error {
+	ca := c.CacheAware
+	switch {
+	case ca.CacheThreshold < 0 || ca.CacheThreshold > 1:
+		return fmt.Errorf("the cache threshold must be between 0 and 1, got %g", ca.CacheThreshold)
+	case ca.BalanceAbsThreshold < 0:
+		return fmt.Errorf("the balance absolute threshold must not be negative, got %d", ca.BalanceAbsThreshold)
+	case ca.BalanceRelThreshold < 0:
+		return fmt.Errorf("the balance relative threshold must not be negative, got %g", ca.BalanceRelThreshold)
+	case ca.MaxTreeSize < 0 || ca.EvictionInterval < 0:
+		return fmt.Errorf("the tree size and eviction interval must not be negative")
+	case c.PrefixHashTokens < 0 || c.LoadCheckInterval < 0:
+		return fmt.Errorf("the prefix hash's tokens and the load check interval must not be negative")
+	}
+	return nil
 }

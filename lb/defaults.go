@@ -1,6 +1,10 @@
 package lb
 
-import "time"
+import (
+	"time"
+
+	"pdlb/lb/policy"
+)
 
 // The defaults of Config's optional fields, concern by concern.
 
@@ -36,6 +40,7 @@ func (c *Config) setRoutingDefaults() {
 	if c.FallbackPolicy == "" {
 		c.FallbackPolicy = PolicyRandom
 	}
+	c.setPolicyDefaults()
 	switch {
 	case c.DisableRetries:
 		c.MaxRetries = 0
@@ -119,5 +124,31 @@ func (c *Config) setDPDefaults() {
 	}
 	if c.BootstrapRefresh <= 0 {
 		c.BootstrapRefresh = 5 * time.Second
+	}
+}
+
+// setPolicyDefaults defaults the routing policies' parameters.
+func (c *Config) setPolicyDefaults() {
+	def, ca := policy.DefaultCacheAware(), &c.CacheAware
+	if ca.CacheThreshold == 0 {
+		ca.CacheThreshold = def.CacheThreshold
+	}
+	if ca.BalanceAbsThreshold == 0 {
+		ca.BalanceAbsThreshold = def.BalanceAbsThreshold
+	}
+	if ca.BalanceRelThreshold == 0 {
+		ca.BalanceRelThreshold = def.BalanceRelThreshold
+	}
+	if ca.MaxTreeSize == 0 {
+		ca.MaxTreeSize = def.MaxTreeSize
+	}
+	if ca.EvictionInterval == 0 {
+		ca.EvictionInterval = def.EvictionInterval
+	}
+	if c.PrefixHashTokens == 0 {
+		c.PrefixHashTokens = policy.DefaultPrefixHash().Tokens
+	}
+	if c.LoadCheckInterval == 0 {
+		c.LoadCheckInterval = time.Second
 	}
 }

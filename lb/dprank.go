@@ -125,7 +125,7 @@ func (s *Server) placeDP(info bootstrap.Request, st *bootstrap.State, p *Backend
 		return dpPlan{rank: r, size: size, hint: true}, nil
 	case wantsPolicy && st.Ready && st.Info.DPSize > 1:
 		load := p.rankLoad(st)
-		r := s.pickRank(load)
+		r := s.pickRank(load, p)
 		load.inflight[r].Add(1)
 		return dpPlan{rank: r, size: size, hint: true, load: load}, nil
 	case info.RoutedDPRank.Set && size > 1 && info.RoutedDPRank.Rank >= 0 && info.RoutedDPRank.Rank < size:
@@ -196,18 +196,19 @@ func rankOutOfRange(rank, size int, p *Backend) *answerError {
 		"disagg_prefill_dp_rank=" + strconv.Itoa(rank) + " out of range " + valid + " for prefill " + p.url}
 }
 
-// pickRank chooses a DP rank by the policy.
-func (s *Server) pickRank(l *rankLoad) int {
+// pickRank chooses a DP rank of prefill p, whose ranks' loads are l, by
+// the policy.
+func (s *Server) pickRank(l *rankLoad, p *Backend) int {
 	n := len(l.inflight)
 	start := int(l.next.Add(1)-1) % n
 	if s.cfg.PrefillDPPolicy == DPPolicyRoundRobin {
 		return start
 	}
-	best := start
+	best, bestLoad := start, s.rankLoadOf(p, start, int64(l.inflight[start].Load()))
 	for i := 1; i < n; i++ {
 		r := (start + i) % n
-		if l.inflight[r].Load() < l.inflight[best].Load() {
-			best = r
+		if load := s.rankLoadOf(p, r, int64(l.inflight[r].Load())); load < bestLoad {
+			best, bestLoad = r, load
 		}
 	}
 	return best

@@ -12,9 +12,24 @@ const (
 	PolicyRandom = "random"
 	// PolicyRoundRobin cycles through the backends in order.
 	PolicyRoundRobin = "round_robin"
-	// PolicyPowerOfTwo picks the less busy of two random backends, by
-	// requests in flight from this pdlb.
+	// PolicyPowerOfTwo picks the less loaded of two random backends
+	// (pickload.go: their reported loads and pdlb's requests in flight).
 	PolicyPowerOfTwo = "power_of_two"
+	// PolicyLeastLoad picks the least loaded backend, loads as
+	// power_of_two weighs them.
+	PolicyLeastLoad = "least_load"
+	// PolicyCacheAware follows an approximate prefix tree of what each
+	// backend was sent, as sglang_router's cache_aware (package route).
+	PolicyCacheAware = "cache_aware"
+	// PolicyPrefixHash hashes the prompt's first tokens onto a ring of the
+	// backends, with a bound on load: the same prefix goes to the same
+	// backend from every pdlb replica.
+	PolicyPrefixHash = "prefix_hash"
+	// PolicyConsistentHashing and PolicyManual route by the client's
+	// X-SMG-Routing-Key, for session affinity: on a hash ring, and by a
+	// remembered assignment, as sglang_router's.
+	PolicyConsistentHashing = "consistent_hashing"
+	PolicyManual            = "manual"
 )
 
 // Prefill DP-rank policies (--prefill-dp-policy).
@@ -33,7 +48,8 @@ const (
 // change the set another one sees (issue 21: no package-level mutable
 // state).
 func Policies() []string {
-	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo}
+	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyLeastLoad,
+		PolicyCacheAware, PolicyPrefixHash, PolicyConsistentHashing, PolicyManual}
 }
 
 // DPPolicies lists the prefill DP-rank policies: the one list of their
@@ -60,4 +76,19 @@ func checkDPPolicy(p string) error {
 		return fmt.Errorf("unknown prefill DP policy %q; want one of %v", p, names)
 	}
 	return nil
+}
+
+// routed reports whether p's policy is one of package route's, which weigh
+// the request itself: its prompt, or its routing key.
+func (p *Pool) routed() bool {
+	switch p.policy {
+	case PolicyCacheAware, PolicyPrefixHash, PolicyConsistentHashing, PolicyManual:
+		return true
+	}
+	return false
+}
+
+// weighsLoads reports whether policy reads the workers' reported loads.
+func weighsLoads(policy string) bool {
+	return policy == PolicyPowerOfTwo || policy == PolicyLeastLoad
 }

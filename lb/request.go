@@ -127,11 +127,11 @@ func applyDPRankHeader(q *clientRequest) error {
 func (q *clientRequest) pick(pool *Pool, rank int) *Backend {
 	if len(q.failed) > 0 {
 		both := append(slices.Clip(q.unreachable), q.failed...)
-		if b := pool.pick(both, rank); b != nil {
+		if b := pool.pick(both, rank, q); b != nil {
 			return b
 		}
 	}
-	return pool.pick(q.unreachable, rank)
+	return pool.pick(q.unreachable, rank, q)
 }
 
 // remember records a failed attempt, so the next one goes elsewhere.
@@ -282,7 +282,7 @@ func (s *Server) pickPrefill(q *clientRequest) *Backend {
 			notReady = append(notReady, b)
 		}
 	}
-	if ready := s.prefills.pick(notReady, q.prefillRank); ready != nil {
+	if ready := s.prefills.pick(notReady, q.prefillRank, q); ready != nil {
 		return ready
 	}
 	return p

@@ -17,6 +17,7 @@ import (
 
 	"pdlb/bootstrap"
 	"pdlb/health"
+	"pdlb/lb/load"
 	"pdlb/lb/wire"
 )
 
@@ -87,6 +88,9 @@ type Server struct {
 	warm     *warmer
 	// checker probes every worker; nil when active checks are off.
 	checker *health.Checker
+	// loads polls the workers' reported loads; nil when no policy weighs
+	// them.
+	loads *load.Poller
 
 	// ctx ends background work when Shutdown cancels it; bg waits for it.
 	ctx       context.Context
@@ -136,6 +140,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.conns = s.newConnBudget()
+	s.buildLoads()
 	s.buildRoutes()
 	s.buildRegistry(log)
 	s.buildChecker(log)
@@ -197,9 +202,10 @@ func (s *Server) buildPools() error {
 	return err
 }
 
-// newPool makes the pool of role's workers, one backend a URL.
-func (s *Server) newPool(role, policy string, urls []string) (*Pool, error) {
-	pool := &Pool{role: role, policy: policy}
+// newPool makes the pool of role's workers, one backend a URL, picked by
+// the policy named name.
+func (s *Server) newPool(role, name string, urls []string) (*Pool, error) {
+	pool := &Pool{role: role, policy: name}
 	for i, u := range urls {
 		b, err := newBackend(role, i, u, &s.cfg, s.ms, s.log, s.link)
 		if err != nil {
@@ -207,6 +213,7 @@ func (s *Server) newPool(role, policy string, urls []string) (*Pool, error) {
 		}
 		pool.backends = append(pool.backends, b)
 	}
+	pool.setPolicy(&s.cfg, s.ms, s.log)
 	return pool, nil
 }
 
@@ -287,6 +294,7 @@ func (s *Server) ServeAdmin(ln net.Listener, pprof bool) error {
 
 func (s *Server) startBackground() {
 	s.runChecker()
+	s.runRouting()
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()

@@ -234,12 +234,12 @@ func TestLeastInflightPicksTheIdlestRank(t *testing.T) {
 		l.inflight[r].Store(n)
 	}
 	for range 8 {
-		if r := s.pickRank(l); r != 2 {
+		if r := s.pickRank(l, nil); r != 2 {
 			t.Fatalf("picked rank %d; want 2, the idlest", r)
 		}
 	}
 	l.inflight[2].Store(5)
-	if r := s.pickRank(l); r != 1 {
+	if r := s.pickRank(l, nil); r != 1 {
 		t.Fatalf("picked rank %d; want 1", r)
 	}
 }

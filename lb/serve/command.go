@@ -28,14 +28,21 @@ type Command struct {
 	APIKey      string `help:"sglang_router's --api-key: sent to the workers as 'Authorization: Bearer KEY' on every call, and required of clients on the generate routes, /flush_cache and /abort_request." placeholder:"KEY" group:"listen"`
 	AdminAPIKey string `help:"Key required, as 'Authorization: Bearer KEY', on the operator routes (/flush_cache, /bootstrap, /abort_request but by one rid), on every listener; it opens the --api-key routes too. Without it they answer only on the --prometheus-port and --pprof-addr listeners and to loopback clients (a 403 elsewhere), unless --mini-lb." placeholder:"KEY" group:"listen"`
 
-	Policy             string `help:"How to pick a worker in each pool: random (mini_lb's), round_robin or power_of_two (fewer requests in flight of two random picks). sglang_router's other policies fall back to random with a warning." default:"random" group:"routing"`
-	PrefillPolicy      string `help:"Policy for the prefill pool (default: --policy)." group:"routing"`
-	DecodePolicy       string `help:"Policy for the decode pool (default: --policy)." group:"routing"`
-	FallbackPolicy     string `help:"Policy for the fallback pool (default: --policy)." group:"routing"`
-	PDMinPromptTokens  int    `help:"Send prompts shorter than this many tokens (estimated: input_ids, or 4 bytes of text a token) decode-only, where a remote prefill costs more than it saves; 0 sends every prompt PD." default:"0" group:"routing"`
-	DecodeLocalPrefill bool   `help:"Send decode-only /generate traffic to a decode with do_local_prefill (SGLang PR #34773, decode flag --disaggregation-decode-enable-conditional-agg) instead of the fallback pool." group:"routing"`
-	RetryMaxRetries    int    `help:"Attempts a request may get in all, as sglang_router counts them (0 and 1: no retry); each retry goes to a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"3" group:"routing"`
-	DisableRetries     bool   `help:"Give every request a single attempt." group:"routing"`
+	Policy                  string  `help:"How to pick a worker in each pool: random (mini_lb's), round_robin, power_of_two (the less loaded of two random picks), least_load, cache_aware (follows what each worker has cached, as sglang_router's), prefix_hash (the same prompt prefix to the same worker, from every pdlb replica), consistent_hashing or manual (by the X-SMG-Routing-Key header). sglang_router's bucket falls back to random with a warning." default:"random" group:"routing"`
+	PrefillPolicy           string  `help:"Policy for the prefill pool (default: --policy)." group:"routing"`
+	DecodePolicy            string  `help:"Policy for the decode pool (default: --policy)." group:"routing"`
+	FallbackPolicy          string  `help:"Policy for the fallback pool (default: --policy)." group:"routing"`
+	CacheThreshold          float64 `help:"cache_aware: the share of a prompt (0 to 1) the best match must exceed to win." default:"0.3" group:"routing"`
+	BalanceAbsThreshold     int     `help:"cache_aware: the pool is imbalanced, and the least loaded worker wins, when its busiest and idlest workers differ by more than this many requests in flight..." default:"64" group:"routing"`
+	BalanceRelThreshold     float64 `help:"...and the busiest has more than this many times the idlest's." default:"1.5" group:"routing"`
+	MaxTreeSize             int     `help:"cache_aware: the prompt bytes remembered per worker, kept to by the eviction." default:"67108864" group:"routing"`
+	EvictionIntervalSecs    int     `help:"cache_aware: how often the trees are evicted down to --max-tree-size." default:"60" group:"routing"`
+	PrefixTokenCount        int     `help:"prefix_hash: the prompt's first tokens (4 bytes of text a token) hashed." default:"256" group:"routing"`
+	WorkerLoadCheckInterval int     `help:"Seconds between two reads of the workers' loads (GET /v1/loads), for power_of_two, least_load and --prefill-dp-policy least_inflight." default:"1" group:"routing"`
+	PDMinPromptTokens       int     `help:"Send prompts shorter than this many tokens (estimated: input_ids, or 4 bytes of text a token) decode-only, where a remote prefill costs more than it saves; 0 sends every prompt PD." default:"0" group:"routing"`
+	DecodeLocalPrefill      bool    `help:"Send decode-only /generate traffic to a decode with do_local_prefill (SGLang PR #34773, decode flag --disaggregation-decode-enable-conditional-agg) instead of the fallback pool." group:"routing"`
+	RetryMaxRetries         int     `help:"Attempts a request may get in all, as sglang_router counts them (0 and 1: no retry); each retry goes to a fresh prefill and decode, after one that failed before anything reached the client (unreachable worker, reset, 5xx; never a 4xx)." default:"3" group:"routing"`
+	DisableRetries          bool    `help:"Give every request a single attempt." group:"routing"`
 
 	PrefillDPPolicy   string `help:"Pick the prefill DP rank of requests that name none: off (mini_lb's behaviour), round_robin or least_inflight. pdlb then sends the rank to both workers and draws the room to match." default:"off" enum:"${dp_policies}" group:"dp"`
 	NoPrewarm         bool   `help:"Do not warm decode × prefill pairs; for decodes without SGLang's first-request bug (PR #22990)." group:"dp"`
@@ -134,6 +141,13 @@ func (c *Command) Validate() error {
 	}
 	if c.PDMinPromptTokens < 0 {
 		return errors.New("--pd-min-prompt-tokens cannot be negative")
+	}
+	if c.CacheThreshold < 0 || c.CacheThreshold > 1 {
+		return errors.New("--cache-threshold must be between 0 and 1")
+	}
+	if c.BalanceAbsThreshold < 0 || c.BalanceRelThreshold < 0 || c.MaxTreeSize < 1 || c.EvictionIntervalSecs < 1 ||
+		c.PrefixTokenCount < 1 || c.WorkerLoadCheckInterval < 1 {
+		return errors.New("--balance-abs-threshold and --balance-rel-threshold cannot be negative, and --max-tree-size, --eviction-interval-secs, --prefix-token-count and --worker-load-check-interval must be at least 1")
 	}
 	for _, p := range []string{c.Policy, c.PrefillPolicy, c.DecodePolicy, c.FallbackPolicy} {
 		if p == "" || isRouterOnlyPolicy(p) {

@@ -145,7 +145,7 @@ func TestParseRouterFlags(t *testing.T) {
 	if err != nil {
 		t.Fatalf("router flags must be accepted: %s", err)
 	}
-	want := IgnoredFlags{"--dp-aware", "--worker-urls", "--cache-threshold", "--selector"}
+	want := IgnoredFlags{"--dp-aware", "--worker-urls", "--selector"}
 	if !reflect.DeepEqual(ignored, want) {
 		t.Fatalf("got ignored %q; want %q", ignored, want)
 	}
@@ -153,7 +153,17 @@ func TestParseRouterFlags(t *testing.T) {
 		t.Fatalf("flags after ignored ones were lost: port %d timeout %d", c.Serve.Port, c.Serve.RequestTimeoutSecs)
 	}
 	cfg, warnings := c.Serve.config()
-	if cfg.PrefillPolicy != lb.PolicyRandom || len(warnings) != 1 || !strings.Contains(warnings[0], "cache_aware") {
+	if cfg.PrefillPolicy != lb.PolicyCacheAware || cfg.CacheAware.CacheThreshold != 0.5 || len(warnings) != 0 {
+		t.Fatalf("got policy %q, threshold %v, warnings %q; want cache_aware at 0.5, with no warning", cfg.PrefillPolicy,
+			cfg.CacheAware.CacheThreshold, warnings)
+	}
+	// bucket, the one sglang_router policy pdlb does not implement, is
+	// random with a warning.
+	c, _, err = parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--prefill-policy", "bucket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, warnings := c.Serve.config(); cfg.PrefillPolicy != lb.PolicyRandom || len(warnings) != 1 || !strings.Contains(warnings[0], "bucket") {
 		t.Fatalf("got policy %q, warnings %q; want random with a warning", cfg.PrefillPolicy, warnings)
 	}
 	if cfg.ConnectTimeout != 3*time.Second {

@@ -10,20 +10,21 @@ import (
 
 	"pdlb/internal/cli"
 	"pdlb/lb"
+	"pdlb/lb/policy"
 )
 
 // config converts the flags into an lb.Config, with warnings for what pdlb
 // accepted but does not do.
 func (c *Command) config() (lb.Config, []string) {
 	var warnings []string
-	policy := func(flag, p string) string {
+	implemented := func(flag, p string) string {
 		if isRouterOnlyPolicy(p) {
 			warnings = append(warnings, fmt.Sprintf("%s %s is not implemented by pdlb; using random", flag, p))
 			return lb.PolicyRandom
 		}
 		return p
 	}
-	base := policy("--policy", c.Policy)
+	base := implemented("--policy", c.Policy)
 	cfg := c.lbConfig()
 	cfg.PrefillPolicy, cfg.DecodePolicy, cfg.FallbackPolicy = base, base, base
 	if c.PDMinPromptTokens > 0 && len(cfg.Fallback) == 0 {
@@ -34,14 +35,23 @@ func (c *Command) config() (lb.Config, []string) {
 		warnings = append(warnings, fmt.Sprintf("--pd-min-prompt-tokens %d without --fallback: %s estimated shorter get a 503, having nowhere to go", c.PDMinPromptTokens, which))
 	}
 	if c.PrefillPolicy != "" {
-		cfg.PrefillPolicy = policy("--prefill-policy", c.PrefillPolicy)
+		cfg.PrefillPolicy = implemented("--prefill-policy", c.PrefillPolicy)
 	}
 	if c.DecodePolicy != "" {
-		cfg.DecodePolicy = policy("--decode-policy", c.DecodePolicy)
+		cfg.DecodePolicy = implemented("--decode-policy", c.DecodePolicy)
 	}
 	if c.FallbackPolicy != "" {
-		cfg.FallbackPolicy = policy("--fallback-policy", c.FallbackPolicy)
+		cfg.FallbackPolicy = implemented("--fallback-policy", c.FallbackPolicy)
 	}
+	cfg.CacheAware = policy.CacheAwareConfig{
+		CacheThreshold:      c.CacheThreshold,
+		BalanceAbsThreshold: c.BalanceAbsThreshold,
+		BalanceRelThreshold: c.BalanceRelThreshold,
+		MaxTreeSize:         c.MaxTreeSize,
+		EvictionInterval:    time.Duration(c.EvictionIntervalSecs) * time.Second,
+	}
+	cfg.PrefixHashTokens = c.PrefixTokenCount
+	cfg.LoadCheckInterval = time.Duration(c.WorkerLoadCheckInterval) * time.Second
 	if w := c.openAdminWarning(); w != "" {
 		warnings = append(warnings, w)
 	}
@@ -145,4 +155,4 @@ func isRouterOnlyPolicy(p string) bool { return slices.Contains(routerOnlyPolici
 
 // routerOnlyPolicies are sglang_router policies pdlb does not implement; like
 // mini_lb, pdlb uses random instead of failing.
-var routerOnlyPolicies = []string{"cache_aware", "bucket", "consistent_hashing", "prefix_hash", "manual"}
+var routerOnlyPolicies = []string{"bucket"}

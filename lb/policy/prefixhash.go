@@ -1,4 +1,4 @@
-package route
+package policy
 
 // PrefixHash is the prefix_hash policy's parameters (SMG
 // policies/prefix_hash.rs, PrefixHashConfig). The policy keeps no state
@@ -42,7 +42,9 @@ func (ph PrefixHash) Pick(r *Ring, key []byte, p Pool) Choice {
 		return none
 	}
 	if len(key) == 0 {
-		return Choice{Worker: p.leastLoaded(), Reason: ReasonNoKey}
+		// Ties at random: one worker must not take every keyless
+		// request of an idle pool.
+		return Choice{Worker: p.randomMin(func(w int) int { return p.Loads[w] }), Reason: ReasonNoKey}
 	}
 	bound := ph.LoadFactor * float64(sum+1) / float64(n)
 	first, chosen := -1, -1

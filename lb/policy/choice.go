@@ -1,4 +1,4 @@
-package route
+package policy
 
 // Reason says why a policy chose its worker: a closed set, so that it can
 // label metrics (bounded values only) and the debug access line.
@@ -156,7 +156,7 @@ func (u Unit) index() int {
 	case UnitToken:
 		return 1
 	}
-	panic("BUG: route.Unit must be UnitByte or UnitToken")
+	panic("BUG: policy.Unit must be UnitByte or UnitToken")
 }
 
 // AppendTokens appends the token ids to dst, 4 bytes each (little endian),

@@ -1,4 +1,4 @@
-package route
+package policy
 
 import (
 	"fmt"
@@ -173,7 +173,7 @@ func (p Pool) randomMin(f func(w int) int) int {
 			i--
 		}
 	}
-	panic("BUG: route.Pool.randomMin lost a tie")
+	panic("BUG: policy.Pool.randomMin lost a tie")
 }
 
 // Evict forgets the keys unused for MaxIdle at now and returns how many

@@ -1,4 +1,4 @@
-package route
+package policy
 
 import (
 	"math/rand/v2"
@@ -56,5 +56,5 @@ func (p Pool) nth(i int) int {
 			i--
 		}
 	}
-	panic("BUG: route.Pool.nth beyond the usable workers")
+	panic("BUG: policy.Pool.nth beyond the usable workers")
 }

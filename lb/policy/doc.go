@@ -1,4 +1,4 @@
-// Package route holds the algorithms of pdlb's routing policies: given a
+// Package policy holds the algorithms of pdlb's routing policies: given a
 // request's key and the loads of one pool's workers, which worker takes
 // the request, and why. It is pure and fast: no HTTP, no I/O, no timers,
 // and no knowledge of lb's Backend. Workers are the indexes 0..n-1 of the
@@ -48,4 +48,4 @@
 // was first given, moving only when that worker is not usable, and
 // returning to it when it is again; new keys are placed at random, by
 // least load or by fewest keys; idle keys are forgotten after MaxIdle.
-package route
+package policy

@@ -1,0 +1,82 @@
+package lb
+
+import "math/rand/v2"
+
+// The policies that weigh loads (power_of_two, least_load, and the prefill
+// DP policy least_inflight) read a worker's load as the larger of what it
+// reports (its running and waiting requests, package load, polled every
+// --worker-load-check-interval) and what pdlb has in flight on it. The
+// report counts other routers' requests too, but it is up to an interval
+// old: between two polls every pick would see the same numbers and herd
+// onto one worker, which pdlb's own count, rising with each pick, stops.
+// A worker that reports nothing is weighed by pdlb's count alone.
+
+// loadOf is b's load, as the policies weigh it.
+func (p *Pool) loadOf(b *Backend) int64 {
+	own := int64(b.inflight.Load())
+	if p.loads == nil {
+		return own
+	}
+	if reported, ok := p.loads.Get(b.addr).Load(); ok {
+		return max(reported, own)
+	}
+	return own
+}
+
+// pickLessLoaded draws two distinct backends and returns the one with the
+// lower load, or nil if neither is usable.
+func (p *Pool) pickLessLoaded(exclude []*Backend, rank int) *Backend {
+	n := len(p.backends)
+	i := rand.IntN(n)
+	j := rand.IntN(n - 1)
+	if j >= i {
+		j++
+	}
+	a, b := p.backends[i], p.backends[j]
+	switch {
+	case !p.usable(a, exclude, rank):
+		if p.usable(b, exclude, rank) {
+			return b
+		}
+		return nil
+	case !p.usable(b, exclude, rank):
+		return a
+	case p.loadOf(b) < p.loadOf(a):
+		return b
+	default:
+		return a
+	}
+}
+
+// pickLeastLoaded returns the usable backend with the lowest load, the
+// first of them from a random start when several tie, or nil if none is
+// usable.
+func (p *Pool) pickLeastLoaded(exclude []*Backend, rank int) *Backend {
+	n := len(p.backends)
+	start := rand.IntN(n)
+	var best *Backend
+	var bestLoad int64
+	for i := range n {
+		b := p.backends[(start+i)%n]
+		if !p.usable(b, exclude, rank) {
+			continue
+		}
+		if l := p.loadOf(b); best == nil || l < bestLoad {
+			best, bestLoad = b, l
+		}
+	}
+	return best
+}
+
+// rankLoadOf is the load of prefill p's DP rank r, as least_inflight
+// weighs it: the larger of the rank's reported load and pdlb's requests in
+// flight on it (own).
+func (s *Server) rankLoadOf(p *Backend, r int, own int64) int64 {
+	if s.loads == nil {
+		return own
+	}
+	if reported, ok := s.loads.Get(p.addr).RankLoad(r); ok {
+		return max(reported, own)
+	}
+	return own
+}

@@ -1,0 +1,90 @@
+package lb
+
+import (
+	"pdlb/lb/policy"
+)
+
+// headerRoutingKey is sglang_router's session key, which consistent_hashing
+// and manual route by; headerTargetWorker names the worker outright.
+var (
+	headerRoutingKey   = []byte("X-SMG-Routing-Key")
+	headerTargetWorker = []byte("X-SMG-Target-Worker")
+)
+
+// maxStackPool is the pool size up to which a pick's view of the pool
+// lives on the stack.
+const maxStackPool = 32
+
+// pickRouted picks with one of package policy's policies, which weigh the
+// request q (nil for none) and each backend's requests in flight. Usable
+// backends are as pick says.
+func (p *Pool) pickRouted(exclude []*Backend, rank int, q *clientRequest) *Backend {
+	var loadBuf [maxStackPool]int
+	var usableBuf [maxStackPool]bool
+	loads, usable := loadBuf[:0], usableBuf[:0]
+	for _, b := range p.backends {
+		loads = append(loads, int(b.inflight.Load()))
+		usable = append(usable, p.usable(b, exclude, rank))
+	}
+	view := policy.Pool{Loads: loads, Usable: usable}
+	var ch policy.Choice
+	switch p.policy {
+	case PolicyCacheAware:
+		ch = p.cache.Pick(q.prompt(), policy.UnitByte, view)
+		if ch.Reason == policy.ReasonPrefixMatch || ch.Reason == policy.ReasonSmallestTree {
+			p.matchRatio.Update(ch.MatchRatio)
+		}
+	case PolicyPrefixHash:
+		ch = p.hash.Pick(p.ring, q.prompt(), view)
+	default:
+		ch = p.pickByKey(q, view)
+	}
+	p.decisions[ch.Reason].Inc()
+	if ch.Worker < 0 {
+		return nil
+	}
+	b := p.backends[ch.Worker]
+	if q != nil {
+		p.log.Debug().Bytes("request_id", q.id).Str("role", p.role).Str("backend", b.addr).
+			Str("policy", p.policy).Stringer("reason", ch.Reason).Float64("match_ratio", ch.MatchRatio).Msg("routed")
+	}
+	return b
+}
+
+// prompt is q's routing key: its prompt, as package bootstrap finds it;
+// nil without a request.
+func (q *clientRequest) prompt() []byte {
+	if q == nil {
+		return nil
+	}
+	return q.info.RoutingKey.Of(q.body)
+}
+
+// header returns q's header name, nil when absent or without a request.
+func (q *clientRequest) header(name []byte) []byte {
+	if q == nil {
+		return nil
+	}
+	return q.ctx.Request.Header.PeekBytes(name)
+}
+
+// pickByKey picks with consistent_hashing or manual, by q's routing key:
+// X-SMG-Routing-Key, or for consistent_hashing, as sglang_router, the first
+// of Authorization, X-Forwarded-For and Cookie a request without it sends.
+// X-SMG-Target-Worker names a consistent_hashing worker outright.
+func (p *Pool) pickByKey(q *clientRequest, view policy.Pool) policy.Choice {
+	key := q.header(headerRoutingKey)
+	if p.policy == PolicyManual {
+		return p.sticky.Pick(string(key), p.now(), view)
+	}
+	for _, h := range sessionHeaders {
+		if len(key) > 0 {
+			break
+		}
+		key = q.header(h)
+	}
+	return policy.ConsistentHash(p.ring, string(q.header(headerTargetWorker)), key, view)
+}
+
+// sessionHeaders stand for a routing key a request lacks, in order.
+var sessionHeaders = [][]byte{[]byte("Authorization"), []byte("X-Forwarded-For"), []byte("Cookie")}

@@ -1,0 +1,110 @@
+package lb
+
+import (
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
+
+	"pdlb/lb/load"
+	"pdlb/lb/policy"
+)
+
+// Pool is the set of backends of one role with the policy that picks among
+// them. Its backends are fixed after construction; it is safe for
+// concurrent use.
+type Pool struct {
+	role     string
+	policy   string
+	backends []*Backend
+	// next is round_robin's position.
+	next atomic.Uint32
+	// cache holds cache_aware's prefix trees; ring is the hash ring of
+	// prefix_hash and consistent_hashing, hash prefix_hash's parameters,
+	// sticky manual's assignments. Each is set under its policy only.
+	cache  *policy.CacheAware
+	ring   *policy.Ring
+	hash   policy.PrefixHash
+	sticky *policy.Manual
+	// loads are the workers' own reports of their load, for the policies
+	// that weigh loads; nil when the pool's policy does not.
+	loads *load.Poller
+
+	// now is the clock manual's keys age on (Config.Now).
+	now func() time.Time
+	log zerolog.Logger
+	// decisions counts the picks by why they were made: by policy.Reason
+	// for the policies of package policy, in others for the rest.
+	decisions []*metrics.Counter
+	others    *metrics.Counter
+	// matchRatio is the share of cache_aware's keys its best match covered.
+	matchRatio *metrics.Histogram
+}
+
+// pick returns a backend for a new request that needs DP rank rank (-1 for
+// none), or nil when none is available. Unavailable backends are skipped,
+// and so are those without the rank and those in exclude (the ones that
+// already failed this request): the policy chooses among the others. When
+// every backend is unavailable pick returns nil rather than guess (Caddy's
+// choice), so the caller can answer 503 or fall back instead of sending work
+// to a worker known to be down. q is the request, whose prompt and routing
+// key steer the policies that follow them; nil for none.
+func (p *Pool) pick(exclude []*Backend, rank int, q *clientRequest) *Backend {
+	n := len(p.backends)
+	if n == 0 {
+		return nil
+	}
+	if p.routed() {
+		return p.pickRouted(exclude, rank, q)
+	}
+	p.others.Inc()
+	if n == 1 {
+		if b := p.backends[0]; p.usable(b, exclude, rank) {
+			return b
+		}
+		return nil
+	}
+	start := rand.IntN(n)
+	switch p.policy {
+	case PolicyRoundRobin:
+		start = int(p.next.Add(1)-1) % n
+	case PolicyPowerOfTwo:
+		if b := p.pickLessLoaded(exclude, rank); b != nil {
+			return b
+		}
+	case PolicyLeastLoad:
+		return p.pickLeastLoaded(exclude, rank)
+	}
+	for i := range n {
+		if b := p.backends[(start+i)%n]; p.usable(b, exclude, rank) {
+			return b
+		}
+	}
+	return nil
+}
+
+// anyAvailable reports whether a backend of p is in selection.
+func (p *Pool) anyAvailable() bool {
+	return slices.ContainsFunc(p.backends, (*Backend).available)
+}
+
+func (p *Pool) usable(b *Backend, exclude []*Backend, rank int) bool {
+	return b.available() && b.takes(rank) && !slices.Contains(exclude, b)
+}
+
+// largestDPSize returns the largest dp_size among p's backends, and false
+// when some backend's is unknown.
+func (p *Pool) largestDPSize() (int, bool) {
+	largest := 0
+	for _, b := range p.backends {
+		n := int(b.dpSize.Load())
+		if n == 0 {
+			return 0, false
+		}
+		largest = max(largest, n)
+	}
+	return largest, true
+}

@@ -1,0 +1,129 @@
+package lb
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
+
+	"pdlb/lb/load"
+	"pdlb/lb/policy"
+)
+
+// setPolicy gives pool the state its policy keeps, as cfg sets it up, and
+// its counters in ms.
+func (pool *Pool) setPolicy(cfg *Config, ms *metrics.Set, log zerolog.Logger) {
+	names := make([]string, len(pool.backends))
+	for i, b := range pool.backends {
+		names[i] = b.url
+	}
+	switch pool.policy {
+	case PolicyCacheAware:
+		pool.cache = policy.NewCacheAware(cfg.CacheAware)
+	case PolicyPrefixHash, PolicyConsistentHashing:
+		pool.ring = policy.NewRing(names)
+		pool.hash = policy.DefaultPrefixHash()
+		pool.hash.Tokens = cfg.PrefixHashTokens
+	case PolicyManual:
+		// The default assignment mode is one NewManual takes.
+		pool.sticky, _ = policy.NewManual(policy.DefaultManual())
+		pool.sticky.SetWorkers(names)
+	}
+	pool.now = cfg.Now
+	labels := fmt.Sprintf(`role=%q,policy=%q`, pool.role, pool.policy)
+	for _, r := range policy.Reasons() {
+		pool.decisions = append(pool.decisions, ms.NewCounter(fmt.Sprintf(`pdlb_routing_decisions_total{%s,reason=%q}`, labels, r)))
+	}
+	pool.others = ms.NewCounter(fmt.Sprintf(`pdlb_routing_decisions_total{%s,reason=%q}`, labels, pool.policy))
+	if pool.cache != nil {
+		pool.matchRatio = ms.NewHistogram(fmt.Sprintf(`pdlb_cache_aware_match_ratio{role=%q}`, pool.role))
+		for i, b := range pool.backends {
+			ms.NewGauge(fmt.Sprintf(`pdlb_cache_aware_tree_bytes{role=%q,backend=%q}`, pool.role, b.addr), func() float64 {
+				return float64(pool.cache.Size(i, policy.UnitByte) + pool.cache.Size(i, policy.UnitToken))
+			})
+		}
+	}
+	pool.log = log
+}
+
+// buildLoads sets up the polling of the workers' reported loads, for the
+// pools whose policy weighs them, and the prefills under --prefill-dp-policy
+// least_inflight; none when no pool needs them.
+func (s *Server) buildLoads() {
+	var polled []*Pool
+	for _, p := range []*Pool{s.prefills, s.decodes, s.fallbacks} {
+		if weighsLoads(p.policy) || p == s.prefills && s.cfg.PrefillDPPolicy == DPPolicyLeastInflight {
+			polled = append(polled, p)
+		}
+	}
+	if len(polled) == 0 {
+		return
+	}
+	var targets []load.Target
+	for _, p := range polled {
+		for _, b := range p.backends {
+			targets = append(targets, load.Target{Addr: b.addr, TLS: b.hc.IsTLS, Authorization: s.workerAuthorization()})
+		}
+	}
+	s.loads = load.New(load.Config{
+		Targets:   targets,
+		Interval:  s.cfg.LoadCheckInterval,
+		Timeout:   min(s.cfg.LoadCheckInterval, 5*time.Second),
+		Dial:      s.link.dialer.Dial,
+		TLSConfig: s.cfg.WorkerTLS,
+		Log:       s.log.With().Str("component", "load").Logger(),
+	})
+	for _, p := range polled {
+		p.loads = s.loads
+		for _, b := range p.backends {
+			labels := fmt.Sprintf(`role=%q,backend=%q`, p.role, b.addr)
+			s.ms.NewGauge(`pdlb_backend_reported_load{`+labels+`}`, func() float64 {
+				if l, ok := s.loads.Get(b.addr).Load(); ok {
+					return float64(l)
+				}
+				return math.NaN()
+			})
+		}
+	}
+}
+
+// runRouting starts what the policies need in the background: the load
+// polls, and cache_aware's eviction down to --max-tree-size.
+func (s *Server) runRouting() {
+	if s.loads != nil {
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			s.loads.Run(s.ctx.Done())
+		}()
+	}
+	for _, p := range []*Pool{s.prefills, s.decodes, s.fallbacks} {
+		switch {
+		case p.cache != nil:
+			s.every(s.cfg.CacheAware.EvictionInterval, p.cache.Evict)
+		case p.sticky != nil:
+			s.every(time.Minute, func() { p.sticky.Evict(s.cfg.Now()) })
+		}
+	}
+}
+
+// every runs f every interval in the background until the server shuts
+// down.
+func (s *Server) every(interval time.Duration, f func()) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				f()
+			case <-s.ctx.Done():
+				return
+			}
+		}
+	}()
+}
