@@ -5,7 +5,7 @@ BIN     := bin/pdlb
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export PDLB := $(BIN)
 
-.PHONY: build run test hostile hostile-short bench soak fuzz clean
+.PHONY: build run test hostile hostile-short bench bench-routing soak fuzz clean
 
 # A static binary, without cgo: it maps no C library and starts no threads
 # through it, which keeps pdlb's peak RSS at 1,024 streams 2-3 MiB lower.
@@ -41,6 +41,13 @@ hostile-short:
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./bootstrap/ ./lb/ ./lb/wire/
 	scripts/bench.sh
+
+# The routing policies side by side on a simulated cluster of fakes with a
+# performance model, on SGLang's generated-shared-prefix workload (see
+# scripts/bench-routing.sh); and the Go benchmarks of the policies' picks.
+bench-routing: build
+	$(GO) test -run '^$$' -bench . -benchmem ./lb/policy/
+	scripts/bench-routing.sh
 
 # A minute of mixed traffic while workers are killed and restarted at random:
 # nothing may be lost or hang. PDLB_SOAK_DURATION changes the minute. Then

@@ -14,6 +14,11 @@ import (
 type cacheUse struct {
 	cached, prompt int
 	reported       bool // the answer carried both counts
+	// undetailed is set on an OpenAI answer whose usage lacks its
+	// prompt_tokens_details: SGLang with --enable-cache-report leaves them
+	// null when nothing was cached, so such an answer counts as 0 cached,
+	// unless no answer of the run had them (no report at all).
+	undetailed bool
 }
 
 // cacheUse reads what an answer, or a stream event, says of the prefix
@@ -31,7 +36,12 @@ func (wl *workload) cacheUse(v *fastjson.Value) cacheUse {
 		if usage == nil {
 			return cacheUse{}
 		}
-		cached, prompt = usage.Get("prompt_tokens_details", "cached_tokens"), usage.Get("prompt_tokens")
+		prompt = usage.Get("prompt_tokens")
+		if details := usage.Get("prompt_tokens_details"); details != nil && details.Type() == fastjson.TypeObject {
+			cached = details.Get("cached_tokens")
+		} else if p, ok := tokenCount(prompt); ok {
+			return cacheUse{prompt: p, reported: true, undetailed: true} // nothing cached, or no report
+		}
 	}
 	c, okC := tokenCount(cached)
 	p, okP := tokenCount(prompt)
@@ -61,6 +71,9 @@ const maxPromptTokens = 1 << 40
 type cacheTally struct {
 	cached, prompt int64
 	reports        int // answers that reported it
+	// undetailed counts the reports without prompt_tokens_details (see
+	// cacheUse): when every report lacks them, there is no report.
+	undetailed int
 }
 
 // add counts one answer's cache use, if it reported one.
@@ -71,6 +84,9 @@ func (t *cacheTally) add(c cacheUse) {
 	t.cached += int64(c.cached)
 	t.prompt += int64(c.prompt)
 	t.reports++
+	if c.undetailed {
+		t.undetailed++
+	}
 }
 
 // merge adds u's sums to t's.
@@ -78,10 +94,14 @@ func (t *cacheTally) merge(u cacheTally) {
 	t.cached += u.cached
 	t.prompt += u.prompt
 	t.reports += u.reports
+	t.undetailed += u.undetailed
 }
 
 // setCache sets r's cache figures from the successful answers' tally.
 func (r *Report) setCache(t cacheTally) {
+	if t.undetailed == t.reports {
+		t = cacheTally{} // an OpenAI route without --enable-cache-report
+	}
 	r.CacheReports, r.CachedTokens, r.PromptTokens = t.reports, t.cached, t.prompt
 	r.CacheHitRate = 0
 	if t.prompt > 0 {

@@ -423,3 +423,25 @@ func TestSharedPrefixFlags(t *testing.T) {
 		}
 	}
 }
+
+// On the OpenAI routes SGLang leaves prompt_tokens_details null when
+// nothing was cached: such an answer counts as 0 cached, unless no answer
+// had them at all (no --enable-cache-report), which is no report.
+func TestCacheUseWithoutDetails(t *testing.T) {
+	wl := &workload{route: RouteChatCompletions}
+	answer := func(usage string) cacheUse { return wl.cacheUse(fastjson.MustParse(`{"usage":` + usage + `}`)) }
+	var withReport, without cacheTally
+	withReport.add(answer(`{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":90}}`))
+	withReport.add(answer(`{"prompt_tokens":100,"prompt_tokens_details":null}`))
+	without.add(answer(`{"prompt_tokens":100}`))
+	without.add(answer(`{"prompt_tokens":100,"prompt_tokens_details":null}`))
+	var r Report
+	r.setCache(withReport)
+	if r.CacheReports != 2 || r.CachedTokens != 90 || r.PromptTokens != 200 {
+		t.Errorf("with a report: got %d reports, %d of %d cached; want 2, 90 of 200", r.CacheReports, r.CachedTokens, r.PromptTokens)
+	}
+	r.setCache(without)
+	if r.CacheReports != 0 || r.CacheHitRate != 0 {
+		t.Errorf("without any details: got %d reports, rate %v; want none", r.CacheReports, r.CacheHitRate)
+	}
+}

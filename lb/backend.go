@@ -71,6 +71,9 @@ type Backend struct {
 	log zerolog.Logger
 
 	inflight atomic.Int32
+	// meanInflight is inflight averaged over about a second, in
+	// thousandths (see smoothLoads), for prefix_hash's load bound.
+	meanInflight atomic.Int64
 	// health is what active checks know (a health.State); breaker tracks
 	// failures of real requests, nil when disabled; bootstrapDown is set
 	// when a prefill's bootstrap server cannot be reached.

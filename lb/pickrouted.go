@@ -23,7 +23,7 @@ func (p *Pool) pickRouted(exclude []*Backend, rank int, q *clientRequest) *Backe
 	var usableBuf [maxStackPool]bool
 	loads, usable := loadBuf[:0], usableBuf[:0]
 	for _, b := range p.backends {
-		loads = append(loads, int(b.inflight.Load()))
+		loads = append(loads, p.routedLoad(b))
 		usable = append(usable, p.usable(b, exclude, rank))
 	}
 	view := policy.Pool{Loads: loads, Usable: usable}
@@ -88,3 +88,18 @@ func (p *Pool) pickByKey(q *clientRequest, view policy.Pool) policy.Choice {
 
 // sessionHeaders stand for a routing key a request lacks, in order.
 var sessionHeaders = [][]byte{[]byte("Authorization"), []byte("X-Forwarded-For"), []byte("Cookie")}
+
+// routedLoad is b's load as the pool's policy weighs it: its requests in
+// flight; for prefix_hash, averaged over about a second (smoothLoads). Its
+// bound passes a worker over when its load is 1.25 times the pool's mean:
+// with tens of requests in flight, the instantaneous count of a worker
+// that is not overloaded is above that a fifth of the time by chance,
+// and each such pick would send the prefix to a worker that lacks it (and
+// evict another prefix there). The mean still moves within a second when
+// a worker is overloaded for real.
+func (p *Pool) routedLoad(b *Backend) int {
+	if p.policy == PolicyPrefixHash {
+		return int((b.meanInflight.Load() + 500) / 1000)
+	}
+	return int(b.inflight.Load())
+}

@@ -101,7 +101,8 @@ func (s *Server) runRouting() {
 	}
 	for _, p := range []*Pool{s.prefills, s.decodes, s.fallbacks} {
 		switch {
-		case p.cache != nil:
+		case p.policy == PolicyPrefixHash:
+			s.every(loadSample, p.smoothLoads)
 			s.every(s.cfg.CacheAware.EvictionInterval, p.cache.Evict)
 		case p.sticky != nil:
 			s.every(time.Minute, func() { p.sticky.Evict(s.cfg.Now()) })
@@ -126,4 +127,22 @@ func (s *Server) every(interval time.Duration, f func()) {
 			}
 		}
 	}()
+}
+
+// loadSample is how often smoothLoads samples the requests in flight; its
+// average reaches a step's value within about loadWindow.
+const (
+	loadSample = 50 * time.Millisecond
+	loadWindow = time.Second
+)
+
+// smoothLoads moves each backend's mean requests in flight towards its
+// count now: an exponential average with a time constant of loadWindow.
+func (p *Pool) smoothLoads() {
+	const weight = int64(loadWindow / loadSample)
+	for _, b := range p.backends {
+		now := int64(b.inflight.Load()) * 1000
+		mean := b.meanInflight.Load()
+		b.meanInflight.Store(mean + (now-mean)/weight)
+	}
 }
