@@ -119,6 +119,8 @@ func (c *Command) Validate() error {
 		// lb.Config as 64 MiB (what --max-payload-size 0 silently was), and
 		// a body is held whole in memory, so there is always a limit.
 		{"--max-payload-size", c.MaxPayloadSize}, {"--max-batch-size", c.MaxBatchSize},
+		{"--max-tree-size", c.MaxTreeSize}, {"--eviction-interval-secs", c.EvictionIntervalSecs},
+		{"--prefix-token-count", c.PrefixTokenCount}, {"--worker-load-check-interval", c.WorkerLoadCheckInterval},
 	} {
 		if d.secs <= 0 {
 			return fmt.Errorf("%s must be positive", d.flag)
@@ -142,12 +144,18 @@ func (c *Command) Validate() error {
 	if c.PDMinPromptTokens < 0 {
 		return errors.New("--pd-min-prompt-tokens cannot be negative")
 	}
+	return c.checkRouting()
+}
+
+// checkRouting refuses the policies pdlb does not know (sglang_router's it
+// does not implement pass, see config) and cache_aware's thresholds out of
+// their range.
+func (c *Command) checkRouting() error {
 	if c.CacheThreshold < 0 || c.CacheThreshold > 1 {
 		return errors.New("--cache-threshold must be between 0 and 1")
 	}
-	if c.BalanceAbsThreshold < 0 || c.BalanceRelThreshold < 0 || c.MaxTreeSize < 1 || c.EvictionIntervalSecs < 1 ||
-		c.PrefixTokenCount < 1 || c.WorkerLoadCheckInterval < 1 {
-		return errors.New("--balance-abs-threshold and --balance-rel-threshold cannot be negative, and --max-tree-size, --eviction-interval-secs, --prefix-token-count and --worker-load-check-interval must be at least 1")
+	if c.BalanceAbsThreshold < 0 || c.BalanceRelThreshold < 0 {
+		return errors.New("--balance-abs-threshold and --balance-rel-threshold cannot be negative")
 	}
 	for _, p := range []string{c.Policy, c.PrefillPolicy, c.DecodePolicy, c.FallbackPolicy} {
 		if p == "" || isRouterOnlyPolicy(p) {

@@ -453,6 +453,11 @@ func TestParseErrors(t *testing.T) {
 	f("--max-payload-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-payload-size", "0")
 	f("--max-payload-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-payload-size=-1")
 	f("--max-batch-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-batch-size", "0")
+	f("--cache-threshold must be between 0 and 1", "--prefill", "http://p:1", "--decode", "http://d:1", "--cache-threshold", "1.5")
+	f("cannot be negative", "--prefill", "http://p:1", "--decode", "http://d:1", "--balance-abs-threshold=-1")
+	f("--max-tree-size must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--max-tree-size", "0")
+	f("--worker-load-check-interval must be positive", "--prefill", "http://p:1", "--decode", "http://d:1", "--worker-load-check-interval", "0")
+	f("unknown policy", "--prefill", "http://p:1", "--decode", "http://d:1", "--decode-policy", "fastest")
 }
 
 // The body limits reach lb.Config: --max-body-memory and --max-batch-size
