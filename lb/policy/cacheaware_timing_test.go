@@ -149,6 +149,50 @@ func BenchmarkCacheAwareEvict(b *testing.B) {
 	reportTreeBytes(b, c, maxSize)
 }
 
+// BenchmarkCacheAwareEvictStall: how long a pick may wait on an eviction
+// of large trees (16 MB a worker, 64 MB in all, after evictEvery new
+// questions), the default's 64 MB a worker being four times that. While
+// Evict runs, this goroutine takes the policy's lock over and over (Size)
+// and keeps the longest wait: a pick arriving then waits as long.
+func BenchmarkCacheAwareEvictStall(b *testing.B) {
+	ps := newPrompts()
+	const maxSize = 16 << 20
+	c := fullCacheAware(b, maxSize, ps)
+	var longest time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		for range evictEvery {
+			c.Pick(ps.next(), UnitByte, Pool{Loads: benchLoads})
+		}
+		b.StartTimer()
+		done := make(chan struct{})
+		go func() {
+			c.Evict()
+			close(done)
+		}()
+		longest = max(longest, longestWait(c, done))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(longest.Nanoseconds()), "max-wait-ns")
+	reportTreeBytes(b, c, maxSize)
+}
+
+// longestWait takes c's lock until done is closed and returns the longest
+// it waited for it.
+func longestWait(c *CacheAware, done <-chan struct{}) time.Duration {
+	var longest time.Duration
+	for {
+		select {
+		case <-done:
+			return longest
+		default:
+		}
+		start := time.Now()
+		c.Size(0, UnitByte)
+		longest = max(longest, time.Since(start))
+	}
+}
+
 // reportTreeBytes evicts, then reports the largest tree of a worker and
 // fails when one is over the bound.
 func reportTreeBytes(b *testing.B, c *CacheAware, maxSize int) {
