@@ -68,7 +68,7 @@ func (c *CacheAware) Pick(key []byte, u Unit, p Pool) Choice {
 	t := c.trees[u.index()]
 	ch := c.choose(t, key, p)
 	if ch.Worker >= 0 {
-		t.insertAfter(key, c.path, ch.Worker)
+		c.path = t.insertAfter(key, c.path, ch.Worker)
 		c.picked(ch.Worker)
 	}
 	clear(c.path)
@@ -164,15 +164,32 @@ func (c *CacheAware) pickCount(w int) uint64 {
 	return 0
 }
 
+// evictBatch is how many nodes Evict removes per hold of the lock: a few
+// microseconds' work, so that a pick waits on an eviction about as long as
+// on another pick.
+const evictBatch = 64
+
 // Evict trims each worker's share of each tree to MaxTreeSize, least
-// recently used leaves first. The caller runs it every EvictionInterval;
-// picks wait while it walks the trees.
+// recently used leaves first. The caller runs it every EvictionInterval.
+// Its work is proportional to what it removes, not to the trees' size,
+// and it releases the lock every evictBatch nodes, letting picks in; once
+// it returns, every worker was within MaxTreeSize at some instant after
+// it was called.
 func (c *CacheAware) Evict() {
+	for i := range c.trees {
+		c.mu.Lock()
+		c.trees[i].releaseSpare()
+		c.mu.Unlock()
+		for !c.evictSome(i) {
+		}
+	}
+}
+
+// evictSome runs one bounded step of Evict on tree i.
+func (c *CacheAware) evictSome(i int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, t := range c.trees {
-		t.evict(c.cfg.MaxTreeSize)
-	}
+	return c.trees[i].evict(c.cfg.MaxTreeSize, evictBatch)
 }
 
 // AddWorker readies index w for a worker that joins the pool, or comes
