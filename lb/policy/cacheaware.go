@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"runtime"
 	"sync"
 	"time"
 )
@@ -164,10 +165,11 @@ func (c *CacheAware) pickCount(w int) uint64 {
 	return 0
 }
 
-// evictBatch is how many nodes Evict removes per hold of the lock: a few
-// microseconds' work, so that a pick waits on an eviction about as long as
-// on another pick.
-const evictBatch = 64
+// evictBatch is how many nodes Evict removes per hold of the lock: each
+// costs a few hundred nanoseconds of cache misses on a large tree, so a
+// pick waits on an eviction a few microseconds, as on another pick
+// (BenchmarkCacheAwareEvictStall).
+const evictBatch = 16
 
 // Evict trims each worker's share of each tree to MaxTreeSize, least
 // recently used leaves first. The caller runs it every EvictionInterval.
@@ -181,6 +183,10 @@ func (c *CacheAware) Evict() {
 		c.trees[i].releaseSpare()
 		c.mu.Unlock()
 		for !c.evictSome(i) {
+			// sync.Mutex lets the goroutine that unlocks take the lock
+			// again before a woken waiter does, for up to a millisecond:
+			// give the picks waiting their turn.
+			runtime.Gosched()
 		}
 	}
 }
