@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"runtime"
 	"sync"
 	"time"
 )
@@ -68,7 +69,7 @@ func (c *CacheAware) Pick(key []byte, u Unit, p Pool) Choice {
 	t := c.trees[u.index()]
 	ch := c.choose(t, key, p)
 	if ch.Worker >= 0 {
-		t.insertAfter(key, c.path, ch.Worker)
+		c.path = t.insertAfter(key, c.path, ch.Worker)
 		c.picked(ch.Worker)
 	}
 	clear(c.path)
@@ -164,15 +165,37 @@ func (c *CacheAware) pickCount(w int) uint64 {
 	return 0
 }
 
+// evictBatch is how many nodes Evict removes per hold of the lock: each
+// costs a few hundred nanoseconds of cache misses on a large tree, so a
+// pick waits on an eviction a few microseconds, as on another pick
+// (BenchmarkCacheAwareEvictStall).
+const evictBatch = 16
+
 // Evict trims each worker's share of each tree to MaxTreeSize, least
-// recently used leaves first. The caller runs it every EvictionInterval;
-// picks wait while it walks the trees.
+// recently used leaves first. The caller runs it every EvictionInterval.
+// Its work is proportional to what it removes, not to the trees' size,
+// and it releases the lock every evictBatch nodes, letting picks in; once
+// it returns, every worker was within MaxTreeSize at some instant after
+// it was called.
 func (c *CacheAware) Evict() {
+	for i := range c.trees {
+		c.mu.Lock()
+		c.trees[i].releaseSpare()
+		c.mu.Unlock()
+		for !c.evictSome(i) {
+			// sync.Mutex lets the goroutine that unlocks take the lock
+			// again before a woken waiter does, for up to a millisecond:
+			// give the picks waiting their turn.
+			runtime.Gosched()
+		}
+	}
+}
+
+// evictSome runs one bounded step of Evict on tree i.
+func (c *CacheAware) evictSome(i int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, t := range c.trees {
-		t.evict(c.cfg.MaxTreeSize)
-	}
+	return c.trees[i].evict(c.cfg.MaxTreeSize, evictBatch)
 }
 
 // AddWorker readies index w for a worker that joins the pool, or comes

@@ -149,6 +149,55 @@ func BenchmarkCacheAwareEvict(b *testing.B) {
 	reportTreeBytes(b, c, maxSize)
 }
 
+// BenchmarkCacheAwareEvictStall: how long a pick may wait on an eviction
+// of large trees (16 MB a worker, 64 MB in all, after evictEvery new
+// questions), the default's 64 MB a worker being four times that. While
+// Evict runs, this goroutine takes the policy's lock over and over (Size)
+// and keeps the longest wait: a pick arriving then waits as long. It
+// reports the median over evictions of each one's longest wait, and the
+// longest of all, which the scheduler's preemptions (of the evicting
+// goroutine, or of this one) make noisy on a busy machine.
+func BenchmarkCacheAwareEvictStall(b *testing.B) {
+	ps := newPrompts()
+	const maxSize = 16 << 20
+	c := fullCacheAware(b, maxSize, ps)
+	var longest []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		for range evictEvery {
+			c.Pick(ps.next(), UnitByte, Pool{Loads: benchLoads})
+		}
+		b.StartTimer()
+		done := make(chan struct{})
+		go func() {
+			c.Evict()
+			close(done)
+		}()
+		longest = append(longest, longestWait(c, done))
+	}
+	b.StopTimer()
+	slices.Sort(longest)
+	b.ReportMetric(float64(longest[len(longest)/2].Nanoseconds()), "max-wait-ns")
+	b.ReportMetric(float64(longest[len(longest)-1].Nanoseconds()), "worst-wait-ns")
+	reportTreeBytes(b, c, maxSize)
+}
+
+// longestWait takes c's lock until done is closed and returns the longest
+// it waited for it.
+func longestWait(c *CacheAware, done <-chan struct{}) time.Duration {
+	var longest time.Duration
+	for {
+		select {
+		case <-done:
+			return longest
+		default:
+		}
+		start := time.Now()
+		c.Size(0, UnitByte)
+		longest = max(longest, time.Since(start))
+	}
+}
+
 // reportTreeBytes evicts, then reports the largest tree of a worker and
 // fails when one is over the bound.
 func reportTreeBytes(b *testing.B, c *CacheAware, maxSize int) {

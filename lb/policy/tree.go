@@ -2,7 +2,6 @@ package policy
 
 import (
 	"bytes"
-	"container/heap"
 	"encoding/binary"
 	"slices"
 )
@@ -10,27 +9,33 @@ import (
 // tree is an approximate radix tree shared by the workers of one pool, as
 // SMG's string and token trees are (crates/kv_index/src/string_tree.rs,
 // Tree): each node holds an edge of key bytes and the workers ("tenants")
-// whose requests passed through it, with when each last did. A worker on a
-// node is also on every ancestor, so a node without tenants has no
-// children left. It is not safe for concurrent use: CacheAware locks it.
+// whose requests passed through it. A worker on a node is also on every
+// ancestor, so a node without tenants has no children left. Each worker's
+// nodes are also on a list from least to most recently used (lru.go), so
+// that eviction pops its oldest leaves without walking the tree; texts
+// and nodes that eviction frees are used again (spare.go), so that a pick
+// on a full tree allocates nothing. It is not safe for concurrent use:
+// CacheAware locks it.
 type tree struct {
 	unit  int
 	root  node
-	size  []int  // bytes of node text each worker holds, by worker
-	clock uint64 // logical time of the last insert, for LRU order
+	size  []int     // bytes of node text each worker holds, by worker
+	lru   []lruList // each worker's nodes, least recently used first
+	spare spare     // texts and nodes freed since the last eviction
 }
 
 type node struct {
-	text     []byte // the edge's bytes, a multiple of the unit, owned
+	text     []byte // the edge's bytes, a multiple of the unit, at the start of a block of its own
 	parent   *node
 	children map[uint32]*node // by the edge's first unit
 	tenants  []tenant
 }
 
-// tenant is one worker on a node and when it last used the node.
+// tenant is one worker on a node, and the node's neighbours on that
+// worker's LRU list.
 type tenant struct {
-	worker int32
-	at     uint64
+	worker       int32
+	older, newer *node
 }
 
 func newTree(u Unit) *tree {
@@ -67,6 +72,7 @@ func (t *tree) shared(a, b []byte) int {
 func (t *tree) grow(w int) {
 	if w >= len(t.size) {
 		t.size = append(t.size, make([]int, w+1-len(t.size))...)
+		t.lru = append(t.lru, make([]lruList, w+1-len(t.lru))...)
 	}
 }
 
@@ -121,123 +127,92 @@ func (t *tree) match(key []byte, p Pool, path []*node) (int, *node, []*node) {
 	return matched, last, path
 }
 
-// insert records that worker w now holds key: every node on the path gets
-// w with the current time, the edge where the path leaves the tree is
-// split, and what is left of the key becomes a new leaf.
-func (t *tree) insert(key []byte, w int) {
-	t.insertAfter(key, nil, w)
-}
-
-// insertAfter is insert for a key whose first nodes, path, match has
-// already found: it skips comparing them again, as SMG's
-// match_and_insert_with does in one descent.
-func (t *tree) insertAfter(key []byte, path []*node, w int) {
+// insertAfter records that worker w now holds key: every node on the
+// path gets w, the edge where the path leaves the tree is split, and what
+// is left of the key becomes a new leaf. The key's first nodes, path,
+// match has already found: it skips comparing them again, as SMG's
+// match_and_insert_with does in one descent. It returns path grown by the
+// rest of the key's nodes, so that the caller may keep its array. The
+// nodes become w's most recent, deepest first: on each worker's list a
+// node comes before its parent, which lets eviction take the oldest node
+// as a leaf.
+func (t *tree) insertAfter(key []byte, path []*node, w int) []*node {
 	t.grow(w)
-	t.clock++
-	now := t.clock
 	n, rest := &t.root, key[:len(key)-len(key)%t.unit]
 	for _, c := range path {
-		t.touch(c, w, now)
 		rest, n = rest[len(c.text):], c
 	}
 	for len(rest) > 0 {
 		f := t.first(rest)
 		c := n.children[f]
 		if c == nil {
-			leaf := &node{text: slices.Clone(rest), parent: n, tenants: []tenant{{int32(w), now}}}
-			if n.children == nil {
-				n.children = make(map[uint32]*node, 1)
-			}
-			n.children[f] = leaf
-			t.size[w] += len(rest)
-			return
+			t.addLeaf(n, f, rest, w)
+			break
 		}
 		k := t.shared(rest, c.text)
 		if k < len(c.text) {
 			c = t.split(c, k)
 		}
-		t.touch(c, w, now)
-		rest, n = rest[k:], c
+		rest, n, path = rest[k:], c, append(path, c)
 	}
+	for i := len(path) - 1; i >= 0; i-- {
+		t.touch(path[i], w)
+	}
+	return path
+}
+
+// addLeaf hangs a new node under n, holding text for worker w.
+func (t *tree) addLeaf(n *node, f uint32, text []byte, w int) {
+	leaf := t.newNode(n, text)
+	leaf.tenants = append(leaf.tenants, tenant{worker: int32(w)})
+	t.link(leaf, w)
+	if n.children == nil {
+		n.children = make(map[uint32]*node, 1)
+	}
+	n.children[f] = leaf
+	t.size[w] += len(text)
 }
 
 // touch marks n as used by worker w now.
-func (t *tree) touch(n *node, w int, now uint64) {
-	if i := n.find(w); i >= 0 {
-		n.tenants[i].at = now
-		return
+func (t *tree) touch(n *node, w int) {
+	if n.find(w) >= 0 {
+		t.unlink(n, w)
+	} else {
+		n.tenants = append(n.tenants, tenant{worker: int32(w)})
+		t.size[w] += len(n.text)
 	}
-	n.tenants = append(n.tenants, tenant{int32(w), now})
-	t.size[w] += len(n.text)
+	t.link(n, w)
 }
 
 // split cuts c's edge after k bytes into a new parent holding the first k
-// and c holding the rest; both get c's tenants, so no size changes. Both
-// edges are copied, so that evicting one frees its bytes.
+// and c holding the rest; both get c's tenants, so no size changes, and
+// the parent comes just after c on each tenant's list. The rest moves to
+// the start of c's block, so that each node owns its block.
 func (t *tree) split(c *node, k int) *node {
-	mid := &node{
-		text:     slices.Clone(c.text[:k]),
-		parent:   c.parent,
-		children: map[uint32]*node{t.first(c.text[k:]): c},
-		tenants:  slices.Clone(c.tenants),
+	mid := t.newNode(c.parent, c.text[:k])
+	if mid.children == nil {
+		mid.children = make(map[uint32]*node, 1)
 	}
+	mid.children[t.first(c.text[k:])] = c
 	c.parent.children[t.first(c.text)] = mid
-	c.text, c.parent = slices.Clone(c.text[k:]), mid
+	c.text, c.parent = c.text[:copy(c.text, c.text[k:])], mid
+	for _, tn := range c.tenants {
+		mid.tenants = append(mid.tenants, tenant{worker: tn.worker})
+		t.linkAfter(mid, c, int(tn.worker))
+	}
 	return mid
 }
 
-// leafOf reports whether n holds worker w and none of its children do:
-// only such nodes may lose w, which keeps a worker's nodes a subtree.
-func (n *node) leafOf(w int) bool {
-	if n.find(w) < 0 {
-		return false
-	}
-	for _, c := range n.children {
-		if c.find(w) >= 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // drop removes worker w from n, which must hold it, and unlinks n from
-// its parent when no worker is left on it.
+// its parent, to be used again, when no worker is left on it.
 func (t *tree) drop(n *node, w int) {
+	t.unlink(n, w)
 	i := n.find(w)
 	n.tenants = slices.Delete(n.tenants, i, i+1)
 	t.size[w] -= len(n.text)
 	if len(n.tenants) == 0 && n != &t.root {
 		delete(n.parent.children, t.first(n.text))
-	}
-}
-
-// evict removes each worker's least recently used leaves until it holds at
-// most max bytes, as SMG's evict_tenant_by_size does: a heap of (time,
-// worker, node) over the nodes that are leaves for their worker, a parent
-// joining the heap when its last child for that worker goes.
-func (t *tree) evict(max int) {
-	if !slices.ContainsFunc(t.size, func(s int) bool { return s > max }) {
-		return
-	}
-	var h lruHeap
-	t.walk(&t.root, func(n *node) {
-		for _, tn := range n.tenants {
-			if t.size[tn.worker] > max && n.leafOf(int(tn.worker)) {
-				h = append(h, lruEntry{tn, n})
-			}
-		}
-	})
-	heap.Init(&h)
-	for h.Len() > 0 {
-		e := heap.Pop(&h).(lruEntry)
-		w := int(e.worker)
-		if t.size[w] <= max || !e.node.leafOf(w) {
-			continue
-		}
-		t.drop(e.node, w)
-		if p := e.node.parent; p != &t.root && p.leafOf(w) {
-			heap.Push(&h, lruEntry{p.tenants[p.find(w)], p})
-		}
+		t.freeNode(n)
 	}
 }
 
@@ -260,23 +235,4 @@ func (t *tree) walk(n *node, f func(*node)) {
 		t.walk(c, f)
 	}
 	f(n)
-}
-
-type lruEntry struct {
-	tenant
-	node *node
-}
-
-// lruHeap orders entries oldest first.
-type lruHeap []lruEntry
-
-func (h lruHeap) Len() int           { return len(h) }
-func (h lruHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h lruHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *lruHeap) Push(x any)        { *h = append(*h, x.(lruEntry)) }
-func (h *lruHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
 }
