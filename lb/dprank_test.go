@@ -89,6 +89,10 @@ func TestMixedDPSizesPlaceRanksWhereTheyExist(t *testing.T) {
 			cfg := defaultConfig()
 			cfg.PrefillPolicy, cfg.DecodePolicy = policy, policy
 			prefills, decodes := h.mixedDP(cfg)
+			// The same request again and again goes to every worker that
+			// may take it under these policies; the others keep a prompt
+			// where it is cached, or weigh the loads the workers report.
+			spreads := policy == PolicyRandom || policy == PolicyRoundRobin
 			const n = 60
 			for _, tc := range []struct {
 				name, path, body string
@@ -108,7 +112,7 @@ func TestMixedDPSizesPlaceRanksWhereTheyExist(t *testing.T) {
 					}
 				}
 				p1, d1 := generations(prefills), generations(decodes)
-				if p1[0] != p0[0] || p1[1] == p0[1] || p1[2] == p0[2] {
+				if p1[0] != p0[0] || spreads && (p1[1] == p0[1] || p1[2] == p0[2]) {
 					t.Fatalf("%s: the prefills (dp 1, 2, 2) served %v → %v; want only, and both, dp-2 ones", tc.name, p0, p1)
 				}
 				if tc.decodeRanked && (d1[0] != d0[0] || d1[1]-d0[1] != n) {
@@ -123,6 +127,9 @@ func TestMixedDPSizesPlaceRanksWhereTheyExist(t *testing.T) {
 				}
 			}
 			p1, d1 := generations(prefills), generations(decodes)
+			if !spreads {
+				return
+			}
 			for i := range p1 {
 				if p1[i] == p0[i] {
 					t.Fatalf("rank 0: the prefills served %v → %v; want every one", p0, p1)
