@@ -90,9 +90,9 @@ func TestMixedDPSizesPlaceRanksWhereTheyExist(t *testing.T) {
 			cfg.PrefillPolicy, cfg.DecodePolicy = policy, policy
 			prefills, decodes := h.mixedDP(cfg)
 			// The same request again and again goes to every worker that
-			// may take it under these policies; the others keep a prompt
-			// where it is cached, or weigh the loads the workers report.
-			spreads := policy == PolicyRandom || policy == PolicyRoundRobin
+			// may take it under these policies; the others keep a prompt,
+			// or a key, on the worker that has it.
+			spreads := policy == PolicyRandom || policy == PolicyRoundRobin || policy == PolicyPowerOfTwo || policy == PolicyLeastLoad
 			const n = 60
 			for _, tc := range []struct {
 				name, path, body string

@@ -3,13 +3,14 @@ package lb
 import "math/rand/v2"
 
 // The policies that weigh loads (power_of_two, least_load, and the prefill
-// DP policy least_inflight) read a worker's load as the larger of what it
-// reports (its running and waiting requests, package load, polled every
-// --worker-load-check-interval) and what pdlb has in flight on it. The
-// report counts other routers' requests too, but it is up to an interval
-// old: between two polls every pick would see the same numbers and herd
-// onto one worker, which pdlb's own count, rising with each pick, stops.
-// A worker that reports nothing is weighed by pdlb's count alone.
+// DP policy least_inflight) read a worker's load as what pdlb has in flight
+// on it now plus what others (other routers, other pdlb replicas) had
+// there at its last report: its running and waiting requests (package load,
+// polled every --worker-load-check-interval) less pdlb's own as the report
+// came. A report is up to an interval old: taken alone, every pick between
+// two polls would see the same numbers and herd onto one worker, and a
+// request of pdlb's that was running at the poll would count until the
+// next. A worker that reports nothing is weighed by pdlb's count alone.
 
 // loadOf is b's load, as the policies weigh it.
 func (p *Pool) loadOf(b *Backend) int64 {
@@ -17,10 +18,8 @@ func (p *Pool) loadOf(b *Backend) int64 {
 	if p.loads == nil {
 		return own
 	}
-	if reported, ok := p.loads.Get(b.addr).Load(); ok {
-		return max(reported, own)
-	}
-	return own
+	others, _ := p.loads.Get(b.addr).Others() // 0 when unknown
+	return own + others
 }
 
 // pickLessLoaded draws two distinct backends and returns the one with the
@@ -69,8 +68,9 @@ func (p *Pool) pickLeastLoaded(exclude []*Backend, rank int) *Backend {
 }
 
 // rankLoadOf is the load of prefill p's DP rank r, as least_inflight
-// weighs it: the larger of the rank's reported load and pdlb's requests in
-// flight on it (own).
+// weighs it: pdlb's requests in flight on it (own), or the rank's reported
+// load when that is more. (The report's own share is known for the worker
+// as a whole, not per rank.)
 func (s *Server) rankLoadOf(p *Backend, r int, own int64) int64 {
 	if s.loads == nil {
 		return own

@@ -62,9 +62,11 @@ func (s *Server) buildLoads() {
 		return
 	}
 	var targets []load.Target
+	byAddr := map[string]*Backend{}
 	for _, p := range polled {
 		for _, b := range p.backends {
 			targets = append(targets, load.Target{Addr: b.addr, TLS: b.hc.IsTLS, Authorization: s.workerAuthorization()})
+			byAddr[b.addr] = b
 		}
 	}
 	s.loads = load.New(load.Config{
@@ -73,7 +75,13 @@ func (s *Server) buildLoads() {
 		Timeout:   min(s.cfg.LoadCheckInterval, 5*time.Second),
 		Dial:      s.link.dialer.Dial,
 		TLSConfig: s.cfg.WorkerTLS,
-		Log:       s.log.With().Str("component", "load").Logger(),
+		Own: func(addr string) int64 {
+			if b := byAddr[addr]; b != nil {
+				return int64(b.inflight.Load())
+			}
+			return 0
+		},
+		Log: s.log.With().Str("component", "load").Logger(),
 	})
 	for _, p := range polled {
 		p.loads = s.loads

@@ -54,6 +54,12 @@ type Config struct {
 	// TLSConfig configures the polls of TLS targets; nil means Go's
 	// defaults.
 	TLSConfig *tls.Config
+	// Own, when set, counts the caller's own requests in flight on the
+	// worker at addr. It is read as each answer arrives (Snapshot.Own):
+	// the load a worker reports counts them too, and a caller that adds
+	// its count now to what others had then (Snapshot.Others) is not
+	// misled for a whole interval by requests of its own that have ended.
+	Own func(addr string) int64
 	// Log receives one line when a worker's load becomes known or
 	// unknown, or its route changes, and, at debug level, one per failed
 	// poll. New adds the field component=load.
@@ -231,7 +237,11 @@ func (p *Poller) poll(ctx context.Context, w *worker) {
 	if ended(ctx) {
 		return
 	}
-	w.publish(ranks, route, err, time.Now())
+	var own int64
+	if p.cfg.Own != nil {
+		own = p.cfg.Own(w.Addr)
+	}
+	w.publish(ranks, route, err, time.Now(), own)
 	if w.stopped.Load() {
 		w.hc.CloseIdleConnections() // Remove may have run before the dial
 	}

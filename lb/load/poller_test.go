@@ -337,3 +337,23 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("scheme got %q; want https://", w.scheme)
 	}
 }
+
+// With Config.Own, each snapshot holds the caller's own count as the
+// answer arrived, read for that worker, so that Others leaves it out.
+func TestPollRecordsOwnRequests(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		nw := newNetwork()
+		nw.serve(t, "a:30000", ok(loadsAnswer(loadsEntry(0, 3, 0, 10, 20))), nil)
+		nw.serve(t, "b:30000", ok(loadsAnswer(loadsEntry(0, 3, 0, 10, 20))), nil)
+		own := map[string]int64{"a:30000": 3, "b:30000": 1}
+		p := newPoller(t, nw, Config{Targets: []Target{{Addr: "a:30000"}, {Addr: "b:30000"}},
+			Own: func(addr string) int64 { return own[addr] }})
+		p.PollOnce(context.Background())
+		for addr, want := range map[string]int64{"a:30000": 0, "b:30000": 2} {
+			s := p.Get(addr)
+			if others, ok := s.Others(); s.Own != own[addr] || !ok || others != want {
+				t.Errorf("%s: Own %d, Others (%d, %t); want %d, (%d, true)", addr, s.Own, others, ok, own[addr], want)
+			}
+		}
+	})
+}

@@ -15,7 +15,7 @@ func BenchmarkGet(b *testing.B) {
 	for i := range 64 {
 		addr := fmt.Sprintf("10.0.0.%d:30000", i)
 		p.Add(Target{Addr: addr})
-		(*p.workers.Load())[addr].publish([]Rank{{Reqs: int64(i), TotalTokens: 1}}, RouteLoads, nil, time.Now())
+		(*p.workers.Load())[addr].publish([]Rank{{Reqs: int64(i), TotalTokens: 1}}, RouteLoads, nil, time.Now(), 0)
 	}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

@@ -79,6 +79,8 @@ type Snapshot struct {
 	// Since is when the load became known, or unknown, this time: the
 	// start of the current state, which lasts across polls.
 	Since time.Time
+	// Own is Config.Own's count as the answer arrived, 0 without it.
+	Own int64
 }
 
 // errNotPolled is the Err of a worker that no poll has finished for yet.
@@ -105,6 +107,17 @@ func (s *Snapshot) Load() (int64, bool) {
 		sum += s.Ranks[i].Reqs
 	}
 	return sum, true
+}
+
+// Others returns the requests running and waiting on the worker that were
+// not the caller's own (Load less Own, at least 0), and false when the load
+// is unknown.
+func (s *Snapshot) Others() (int64, bool) {
+	load, ok := s.Load()
+	if !ok {
+		return 0, false
+	}
+	return max(load-s.Own, 0), true
 }
 
 // Tokens returns the tokens in use and queued on the worker (TotalTokens

@@ -57,3 +57,21 @@ func TestRouteString(t *testing.T) {
 	f(RouteLoads, "/v1/loads")
 	f(RouteGetLoad, "/get_load")
 }
+
+// Others is the load less the caller's own requests then, never below 0.
+func TestSnapshotOthers(t *testing.T) {
+	f := func(name string, s *Snapshot, want int64, wantOK bool) {
+		t.Helper()
+		if got, ok := s.Others(); got != want || ok != wantOK {
+			t.Errorf("%s: Others got (%d, %t); want (%d, %t)", name, got, ok, want, wantOK)
+		}
+	}
+	f("nil", nil, 0, false)
+	f("no own count", &Snapshot{Ranks: []Rank{{Reqs: 5}}}, 5, true)
+	f("some own", &Snapshot{Ranks: []Rank{{Reqs: 5}}, Own: 3}, 2, true)
+	f("only own", &Snapshot{Ranks: []Rank{{Reqs: 3}}, Own: 3}, 0, true)
+	// Own is read as the answer arrives: requests sent since then may
+	// make it larger than what the worker counted.
+	f("own ahead of the report", &Snapshot{Ranks: []Rank{{Reqs: 1}}, Own: 4}, 0, true)
+	f("unknown", &Snapshot{Ranks: []Rank{{Reqs: Unknown}}, Own: 1}, 0, false)
+}

@@ -137,12 +137,12 @@ func (w *worker) ask(route Route, deadline time.Time) (ranks []Rank, found bool,
 	return ranks, true, err
 }
 
-// publish stores the result of one poll, keeping Since while the load
+// publish stores the result of one poll (own: Config.Own then), keeping Since while the load
 // stays known (or unknown), and logs transitions: to known, to unknown
 // (the first failed poll of a new worker included), and a change of route.
-func (w *worker) publish(ranks []Rank, route Route, err error, at time.Time) {
+func (w *worker) publish(ranks []Rank, route Route, err error, at time.Time, own int64) {
 	prev := w.snap.Load()
-	s := &Snapshot{Addr: w.Addr, Route: route, Err: err, At: at, Since: prev.Since}
+	s := &Snapshot{Addr: w.Addr, Route: route, Err: err, At: at, Since: prev.Since, Own: own}
 	if err == nil {
 		s.Ranks = ranks
 	}
