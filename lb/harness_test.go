@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -17,6 +18,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// Start fasthttp's process-wide Date clock here, outside any synctest
+	// bubble: started in one, it would belong to that bubble and tick in
+	// it forever.
+	var date fasthttp.ResponseHeader
+	date.AppendBytes(nil)
 	goleak.VerifyTestMain(m,
 		// fasthttp's own housekeepers: each sleeps out its period (up to
 		// 10 s) before noticing there is nothing left to clean, then exits.
@@ -29,6 +35,28 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
 	)
 }
+
+// inBubble runs f in a synctest bubble, where time is a fake clock that
+// jumps ahead whenever every goroutine of the test waits: the timeouts a
+// test waits out take no real time. Its harness must be in memory (not
+// tcpWorkers, nor serveTCP): a goroutine blocked on a socket is not known to
+// wait, and time would not move.
+func inBubble(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		// Registered first, so run last, once pdlb and the fakes are shut
+		// down: fasthttp's housekeepers (a HostClient's connsCleaner, a
+		// Server's idle worker cleaner) notice they are done only when
+		// their period ends, and the bubble ends only when they have. The
+		// clock is fake: this costs no real time.
+		t.Cleanup(func() { <-time.After(housekeeping) })
+		f(t)
+	})
+}
+
+// housekeeping is longer than any period of fasthttp's housekeepers in a
+// test: the idle timeouts of the clients and servers it builds.
+const housekeeping = time.Hour
 
 // harness runs a pdlb Server and its backends on an in-memory network.
 type harness struct {
