@@ -217,38 +217,40 @@ func TestRoutingKeysReadAsWorkersRead(t *testing.T) {
 // the worker reads, the last duplicate of the decoded key, not the first
 // that a path lookup finds.
 func TestAbortNamesTheRIDTheWorkerRuns(t *testing.T) {
-	h := newHarness(t)
-	var served atomic.Int32
-	decodeHasIt := make(chan struct{}, 1)
-	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
-		<-decodeHasIt // fail only once the decode works on the request
-		failing(&served, fasthttp.StatusServiceUnavailable, `{}`)(ctx)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		var served atomic.Int32
+		decodeHasIt := make(chan struct{}, 1)
+		h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+			<-decodeHasIt // fail only once the decode works on the request
+			failing(&served, fasthttp.StatusServiceUnavailable, `{}`)(ctx)
+		})
+		var aborts bodies
+		h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second,
+			OnRequest: func(path string, body []byte) {
+				switch path {
+				case "/generate":
+					decodeHasIt <- struct{}{}
+				case "/abort_request":
+					aborts.record(path, body)
+				}
+			}})
+		cfg := defaultConfig()
+		cfg.DisableRetries = true
+		srv := h.start(cfg)
+		if r := h.post("/generate", `{"text": "a", "rid": "decoy-rid", "r\u0069d": "request-7"}`); r.status != fasthttp.StatusServiceUnavailable {
+			t.Fatalf("got %d %s", r.status, r.body)
+		}
+		waitIdle(t, srv) // includes the abort
+		v, err := fake.LoadJSON(aborts.only(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rid := string(v.GetStringBytes("rid")); rid != "request-7" {
+			t.Fatalf("pdlb aborted rid %q; want request-7, the request the decode runs", rid)
+		}
+		waitFor(t, "the decode to drop the aborted request", func() bool { return h.decode.Stats().InFlight == 0 })
 	})
-	var aborts bodies
-	h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second,
-		OnRequest: func(path string, body []byte) {
-			switch path {
-			case "/generate":
-				decodeHasIt <- struct{}{}
-			case "/abort_request":
-				aborts.record(path, body)
-			}
-		}})
-	cfg := defaultConfig()
-	cfg.DisableRetries = true
-	srv := h.start(cfg)
-	if r := h.post("/generate", `{"text": "a", "rid": "decoy-rid", "r\u0069d": "request-7"}`); r.status != fasthttp.StatusServiceUnavailable {
-		t.Fatalf("got %d %s", r.status, r.body)
-	}
-	waitIdle(t, srv) // includes the abort
-	v, err := fake.LoadJSON(aborts.only(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rid := string(v.GetStringBytes("rid")); rid != "request-7" {
-		t.Fatalf("pdlb aborted rid %q; want request-7, the request the decode runs", rid)
-	}
-	waitFor(t, "the decode to drop the aborted request", func() bool { return h.decode.Stats().InFlight == 0 })
 }
 
 // An /abort_request marks the exchanges whose rid it names as the workers

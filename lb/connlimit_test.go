@@ -249,50 +249,52 @@ func holdWorkers(h *harness) (release func(), arrived <-chan struct{}) {
 // request is then accounted as closed for room. A flood of slow senders
 // would otherwise hold every place until --client-read-timeout-secs.
 func TestSlowSendersMakeRoom(t *testing.T) {
-	h := newHarness(t)
-	h.pair(fake.Config{}, fake.Config{})
-	cfg := defaultConfig()
-	cfg.MaxConnections = 2
-	srv := h.start(cfg)
-	dial := func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }
-	body := dialRaw(t, dial)
-	body.send("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat(" ", 20000))
-	h.waitMemory(32 << 10) // pdlb reads it
-	waitConns(t, srv, 1, 0, 0, 1)
-	header := dialRaw(t, dial)
-	header.send("GET /liveness HTTP/1.1\r\n") // the rest of its header never
-	waitConns(t, srv, 2, 0, 0, 2)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		cfg := defaultConfig()
+		cfg.MaxConnections = 2
+		srv := h.start(cfg)
+		dial := func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }
+		body := dialRaw(t, dial)
+		body.send("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat(" ", 20000))
+		h.waitMemory(32 << 10) // pdlb reads it
+		waitConns(t, srv, 1, 0, 0, 1)
+		header := dialRaw(t, dial)
+		header.send("GET /liveness HTTP/1.1\r\n") // the rest of its header never
+		waitConns(t, srv, 2, 0, 0, 2)
 
-	// A newcomer takes the place of the body, waiting longest.
-	c := dialRaw(t, dial)
-	c.get()
-	body.waitClosed()
-	_ = c.conn.Close() // else, idle, it would wait longer than the next
-	waitConns(t, srv, 1, 0, 0, 1)
-	// Beside a keep-alive connection, which began waiting later, the header
-	// sent slowly waits longest, and makes room for the next newcomer.
-	dialRaw(t, dial).get()
-	waitConns(t, srv, 2, 0, 1, 1)
-	dialRaw(t, dial).get()
-	header.waitClosed()
-	if got := srv.connsEvicted.Get(); got != 2 {
-		t.Fatalf("got %d connections evicted; want 2", got)
-	}
-	// The body's handler noticed when its read failed.
-	for deadline := time.Now().Add(5 * time.Second); h.metric(`pdlb_requests_total{route="/generate",code="499"}`) != "1"; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the body's request was not accounted as a 499")
+		// A newcomer takes the place of the body, waiting longest.
+		c := dialRaw(t, dial)
+		c.get()
+		body.waitClosed()
+		_ = c.conn.Close() // else, idle, it would wait longer than the next
+		waitConns(t, srv, 1, 0, 0, 1)
+		// Beside a keep-alive connection, which began waiting later, the header
+		// sent slowly waits longest, and makes room for the next newcomer.
+		dialRaw(t, dial).get()
+		waitConns(t, srv, 2, 0, 1, 1)
+		dialRaw(t, dial).get()
+		header.waitClosed()
+		if got := srv.connsEvicted.Get(); got != 2 {
+			t.Fatalf("got %d connections evicted; want 2", got)
 		}
-	}
-	// Both are too_many_connections: the body's, and the header's, which
-	// fasthttp reports to pdlb over an in-memory connection (over TCP its
-	// read ends with net.ErrClosed, which it takes for a silent close).
-	for deadline := time.Now().Add(5 * time.Second); h.metric(`pdlb_request_errors_total{reason="too_many_connections"}`) != "2"; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("got %s too_many_connections errors; want 2", h.metric(`pdlb_request_errors_total{reason="too_many_connections"}`))
+		// The body's handler noticed when its read failed.
+		for deadline := time.Now().Add(5 * time.Second); h.metric(`pdlb_requests_total{route="/generate",code="499"}`) != "1"; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the body's request was not accounted as a 499")
+			}
 		}
-	}
-	h.waitMemory(0)
+		// Both are too_many_connections: the body's, and the header's, which
+		// fasthttp reports to pdlb over an in-memory connection (over TCP its
+		// read ends with net.ErrClosed, which it takes for a silent close).
+		for deadline := time.Now().Add(5 * time.Second); h.metric(`pdlb_request_errors_total{reason="too_many_connections"}`) != "2"; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("got %s too_many_connections errors; want 2", h.metric(`pdlb_request_errors_total{reason="too_many_connections"}`))
+			}
+		}
+		h.waitMemory(0)
+	})
 }
 
 // A keep-alive connection is closed after ClientIdleTimeout without a
@@ -318,14 +320,16 @@ func TestIdleKeepAliveConnectionIsClosed(t *testing.T) {
 // A client that left leaves no place taken: each connection's Close gives
 // its place back, whoever closes it first.
 func TestClosedConnectionsLeaveTheBudget(t *testing.T) {
-	h := newHarness(t)
-	h.pair(fake.Config{}, fake.Config{})
-	srv := h.start(defaultConfig())
-	c := dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") })
-	c.get()
-	waitConns(t, srv, 1, 0, 1, 0)
-	_ = c.conn.Close()
-	waitConns(t, srv, 0, 0, 0, 0)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		srv := h.start(defaultConfig())
+		c := dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") })
+		c.get()
+		waitConns(t, srv, 1, 0, 1, 0)
+		_ = c.conn.Close()
+		waitConns(t, srv, 0, 0, 0, 0)
+	})
 }
 
 // A budget above fasthttp's own bound on connections raises it: fasthttp

@@ -189,48 +189,52 @@ func (c *holdingConn) Close() error {
 }
 
 func TestTimeoutGives504(t *testing.T) {
-	h := newHarness(t)
-	release := make(chan struct{})
-	defer close(release)
-	hang := func(ctx *fasthttp.RequestCtx) {
-		select {
-		case <-release:
-		case <-time.After(10 * time.Second):
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		release := make(chan struct{})
+		defer close(release)
+		hang := func(ctx *fasthttp.RequestCtx) {
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
 		}
-	}
-	h.backend("prefill-0:30000", hang)
-	h.backend("decode-0:30010", hang)
-	cfg := defaultConfig()
-	cfg.RequestTimeout = 200 * time.Millisecond
-	srv := h.start(cfg)
-	for _, body := range []string{`{"text": "a"}`, `{"text": "a", "stream": true}`} {
-		r := h.post("/generate", body)
-		if r.status != fasthttp.StatusGatewayTimeout || gjson.GetBytes(r.body, "error.type").String() != "gateway_timeout" {
-			t.Fatalf("%s: got %d %s; want 504", body, r.status, r.body)
+		h.backend("prefill-0:30000", hang)
+		h.backend("decode-0:30010", hang)
+		cfg := defaultConfig()
+		cfg.RequestTimeout = 200 * time.Millisecond
+		srv := h.start(cfg)
+		for _, body := range []string{`{"text": "a"}`, `{"text": "a", "stream": true}`} {
+			r := h.post("/generate", body)
+			if r.status != fasthttp.StatusGatewayTimeout || gjson.GetBytes(r.body, "error.type").String() != "gateway_timeout" {
+				t.Fatalf("%s: got %d %s; want 504", body, r.status, r.body)
+			}
+			if r.took > 2*time.Second {
+				t.Fatalf("the timeout took %s", r.took)
+			}
 		}
-		if r.took > 2*time.Second {
-			t.Fatalf("the timeout took %s", r.took)
-		}
-	}
-	waitIdle(t, srv)
+		waitIdle(t, srv)
+	})
 }
 
 func TestNoBackendGives503(t *testing.T) {
-	h := newHarness(t)
-	h.pair(fake.Config{}, fake.Config{})
-	srv := h.start(defaultConfig())
-	srv.decodes.backends[0].health.Store(int32(health.Down))
-	r := h.post("/generate", `{"text": "a"}`)
-	if r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(string(r.body), "no decode backend is available") {
-		t.Fatalf("got %d %s; want a 503 naming the empty pool", r.status, r.body)
-	}
-	if r.header.Peek("Retry-After") == nil {
-		t.Fatalf("a 503 must say when to retry")
-	}
-	// It went nowhere: it is no decode-only request.
-	if got := h.metric(`pdlb_decode_only_total{reason="no_decode"}`); got != "0" {
-		t.Fatalf("got pdlb_decode_only_total{reason=\"no_decode\"} %q; want 0", got)
-	}
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		srv := h.start(defaultConfig())
+		srv.decodes.backends[0].health.Store(int32(health.Down))
+		r := h.post("/generate", `{"text": "a"}`)
+		if r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(string(r.body), "no decode backend is available") {
+			t.Fatalf("got %d %s; want a 503 naming the empty pool", r.status, r.body)
+		}
+		if r.header.Peek("Retry-After") == nil {
+			t.Fatalf("a 503 must say when to retry")
+		}
+		// It went nowhere: it is no decode-only request.
+		if got := h.metric(`pdlb_decode_only_total{reason="no_decode"}`); got != "0" {
+			t.Fatalf("got pdlb_decode_only_total{reason=\"no_decode\"} %q; want 0", got)
+		}
+	})
 }
 
 // A worker's failed answer that the client gets as it is (out of retries)

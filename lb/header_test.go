@@ -81,39 +81,41 @@ func TestWorkersGetOneRequestID(t *testing.T) {
 // and nothing reaches a worker: fasthttp reads "X Evil: 1" as a header,
 // and pdlb forwarded it (issue 19).
 func TestHeaderNamesMustBeTokens(t *testing.T) {
-	h := newHarness(t)
-	var reached sync.Map
-	record := func(path string, _ []byte) { reached.Store(path, true) }
-	h.pair(fake.Config{OnRequest: record}, fake.Config{OnRequest: record})
-	cfg := defaultConfig()
-	cfg.OpenOperatorRoutes = true // so that /flush_cache would reach the workers
-	srv := h.start(cfg)
-	// fasthttp refuses the other characters that are not a token's; it
-	// takes a space inside a name as part of it.
-	names := []string{"X Evil", "Content Length", "Transfer Encoding", "X-A  B"}
-	for _, name := range names {
-		for _, route := range []string{"POST /generate", "POST /v1/chat/completions", "GET /v1/models", "POST /flush_cache",
-			"GET /health", "GET /metrics", "GET /nowhere"} {
-			method, path, _ := strings.Cut(route, " ")
-			status, body := rawRequest(t, h, method+" "+path+" HTTP/1.1\r\nHost: pdlb\r\n"+name+": 1\r\n"+
-				"Content-Type: application/json\r\nContent-Length: 13\r\n\r\n{\"text\": \"a\"}")
-			msg := gjson.GetBytes(body, "error.message").String()
-			if status != fasthttp.StatusBadRequest || !strings.Contains(msg, strconv.Quote(name)) || !strings.Contains(msg, "RFC 9110") {
-				t.Errorf("%s with header %q: got %d %s; want a 400 naming it", route, name, status, body)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		var reached sync.Map
+		record := func(path string, _ []byte) { reached.Store(path, true) }
+		h.pair(fake.Config{OnRequest: record}, fake.Config{OnRequest: record})
+		cfg := defaultConfig()
+		cfg.OpenOperatorRoutes = true // so that /flush_cache would reach the workers
+		srv := h.start(cfg)
+		// fasthttp refuses the other characters that are not a token's; it
+		// takes a space inside a name as part of it.
+		names := []string{"X Evil", "Content Length", "Transfer Encoding", "X-A  B"}
+		for _, name := range names {
+			for _, route := range []string{"POST /generate", "POST /v1/chat/completions", "GET /v1/models", "POST /flush_cache",
+				"GET /health", "GET /metrics", "GET /nowhere"} {
+				method, path, _ := strings.Cut(route, " ")
+				status, body := rawRequest(t, h, method+" "+path+" HTTP/1.1\r\nHost: pdlb\r\n"+name+": 1\r\n"+
+					"Content-Type: application/json\r\nContent-Length: 13\r\n\r\n{\"text\": \"a\"}")
+				msg := gjson.GetBytes(body, "error.message").String()
+				if status != fasthttp.StatusBadRequest || !strings.Contains(msg, strconv.Quote(name)) || !strings.Contains(msg, "RFC 9110") {
+					t.Errorf("%s with header %q: got %d %s; want a 400 naming it", route, name, status, body)
+				}
 			}
 		}
-	}
-	reached.Range(func(path, _ any) bool {
-		t.Errorf("a worker got %s", path)
-		return true
+		reached.Range(func(path, _ any) bool {
+			t.Errorf("a worker got %s", path)
+			return true
+		})
+		if got, want := srv.errorsByReason[reasonInvalidRequest].Get(), uint64(len(names)*7); got != want {
+			t.Errorf("got %d invalid requests in the metrics; want %d", got, want)
+		}
+		// Tokens pass: every character RFC 9110 allows.
+		if status, body := rawRequest(t, h, "GET /health HTTP/1.1\r\nHost: pdlb\r\nX-!#$%&'*+-.^_`|~09az: 1\r\n\r\n"); status != fasthttp.StatusOK {
+			t.Errorf("a header name of every token character: got %d %s; want 200", status, body)
+		}
 	})
-	if got, want := srv.errorsByReason[reasonInvalidRequest].Get(), uint64(len(names)*7); got != want {
-		t.Errorf("got %d invalid requests in the metrics; want %d", got, want)
-	}
-	// Tokens pass: every character RFC 9110 allows.
-	if status, body := rawRequest(t, h, "GET /health HTTP/1.1\r\nHost: pdlb\r\nX-!#$%&'*+-.^_`|~09az: 1\r\n\r\n"); status != fasthttp.StatusOK {
-		t.Errorf("a header name of every token character: got %d %s; want 200", status, body)
-	}
 }
 
 // rawRequest writes raw, a whole request, on a new connection to pdlb and

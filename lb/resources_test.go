@@ -90,27 +90,29 @@ func TestOutOfDescriptorsIsNotTheWorkersFault(t *testing.T) {
 // A read of a prefill's bootstrap server pdlb lacked the descriptors to
 // make keeps the prefill in selection, as the registry knew it.
 func TestBootstrapReadOutOfDescriptorsKeepsThePrefill(t *testing.T) {
-	h := newHarness(t)
-	h.pair(fake.Config{}, fake.Config{})
-	var starved atomic.Bool
-	h.dialFault = func(addr string) error {
-		if starved.Load() && addr == "prefill-0:8998" {
-			return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		var starved atomic.Bool
+		h.dialFault = func(addr string) error {
+			if starved.Load() && addr == "prefill-0:8998" {
+				return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}
+			}
+			return nil
 		}
-		return nil
-	}
-	srv := h.start(checkedConfig())
-	h.waitBootstrap()
-	starved.Store(true)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.registry.Refresh(ctx, 0); !health.OutOfResources(err) {
-		t.Fatalf("got %v; want the registry's read to fail for want of descriptors", err)
-	}
-	if p := srv.prefills.backends[0]; !srv.registry.State(0).Ready || !p.available() {
-		t.Fatalf("the prefill is out of selection (%s); want it kept", srv.whyOut(p))
-	}
-	if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
-		t.Fatalf("got %d %s; want 200", r.status, r.body)
-	}
+		srv := h.start(checkedConfig())
+		h.waitBootstrap()
+		starved.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.registry.Refresh(ctx, 0); !health.OutOfResources(err) {
+			t.Fatalf("got %v; want the registry's read to fail for want of descriptors", err)
+		}
+		if p := srv.prefills.backends[0]; !srv.registry.State(0).Ready || !p.available() {
+			t.Fatalf("the prefill is out of selection (%s); want it kept", srv.whyOut(p))
+		}
+		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+			t.Fatalf("got %d %s; want 200", r.status, r.body)
+		}
+	})
 }

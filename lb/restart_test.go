@@ -259,43 +259,45 @@ func TestDecodeRestartUnderTheFallThreshold(t *testing.T) {
 // prefill now has it read at once, so that a BootstrapRefresh longer than
 // the outage does not miss it.
 func TestPrefillRestartSeenByItsProbe(t *testing.T) {
-	h := newHarness(t)
-	p, _ := h.pair(fake.Config{DPSize: 4, Tokens: 4},
-		fake.Config{DPSize: 4, Tokens: 4, FirstRequestBug: true, HeartbeatInterval: 10 * time.Millisecond})
-	srv, pr := h.startWarm(t, restartConfig()) // the registry reads once an hour
-	if err := p.SetBootstrapDown(true); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SetFault(fake.Fault{Kind: fake.FaultRefuse}); err != nil {
-		t.Fatal(err)
-	}
-	// Each of the decode's four DP ranks cached the prefill's info when
-	// the pair was warmed, and forgets it now.
-	waitFor(t, "the decode to forget the prefill", func() bool { return h.decode.Stats().PrefillInfoDrops == 4 })
-	srv.checkOnce(5 * time.Second)
-	waitFor(t, "the registry to see the bootstrap server down", func() bool { return !srv.registry.State(0).Ready })
-	if srv.warm.isWarm(pr) {
-		t.Fatal("the pair is warm while its prefill's bootstrap server is down")
-	}
-	if err := p.SetFault(fake.Fault{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SetBootstrapDown(false); err != nil {
-		t.Fatal(err)
-	}
-	srv.checkOnce(5 * time.Second)
-	waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
-	for i := range 4 {
-		if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
-			t.Fatalf("request %d after the restart: got %d %s", i, r.status, r.body)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		p, _ := h.pair(fake.Config{DPSize: 4, Tokens: 4},
+			fake.Config{DPSize: 4, Tokens: 4, FirstRequestBug: true, HeartbeatInterval: 10 * time.Millisecond})
+		srv, pr := h.startWarm(t, restartConfig()) // the registry reads once an hour
+		if err := p.SetBootstrapDown(true); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if n := h.decode.Stats().FirstRequestFailures; n != 0 {
-		t.Errorf("%d requests reached the decode with a DP-rank hint before it knew the prefill again", n)
-	}
-	if got := h.metric("pdlb_cold_pair_retries_total"); got != "0" {
-		t.Errorf("pdlb_cold_pair_retries_total is %s; want 0", got)
-	}
+		if err := p.SetFault(fake.Fault{Kind: fake.FaultRefuse}); err != nil {
+			t.Fatal(err)
+		}
+		// Each of the decode's four DP ranks cached the prefill's info when
+		// the pair was warmed, and forgets it now.
+		waitFor(t, "the decode to forget the prefill", func() bool { return h.decode.Stats().PrefillInfoDrops == 4 })
+		srv.checkOnce(5 * time.Second)
+		waitFor(t, "the registry to see the bootstrap server down", func() bool { return !srv.registry.State(0).Ready })
+		if srv.warm.isWarm(pr) {
+			t.Fatal("the pair is warm while its prefill's bootstrap server is down")
+		}
+		if err := p.SetFault(fake.Fault{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SetBootstrapDown(false); err != nil {
+			t.Fatal(err)
+		}
+		srv.checkOnce(5 * time.Second)
+		waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+		for i := range 4 {
+			if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
+				t.Fatalf("request %d after the restart: got %d %s", i, r.status, r.body)
+			}
+		}
+		if n := h.decode.Stats().FirstRequestFailures; n != 0 {
+			t.Errorf("%d requests reached the decode with a DP-rank hint before it knew the prefill again", n)
+		}
+		if got := h.metric("pdlb_cold_pair_retries_total"); got != "0" {
+			t.Errorf("pdlb_cold_pair_retries_total is %s; want 0", got)
+		}
+	})
 }
 
 // A decode that drops the connection in the middle of a relayed stream may
@@ -370,34 +372,36 @@ func TestStreamDroppedByTheDecodeMakesPairsCold(t *testing.T) {
 // brings it back makes its pairs cold and warms them at once, not at
 // keepWarm's next round, long after (issue 20).
 func TestDecodeBackFromDownIsWarmedAtOnce(t *testing.T) {
-	h := newHarness(t)
-	cfg := restartConfig()
-	cfg.HealthCheck.Timeout = 250 * time.Millisecond
-	cfg.HealthCheck.Fall, cfg.HealthCheck.Rise = 1, 1
-	srv, pr := h.warmPair(t, cfg)
-	d := srv.decodes.backends[0]
-	if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultHang, Health: true}); err != nil {
-		t.Fatal(err)
-	}
-	srv.checkOnce(5 * time.Second)
-	if d.available() {
-		t.Fatalf("the decode is in selection after a probe that failed with %q; Fall is 1", srv.probeError(d))
-	}
-	if !srv.warm.isWarm(pr) {
-		t.Fatal("a probe that timed out made the pair cold")
-	}
-	epoch := d.epoch.Load()
-	if err := h.decode.SetFault(fake.Fault{}); err != nil {
-		t.Fatal(err)
-	}
-	srv.checkOnce(5 * time.Second)
-	if !d.available() {
-		t.Fatalf("the decode is out of selection after a probe it answered (%q); Rise is 1", srv.probeError(d))
-	}
-	if d.epoch.Load() == epoch {
-		t.Fatal("the decode came back from down with its pairs warm")
-	}
-	waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		cfg := restartConfig()
+		cfg.HealthCheck.Timeout = 250 * time.Millisecond
+		cfg.HealthCheck.Fall, cfg.HealthCheck.Rise = 1, 1
+		srv, pr := h.warmPair(t, cfg)
+		d := srv.decodes.backends[0]
+		if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultHang, Health: true}); err != nil {
+			t.Fatal(err)
+		}
+		srv.checkOnce(5 * time.Second)
+		if d.available() {
+			t.Fatalf("the decode is in selection after a probe that failed with %q; Fall is 1", srv.probeError(d))
+		}
+		if !srv.warm.isWarm(pr) {
+			t.Fatal("a probe that timed out made the pair cold")
+		}
+		epoch := d.epoch.Load()
+		if err := h.decode.SetFault(fake.Fault{}); err != nil {
+			t.Fatal(err)
+		}
+		srv.checkOnce(5 * time.Second)
+		if !d.available() {
+			t.Fatalf("the decode is out of selection after a probe it answered (%q); Rise is 1", srv.probeError(d))
+		}
+		if d.epoch.Load() == epoch {
+			t.Fatal("the decode came back from down with its pairs warm")
+		}
+		waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+	})
 }
 
 // A decode that answers its probe after a sign of a restart while a
@@ -406,24 +410,26 @@ func TestDecodeBackFromDownIsWarmedAtOnce(t *testing.T) {
 // warmth it records is stale (issue 20: the probe's rewarm was lost, and
 // the pair stayed cold until keepWarm's next round, an hour here).
 func TestRewarmWhileAWarmupRuns(t *testing.T) {
-	h := newHarness(t)
-	srv, pr := h.warmPair(t, restartConfig())
-	d := srv.decodes.backends[0]
-	if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
-		t.Fatal(err)
-	}
-	pr.markCold()
-	srv.warm.start(pr)
-	waitFor(t, "the warm-up to be held", func() bool { return h.decode.Stats().FaultsInjected > 0 })
-	suspectRestart(d)              // as a dropped connection does
-	srv.checkOnce(5 * time.Second) // which the decode answers
-	if d.restarted.Load() {
-		t.Fatal("the decode answered its probe, and is still marked restarted")
-	}
-	if err := h.decode.SetFault(fake.Fault{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		srv, pr := h.warmPair(t, restartConfig())
+		d := srv.decodes.backends[0]
+		if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
+			t.Fatal(err)
+		}
+		pr.markCold()
+		srv.warm.start(pr)
+		waitFor(t, "the warm-up to be held", func() bool { return h.decode.Stats().FaultsInjected > 0 })
+		suspectRestart(d)              // as a dropped connection does
+		srv.checkOnce(5 * time.Second) // which the decode answers
+		if d.restarted.Load() {
+			t.Fatal("the decode answered its probe, and is still marked restarted")
+		}
+		if err := h.decode.SetFault(fake.Fault{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+	})
 }
 
 // A request that tells the decode a prefill DP rank, and finds its pooled
@@ -496,33 +502,35 @@ func TestStaleConnToARestartedDecodeWaitsForTheWarmup(t *testing.T) {
 // to another decode at once, as any request does, rather than wait for a
 // warm-up of the pair that cannot be (redial).
 func TestStaleConnToAGoneDecodeTriesAnother(t *testing.T) {
-	h := newHarness(t)
-	h.dpPair()
-	other := h.fake("decode-1:30011", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
-	cfg := restartConfig()
-	cfg.Decode = append(cfg.Decode, "http://decode-1:30011")
-	cfg.DecodePolicy = PolicyRoundRobin
-	srv, _ := h.startWarm(t, cfg)
-	otherPair := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[1])
-	waitFor(t, "the other pair to be warm", func() bool { return srv.warm.isWarm(otherPair) })
-	for range 4 { // pooled connections to both decodes
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.dpPair()
+		other := h.fake("decode-1:30011", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
+		cfg := restartConfig()
+		cfg.Decode = append(cfg.Decode, "http://decode-1:30011")
+		cfg.DecodePolicy = PolicyRoundRobin
+		srv, _ := h.startWarm(t, cfg)
+		otherPair := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[1])
+		waitFor(t, "the other pair to be warm", func() bool { return srv.warm.isWarm(otherPair) })
+		for range 4 { // pooled connections to both decodes
+			if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
+				t.Fatalf("got %d %s", r.status, r.body)
+			}
+		}
+		if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultRefuse}); err != nil {
+			t.Fatal(err)
+		}
+		srv.decodes.next.Store(0) // the next request goes to decode-0 first
 		if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
-			t.Fatalf("got %d %s", r.status, r.body)
+			t.Fatalf("got %d %s; want the other decode's answer", r.status, r.body)
 		}
-	}
-	if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultRefuse}); err != nil {
-		t.Fatal(err)
-	}
-	srv.decodes.next.Store(0) // the next request goes to decode-0 first
-	if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
-		t.Fatalf("got %d %s; want the other decode's answer", r.status, r.body)
-	}
-	if n := other.Stats().FirstRequestFailures; n != 0 {
-		t.Errorf("%d requests reached the other decode cold", n)
-	}
-	for name, want := range map[string]string{"pdlb_cold_pair_retries_total": "0", "pdlb_retries_total": "1"} {
-		if got := h.metric(name); got != want {
-			t.Errorf("%s is %s; want %s", name, got, want)
+		if n := other.Stats().FirstRequestFailures; n != 0 {
+			t.Errorf("%d requests reached the other decode cold", n)
 		}
-	}
+		for name, want := range map[string]string{"pdlb_cold_pair_retries_total": "0", "pdlb_retries_total": "1"} {
+			if got := h.metric(name); got != want {
+				t.Errorf("%s is %s; want %s", name, got, want)
+			}
+		}
+	})
 }

@@ -155,28 +155,30 @@ func (s *stream) rest() []string {
 }
 
 func TestStreamRelaysEachEventAtOnce(t *testing.T) {
-	h := newHarness(t)
-	gate := make(chan struct{})
-	h.pair(fake.Config{}, fake.Config{TokenGate: gate})
-	h.start(defaultConfig())
-	go func() { gate <- struct{}{} }() // the first token: pdlb answers once it flows
-	s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 3}}`)
-	if s.status != fasthttp.StatusOK {
-		t.Fatalf("got status %d", s.status)
-	}
-	for i := range 3 {
-		ev := s.next()
-		if text := gjson.Get(strings.TrimPrefix(ev, "data: "), "text").String(); !strings.HasSuffix(text, "tok"+string(rune('0'+i))) {
-			t.Fatalf("event %d: got %q", i, ev)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		gate := make(chan struct{})
+		h.pair(fake.Config{}, fake.Config{TokenGate: gate})
+		h.start(defaultConfig())
+		go func() { gate <- struct{}{} }() // the first token: pdlb answers once it flows
+		s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 3}}`)
+		if s.status != fasthttp.StatusOK {
+			t.Fatalf("got status %d", s.status)
 		}
-		if i < 2 {
-			s.none()
-			gate <- struct{}{}
+		for i := range 3 {
+			ev := s.next()
+			if text := gjson.Get(strings.TrimPrefix(ev, "data: "), "text").String(); !strings.HasSuffix(text, "tok"+string(rune('0'+i))) {
+				t.Fatalf("event %d: got %q", i, ev)
+			}
+			if i < 2 {
+				s.none()
+				gate <- struct{}{}
+			}
 		}
-	}
-	if rest := s.rest(); len(rest) != 1 || rest[0] != "data: [DONE]\n\n" {
-		t.Fatalf("got %q after the tokens; want [DONE]", rest)
-	}
+		if rest := s.rest(); len(rest) != 1 || rest[0] != "data: [DONE]\n\n" {
+			t.Fatalf("got %q after the tokens; want [DONE]", rest)
+		}
+	})
 }
 
 // sseBackend answers every request with the given events, written and
@@ -186,66 +188,70 @@ func sseBackend(events ...string) fasthttp.RequestHandler {
 }
 
 func TestStreamBytesArePassedAsTheyAre(t *testing.T) {
-	h := newHarness(t)
-	events := []string{"data: {\"a\":1}\n\n", ": keep-alive\n\n", "data:{\"b\":  2.50}\r\n\r\n", "data: [DONE]\n\n"}
-	h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
-	h.backend("decode-0:30010", sseBackend(events...))
-	h.start(defaultConfig())
-	s := h.openStream("/v1/completions", `{"prompt": "a", "stream": true}`)
-	got := append([]string{s.next()}, s.rest()...)
-	if strings.Join(got, "") != strings.Join(events, "") {
-		t.Fatalf("got %q; want %q", got, events)
-	}
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		events := []string{"data: {\"a\":1}\n\n", ": keep-alive\n\n", "data:{\"b\":  2.50}\r\n\r\n", "data: [DONE]\n\n"}
+		h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
+		h.backend("decode-0:30010", sseBackend(events...))
+		h.start(defaultConfig())
+		s := h.openStream("/v1/completions", `{"prompt": "a", "stream": true}`)
+		got := append([]string{s.next()}, s.rest()...)
+		if strings.Join(got, "") != strings.Join(events, "") {
+			t.Fatalf("got %q; want %q", got, events)
+		}
+	})
 }
 
 // The relay frames each chunk it writes in its own buffer, over the bytes
 // around the events it sends: events that arrive cut anywhere, with part of
 // the next one behind them, must still reach the client as they were sent.
 func TestStreamEventsCutAcrossReads(t *testing.T) {
-	h := newHarness(t)
-	pieces := []string{
-		"data: {\"a\":1}\n\ndata: {\"b\"",
-		":2}\n\ndata: {\"c\":3}\n\nda",
-		"ta: [DO",
-		"NE]\n\n",
-	}
-	next := make(chan struct{})
-	h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
-	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
-		ctx.SetContentType("text/event-stream")
-		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-			for i, p := range pieces {
-				if i > 0 {
-					<-next
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		pieces := []string{
+			"data: {\"a\":1}\n\ndata: {\"b\"",
+			":2}\n\ndata: {\"c\":3}\n\nda",
+			"ta: [DO",
+			"NE]\n\n",
+		}
+		next := make(chan struct{})
+		h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
+		h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+			ctx.SetContentType("text/event-stream")
+			ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+				for i, p := range pieces {
+					if i > 0 {
+						<-next
+					}
+					_, _ = w.WriteString(p)
+					_ = w.Flush()
 				}
-				_, _ = w.WriteString(p)
-				_ = w.Flush()
-			}
+			})
 		})
-	})
-	h.start(defaultConfig())
-	s := h.openStream("/generate", `{"text": "a", "stream": true}`)
-	// The events each piece completes.
-	wants := [][]string{
-		{"data: {\"a\":1}\n\n"},
-		{"data: {\"b\":2}\n\n", "data: {\"c\":3}\n\n"},
-		nil,
-		{"data: [DONE]\n\n"},
-	}
-	for i, want := range wants {
-		for _, ev := range want {
-			if got := s.next(); got != ev {
-				t.Fatalf("got %q; want %q", got, ev)
+		h.start(defaultConfig())
+		s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+		// The events each piece completes.
+		wants := [][]string{
+			{"data: {\"a\":1}\n\n"},
+			{"data: {\"b\":2}\n\n", "data: {\"c\":3}\n\n"},
+			nil,
+			{"data: [DONE]\n\n"},
+		}
+		for i, want := range wants {
+			for _, ev := range want {
+				if got := s.next(); got != ev {
+					t.Fatalf("got %q; want %q", got, ev)
+				}
+			}
+			if i < len(wants)-1 {
+				s.none()
+				next <- struct{}{}
 			}
 		}
-		if i < len(wants)-1 {
-			s.none()
-			next <- struct{}{}
+		if rest := s.rest(); len(rest) != 0 {
+			t.Fatalf("got %q after [DONE]", rest)
 		}
-	}
-	if rest := s.rest(); len(rest) != 0 {
-		t.Fatalf("got %q after [DONE]", rest)
-	}
+	})
 }
 
 // sseHeaders begins the answer of a decode that frames its event stream by
@@ -472,19 +478,21 @@ func TestStreamEndGoesWithTheLastEvents(t *testing.T) {
 }
 
 func TestStreamThatEndsEarlyGetsAnErrorEvent(t *testing.T) {
-	h := newHarness(t)
-	h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
-	h.backend("decode-0:30010", sseBackend("data: {\"text\":\"a\"}\n\n", "data: {\"text\":\"ab\"}\n\n"))
-	srv := h.start(defaultConfig())
-	s := h.openStream("/generate", `{"text": "a", "stream": true}`)
-	got := append([]string{s.next()}, s.rest()...)
-	if len(got) != 4 || got[1] != "data: {\"text\":\"ab\"}\n\n" || got[3] != "data: [DONE]\n\n" {
-		t.Fatalf("got %q; want the two events, an error event and [DONE]", got)
-	}
-	if msg := gjson.Get(strings.TrimPrefix(got[2], "data: "), "error.message").String(); !strings.Contains(msg, "decode backend decode-0:30010") {
-		t.Fatalf("got error event %q; want it to name the decode", got[2])
-	}
-	waitIdle(t, srv)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
+		h.backend("decode-0:30010", sseBackend("data: {\"text\":\"a\"}\n\n", "data: {\"text\":\"ab\"}\n\n"))
+		srv := h.start(defaultConfig())
+		s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+		got := append([]string{s.next()}, s.rest()...)
+		if len(got) != 4 || got[1] != "data: {\"text\":\"ab\"}\n\n" || got[3] != "data: [DONE]\n\n" {
+			t.Fatalf("got %q; want the two events, an error event and [DONE]", got)
+		}
+		if msg := gjson.Get(strings.TrimPrefix(got[2], "data: "), "error.message").String(); !strings.Contains(msg, "decode backend decode-0:30010") {
+			t.Fatalf("got error event %q; want it to name the decode", got[2])
+		}
+		waitIdle(t, srv)
+	})
 }
 
 // However the decode's stream ends, the client gets whole events: a piece
@@ -549,105 +557,113 @@ func TestStreamEndings(t *testing.T) {
 }
 
 func TestStreamLogprobsAreMerged(t *testing.T) {
-	h := newHarness(t)
-	h.pair(fake.Config{}, fake.Config{})
-	h.start(defaultConfig())
-	s := h.openStream("/generate", `{"input_ids": [5, 6, 7, 8], "return_logprob": true, "stream": true, "sampling_params": {"max_new_tokens": 2}}`)
-	events := append([]string{s.next()}, s.rest()...)
-	if len(events) != 3 {
-		t.Fatalf("got %d events; want 2 and [DONE]: %q", len(events), events)
-	}
-	want := `[[null,5,null],[-0.2,6,null],[-0.3,7,null],[-0.4,8,null],[-0.4,8,null]]`
-	for _, ev := range events[:2] {
-		if got := gjson.Get(strings.TrimPrefix(ev, "data: "), "meta_info.input_token_logprobs").Raw; got != want {
-			t.Fatalf("got input_token_logprobs %s; want %s", got, want)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		h.start(defaultConfig())
+		s := h.openStream("/generate", `{"input_ids": [5, 6, 7, 8], "return_logprob": true, "stream": true, "sampling_params": {"max_new_tokens": 2}}`)
+		events := append([]string{s.next()}, s.rest()...)
+		if len(events) != 3 {
+			t.Fatalf("got %d events; want 2 and [DONE]: %q", len(events), events)
 		}
-	}
+		want := `[[null,5,null],[-0.2,6,null],[-0.3,7,null],[-0.4,8,null],[-0.4,8,null]]`
+		for _, ev := range events[:2] {
+			if got := gjson.Get(strings.TrimPrefix(ev, "data: "), "meta_info.input_token_logprobs").Raw; got != want {
+				t.Fatalf("got input_token_logprobs %s; want %s", got, want)
+			}
+		}
+	})
 }
 
 // In a /generate batch stream, each output's events get its item's prefill
 // logprobs, found by the events' "index" (mini_lb gives every output the
 // first one's). With n samples an item has n outputs, indexed item×n+j.
 func TestStreamBatchLogprobsAreMergedPerItem(t *testing.T) {
-	h := newHarness(t)
-	h.pair(fake.Config{}, fake.Config{})
-	h.start(defaultConfig())
-	item := []string{"[5,6,7,8,8]", "[9,10,10]"}
-	for _, n := range []int{1, 2} {
-		s := h.openStream("/generate", `{"input_ids": [[5, 6, 7, 8], [9, 10]], "return_logprob": true, "stream": true, "sampling_params": {"max_new_tokens": 2, "n": `+strconv.Itoa(n)+`}}`)
-		events := append([]string{s.next()}, s.rest()...)
-		seen := map[int64]int{}
-		for _, ev := range events {
-			data := strings.TrimSpace(strings.TrimPrefix(ev, "data: "))
-			if data == "[DONE]" {
-				continue
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		h.start(defaultConfig())
+		item := []string{"[5,6,7,8,8]", "[9,10,10]"}
+		for _, n := range []int{1, 2} {
+			s := h.openStream("/generate", `{"input_ids": [[5, 6, 7, 8], [9, 10]], "return_logprob": true, "stream": true, "sampling_params": {"max_new_tokens": 2, "n": `+strconv.Itoa(n)+`}}`)
+			events := append([]string{s.next()}, s.rest()...)
+			seen := map[int64]int{}
+			for _, ev := range events {
+				data := strings.TrimSpace(strings.TrimPrefix(ev, "data: "))
+				if data == "[DONE]" {
+					continue
+				}
+				i := gjson.Get(data, "index").Int()
+				if want := item[i/int64(n)]; gjson.Get(data, "meta_info.input_token_logprobs.#.1").Raw != want {
+					t.Fatalf("n=%d, output %d: got %s; want the logprobs of tokens %s", n, i, data, want)
+				}
+				seen[i]++
 			}
-			i := gjson.Get(data, "index").Int()
-			if want := item[i/int64(n)]; gjson.Get(data, "meta_info.input_token_logprobs.#.1").Raw != want {
-				t.Fatalf("n=%d, output %d: got %s; want the logprobs of tokens %s", n, i, data, want)
+			if len(seen) != 2*n {
+				t.Fatalf("n=%d: got %v events by output; want %d outputs: %q", n, seen, 2*n, events)
 			}
-			seen[i]++
-		}
-		if len(seen) != 2*n {
-			t.Fatalf("n=%d: got %v events by output; want %d outputs: %q", n, seen, 2*n, events)
-		}
-		for i, c := range seen {
-			if c != 2 {
-				t.Fatalf("n=%d: got %d events for output %d; want 2: %q", n, c, i, events)
+			for i, c := range seen {
+				if c != 2 {
+					t.Fatalf("n=%d: got %d events for output %d; want 2: %q", n, c, i, events)
+				}
 			}
 		}
-	}
+	})
 }
 
 // A client that goes away mid-stream cancels both legs.
 func TestClientGoneCancelsTheStream(t *testing.T) {
-	h := newHarness(t)
-	gate := make(chan struct{}, 8)
-	gate <- struct{}{}
-	h.pair(fake.Config{}, fake.Config{TokenGate: gate})
-	srv := h.start(defaultConfig())
-	s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 5}}`)
-	s.next()
-	_ = s.conn.Close()
-	for range 4 {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		gate := make(chan struct{}, 8)
 		gate <- struct{}{}
-	}
-	waitIdle(t, srv)
+		h.pair(fake.Config{}, fake.Config{TokenGate: gate})
+		srv := h.start(defaultConfig())
+		s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 5}}`)
+		s.next()
+		_ = s.conn.Close()
+		for range 4 {
+			gate <- struct{}{}
+		}
+		waitIdle(t, srv)
+	})
 }
 
 // Shutdown lets a stream in flight finish before it returns.
 func TestShutdownDrainsStreams(t *testing.T) {
-	h := newHarness(t)
-	gate := make(chan struct{}, 8)
-	gate <- struct{}{}
-	h.pair(fake.Config{}, fake.Config{TokenGate: gate})
-	srv := h.start(defaultConfig())
-	s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 3}}`)
-	s.next()
-	shut := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		shut <- srv.Shutdown(ctx)
-	}()
-	select {
-	case err := <-shut:
-		t.Fatalf("Shutdown returned (%v) with a stream in flight", err)
-	default:
-	}
-	gate <- struct{}{}
-	gate <- struct{}{}
-	if rest := s.rest(); len(rest) != 3 || rest[2] != "data: [DONE]\n\n" {
-		t.Fatalf("got %q; want the stream to complete", rest)
-	}
-	select {
-	case err := <-shut:
-		if err != nil {
-			t.Fatalf("Shutdown: %s", err)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		gate := make(chan struct{}, 8)
+		gate <- struct{}{}
+		h.pair(fake.Config{}, fake.Config{TokenGate: gate})
+		srv := h.start(defaultConfig())
+		s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 3}}`)
+		s.next()
+		shut := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			shut <- srv.Shutdown(ctx)
+		}()
+		select {
+		case err := <-shut:
+			t.Fatalf("Shutdown returned (%v) with a stream in flight", err)
+		default:
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("Shutdown did not return after the stream ended")
-	}
+		gate <- struct{}{}
+		gate <- struct{}{}
+		if rest := s.rest(); len(rest) != 3 || rest[2] != "data: [DONE]\n\n" {
+			t.Fatalf("got %q; want the stream to complete", rest)
+		}
+		select {
+		case err := <-shut:
+			if err != nil {
+				t.Fatalf("Shutdown: %s", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Shutdown did not return after the stream ended")
+		}
+	})
 }
 
 // Clients too slow for the client timeouts are let go: one that sends its
@@ -911,97 +927,107 @@ func jsonBackend(body string) fasthttp.RequestHandler {
 // answer: the 502 says so, not that it closed the connection before
 // answering.
 func TestDecodeEndsItsStreamBeforeAnyEvent(t *testing.T) {
-	h := newHarness(t)
-	h.backend("prefill-0:30000", sseBackend(`data: {"text":"a"}`+"\n\n", "data: [DONE]\n\n"))
-	h.backend("decode-0:30010", stallingDecode(nil))
-	cfg := defaultConfig()
-	cfg.DisableRetries = true
-	h.start(cfg)
-	r := h.post("/generate", `{"text": "a", "stream": true}`)
-	if want := "answered 200 and ended its event stream before the first event"; r.status != fasthttp.StatusBadGateway || !strings.Contains(string(r.body), want) {
-		t.Fatalf("got %d %s; want a 502 saying %q", r.status, r.body, want)
-	}
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.backend("prefill-0:30000", sseBackend(`data: {"text":"a"}`+"\n\n", "data: [DONE]\n\n"))
+		h.backend("decode-0:30010", stallingDecode(nil))
+		cfg := defaultConfig()
+		cfg.DisableRetries = true
+		h.start(cfg)
+		r := h.post("/generate", `{"text": "a", "stream": true}`)
+		if want := "answered 200 and ended its event stream before the first event"; r.status != fasthttp.StatusBadGateway || !strings.Contains(string(r.body), want) {
+			t.Fatalf("got %d %s; want a 502 saying %q", r.status, r.body, want)
+		}
+	})
 }
 
 // "stream": "false" is a stream to mini_lb's Python truthiness, which pdlb
 // follows, but no stream to SGLang's pydantic models: the decode answers
 // JSON, which the client gets as it is.
 func TestStreamFalseAsAString(t *testing.T) {
-	h := newHarness(t)
-	h.pair(fake.Config{}, fake.Config{})
-	h.start(defaultConfig())
-	r := h.post("/generate", `{"text": "a", "stream": "false"}`)
-	if r.status != fasthttp.StatusOK || !gjson.ValidBytes(r.body) || !gjson.GetBytes(r.body, "text").Exists() {
-		t.Fatalf("got %d %s; want the decode's JSON answer", r.status, r.body)
-	}
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		h.start(defaultConfig())
+		r := h.post("/generate", `{"text": "a", "stream": "false"}`)
+		if r.status != fasthttp.StatusOK || !gjson.ValidBytes(r.body) || !gjson.GetBytes(r.body, "text").Exists() {
+			t.Fatalf("got %d %s; want the decode's JSON answer", r.status, r.body)
+		}
+	})
 }
 
 // A non-stream prefill answer that an abort with a 5xx status ended (how
 // SGLang answered some failures of its own before it raised them) is a
 // failed prefill, tried again, as a streamed one is.
 func TestPrefillAbortWith5xxIsRetried(t *testing.T) {
-	h := newHarness(t)
-	var prefills atomic.Int32
-	abort := jsonBackend(`{"text":"","meta_info":{"finish_reason":{"type":"abort","message":"overloaded","status_code":503}}}`)
-	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
-		prefills.Add(1)
-		abort(ctx)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		var prefills atomic.Int32
+		abort := jsonBackend(`{"text":"","meta_info":{"finish_reason":{"type":"abort","message":"overloaded","status_code":503}}}`)
+		h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+			prefills.Add(1)
+			abort(ctx)
+		})
+		srv := startWithWaitingDecode(h)
+		r := h.post("/generate", `{"text": "a"}`)
+		if r.status != fasthttp.StatusOK || !strings.Contains(string(r.body), "overloaded") {
+			t.Fatalf("got %d %s; want the prefill's answer once out of retries", r.status, r.body)
+		}
+		if n := prefills.Load(); n != 3 {
+			t.Fatalf("the prefill got %d attempts; want 3, the retries included", n)
+		}
+		// The worker's failure passed on is counted as one.
+		if got := h.metric(`pdlb_request_errors_total{reason="backend_failed"}`); got != "1" {
+			t.Fatalf("got %q backend_failed; want 1", got)
+		}
+		waitIdle(t, srv)
 	})
-	srv := startWithWaitingDecode(h)
-	r := h.post("/generate", `{"text": "a"}`)
-	if r.status != fasthttp.StatusOK || !strings.Contains(string(r.body), "overloaded") {
-		t.Fatalf("got %d %s; want the prefill's answer once out of retries", r.status, r.body)
-	}
-	if n := prefills.Load(); n != 3 {
-		t.Fatalf("the prefill got %d attempts; want 3, the retries included", n)
-	}
-	// The worker's failure passed on is counted as one.
-	if got := h.metric(`pdlb_request_errors_total{reason="backend_failed"}`); got != "1" {
-		t.Fatalf("got %q backend_failed; want 1", got)
-	}
-	waitIdle(t, srv)
 }
 
 // A stream request that its decode answers with a 5xx instead of a stream
 // gets that answer, counted as the worker's failure passed on, as it is for
 // a non-stream request: it was not counted.
 func TestDecode5xxToAStreamIsCounted(t *testing.T) {
-	h := newHarness(t)
-	h.backend("prefill-0:30000", jsonBackend(`{}`))
-	var served atomic.Int32
-	h.backend("decode-0:30010", failing(&served, fasthttp.StatusInternalServerError, `{"error": "boom"}`))
-	cfg := defaultConfig()
-	cfg.DisableRetries = true
-	srv := h.start(cfg)
-	r := h.post("/generate", `{"text": "a", "stream": true}`)
-	if r.status != fasthttp.StatusInternalServerError || !strings.Contains(string(r.body), "boom") {
-		t.Fatalf("got %d %s; want the decode's 500", r.status, r.body)
-	}
-	if got := h.metric(`pdlb_request_errors_total{reason="backend_failed"}`); got != "1" {
-		t.Fatalf("got %q backend_failed; want 1", got)
-	}
-	waitIdle(t, srv)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.backend("prefill-0:30000", jsonBackend(`{}`))
+		var served atomic.Int32
+		h.backend("decode-0:30010", failing(&served, fasthttp.StatusInternalServerError, `{"error": "boom"}`))
+		cfg := defaultConfig()
+		cfg.DisableRetries = true
+		srv := h.start(cfg)
+		r := h.post("/generate", `{"text": "a", "stream": true}`)
+		if r.status != fasthttp.StatusInternalServerError || !strings.Contains(string(r.body), "boom") {
+			t.Fatalf("got %d %s; want the decode's 500", r.status, r.body)
+		}
+		if got := h.metric(`pdlb_request_errors_total{reason="backend_failed"}`); got != "1" {
+			t.Fatalf("got %q backend_failed; want 1", got)
+		}
+		waitIdle(t, srv)
+	})
 }
 
 // A stream whose first event is the decode's failure is relayed as it is
 // once no retry is left, and counted and logged as a worker's failure
 // passed on, as a 5xx answer is.
 func TestDecodeFailureEventPassedOnIsCounted(t *testing.T) {
-	h := newHarness(t)
-	h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
-	failure := `data: {"error": {"message": "boom", "code": 500}}` + "\n\n"
-	h.backend("decode-0:30010", sseBackend(failure, "data: [DONE]\n\n"))
-	cfg := defaultConfig()
-	cfg.DisableRetries = true
-	srv := h.start(cfg)
-	s := h.openStream("/generate", `{"text": "a", "stream": true}`)
-	if got := append([]string{s.next()}, s.rest()...); len(got) != 2 || got[0] != failure {
-		t.Fatalf("got %q; want the decode's failure event and [DONE]", got)
-	}
-	waitIdle(t, srv)
-	if got := h.metric(`pdlb_request_errors_total{reason="backend_failed"}`); got != "1" {
-		t.Fatalf("got %q backend_failed; want 1", got)
-	}
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
+		failure := `data: {"error": {"message": "boom", "code": 500}}` + "\n\n"
+		h.backend("decode-0:30010", sseBackend(failure, "data: [DONE]\n\n"))
+		cfg := defaultConfig()
+		cfg.DisableRetries = true
+		srv := h.start(cfg)
+		s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+		if got := append([]string{s.next()}, s.rest()...); len(got) != 2 || got[0] != failure {
+			t.Fatalf("got %q; want the decode's failure event and [DONE]", got)
+		}
+		waitIdle(t, srv)
+		if got := h.metric(`pdlb_request_errors_total{reason="backend_failed"}`); got != "1" {
+			t.Fatalf("got %q backend_failed; want 1", got)
+		}
+	})
 }
 
 // A stream request whose prefill fails while the decode's error answer is
@@ -1009,26 +1035,28 @@ func TestDecodeFailureEventPassedOnIsCounted(t *testing.T) {
 // prefill's failure closed the decode's connection under that read, and
 // "use of closed network connection" was no answer to give.
 func TestStreamBothLegsFailing(t *testing.T) {
-	h := newHarness(t)
-	headersSent := make(chan struct{}, 1)
-	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
-		<-headersSent
-		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
-		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"error": "prefill boom"}`)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		headersSent := make(chan struct{}, 1)
+		h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+			<-headersSent
+			ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+			ctx.SetContentType("application/json")
+			ctx.SetBodyString(`{"error": "prefill boom"}`)
+		})
+		h.rawBackend("decode-0:30010", func(_ int, c net.Conn) {
+			// The answer's headers and the start of its body; the rest never
+			// comes, so the read is still going when the prefill fails.
+			_, _ = io.WriteString(c, "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"error\": ")
+			headersSent <- struct{}{}
+		})
+		cfg := defaultConfig()
+		cfg.DisableRetries = true
+		srv := h.start(cfg)
+		r := h.post("/generate", `{"text": "a", "stream": true}`)
+		if r.status != fasthttp.StatusInternalServerError || !strings.Contains(string(r.body), "prefill boom") {
+			t.Fatalf("got %d %s; want the prefill's 500", r.status, r.body)
+		}
+		waitIdle(t, srv)
 	})
-	h.rawBackend("decode-0:30010", func(_ int, c net.Conn) {
-		// The answer's headers and the start of its body; the rest never
-		// comes, so the read is still going when the prefill fails.
-		_, _ = io.WriteString(c, "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"error\": ")
-		headersSent <- struct{}{}
-	})
-	cfg := defaultConfig()
-	cfg.DisableRetries = true
-	srv := h.start(cfg)
-	r := h.post("/generate", `{"text": "a", "stream": true}`)
-	if r.status != fasthttp.StatusInternalServerError || !strings.Contains(string(r.body), "prefill boom") {
-		t.Fatalf("got %d %s; want the prefill's 500", r.status, r.body)
-	}
-	waitIdle(t, srv)
 }
