@@ -188,49 +188,51 @@ func TestDroppedRequestAbortsOncePerWorker(t *testing.T) {
 	} {
 		for _, failing := range []string{rolePrefill, roleDecode} {
 			t.Run(tc.name+", the "+failing+" failing", func(t *testing.T) {
-				h := newHarness(t)
-				held := make(chan struct{}, 1)
-				var rec abortRecorder
-				fcfg := fake.Config{KVTimeout: 5 * time.Second, OnRequest: func(path string, body []byte) {
-					rec.record(path, body)
-					if path == "/generate" {
-						held <- struct{}{}
+				inBubble(t, func(t *testing.T) {
+					h := newHarness(t)
+					held := make(chan struct{}, 1)
+					var rec abortRecorder
+					fcfg := fake.Config{KVTimeout: 5 * time.Second, OnRequest: func(path string, body []byte) {
+						rec.record(path, body)
+						if path == "/generate" {
+							held <- struct{}{}
+						}
+					}}
+					var failedAborts atomic.Int32
+					var cancelled *fake.Server
+					if failing == rolePrefill {
+						h.backend("prefill-0:30000", failOnceHeld(held, &failedAborts))
+						fcfg.Role = fake.RoleDecode
+						cancelled = h.fake("decode-0:30010", fcfg)
+					} else {
+						fcfg.Role = fake.RolePrefill
+						cancelled = h.fake("prefill-0:30000", fcfg)
+						h.backend("decode-0:30010", failOnceHeld(held, &failedAborts))
 					}
-				}}
-				var failedAborts atomic.Int32
-				var cancelled *fake.Server
-				if failing == rolePrefill {
-					h.backend("prefill-0:30000", failOnceHeld(held, &failedAborts))
-					fcfg.Role = fake.RoleDecode
-					cancelled = h.fake("decode-0:30010", fcfg)
-				} else {
-					fcfg.Role = fake.RolePrefill
-					cancelled = h.fake("prefill-0:30000", fcfg)
-					h.backend("decode-0:30010", failOnceHeld(held, &failedAborts))
-				}
-				cfg := defaultConfig()
-				cfg.DisableRetries = true
-				srv := h.start(cfg)
-				if r := h.post("/generate", tc.body); r.status < fasthttp.StatusInternalServerError {
-					t.Fatalf("got %d %s; want the %s's failure", r.status, r.body, failing)
-				}
-				waitIdle(t, srv) // includes the aborts
-				want := []string{}
-				if tc.want != "" {
-					want = []string{tc.want}
-				}
-				if got := rec.got(); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
-					t.Fatalf("the cancelled leg's worker got /abort_request for %q; want %q", got, want)
-				}
-				if n := cancelled.Stats().AbortRequest; n != uint64(len(want)) {
-					t.Fatalf("the cancelled leg's worker counted %d /abort_request; want %d", n, len(want))
-				}
-				if n := failedAborts.Load(); n != 0 {
-					t.Fatalf("the failed leg's worker got %d /abort_request; want none", n)
-				}
-				if got := h.metric("pdlb_abort_requests_total"); got != strconv.Itoa(len(want)) {
-					t.Fatalf("got pdlb_abort_requests_total %q; want %d", got, len(want))
-				}
+					cfg := defaultConfig()
+					cfg.DisableRetries = true
+					srv := h.start(cfg)
+					if r := h.post("/generate", tc.body); r.status < fasthttp.StatusInternalServerError {
+						t.Fatalf("got %d %s; want the %s's failure", r.status, r.body, failing)
+					}
+					waitIdle(t, srv) // includes the aborts
+					want := []string{}
+					if tc.want != "" {
+						want = []string{tc.want}
+					}
+					if got := rec.got(); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
+						t.Fatalf("the cancelled leg's worker got /abort_request for %q; want %q", got, want)
+					}
+					if n := cancelled.Stats().AbortRequest; n != uint64(len(want)) {
+						t.Fatalf("the cancelled leg's worker counted %d /abort_request; want %d", n, len(want))
+					}
+					if n := failedAborts.Load(); n != 0 {
+						t.Fatalf("the failed leg's worker got %d /abort_request; want none", n)
+					}
+					if got := h.metric("pdlb_abort_requests_total"); got != strconv.Itoa(len(want)) {
+						t.Fatalf("got pdlb_abort_requests_total %q; want %d", got, len(want))
+					}
+				})
 			})
 		}
 	}

@@ -135,36 +135,38 @@ func TestIdleConnectionsMakeRoomOldestFirst(t *testing.T) {
 		{"a request makes it wait least", []string{"dial 0", "get 0", "dial 1", "get 0"}, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t)
-			h.pair(fake.Config{}, fake.Config{})
-			cfg := defaultConfig()
-			cfg.MaxConnections = 2
-			srv := h.start(cfg)
-			var clients []*rawClient
-			served := map[int]bool{}
-			for _, step := range tt.steps {
-				what, n, _ := strings.Cut(step, " ")
-				i := int(n[0] - '0')
-				switch what {
-				case "dial":
-					clients = append(clients, dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }))
-				case "get":
-					clients[i].get()
-					served[i] = true
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				h.pair(fake.Config{}, fake.Config{})
+				cfg := defaultConfig()
+				cfg.MaxConnections = 2
+				srv := h.start(cfg)
+				var clients []*rawClient
+				served := map[int]bool{}
+				for _, step := range tt.steps {
+					what, n, _ := strings.Cut(step, " ")
+					i := int(n[0] - '0')
+					switch what {
+					case "dial":
+						clients = append(clients, dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }))
+					case "get":
+						clients[i].get()
+						served[i] = true
+					}
+					// Each step is done, for pdlb too, before the next.
+					waitConns(t, srv, len(clients), len(clients)-len(served), len(served), 0)
 				}
-				// Each step is done, for pdlb too, before the next.
-				waitConns(t, srv, len(clients), len(clients)-len(served), len(served), 0)
-			}
 
-			if r := h.do(fasthttp.MethodGet, "/liveness", ""); r.status != fasthttp.StatusOK {
-				t.Fatalf("the new client got %d %s; want 200", r.status, r.body)
-			}
-			clients[tt.closed].waitClosed()
-			clients[1-tt.closed].get() // the other one is still served
-			if got := srv.connsEvicted.Get(); got != 1 {
-				t.Errorf("got %d connections evicted; want 1", got)
-			}
-			waitConns(t, srv, 2, 0, 2, 0)
+				if r := h.do(fasthttp.MethodGet, "/liveness", ""); r.status != fasthttp.StatusOK {
+					t.Fatalf("the new client got %d %s; want 200", r.status, r.body)
+				}
+				clients[tt.closed].waitClosed()
+				clients[1-tt.closed].get() // the other one is still served
+				if got := srv.connsEvicted.Get(); got != 1 {
+					t.Errorf("got %d connections evicted; want 1", got)
+				}
+				waitConns(t, srv, 2, 0, 2, 0)
+			})
 		})
 	}
 }
@@ -367,19 +369,21 @@ func TestUnreadBodyClosesTheConnection(t *testing.T) {
 		{"encoded body", "POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Encoding: gzip\r\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t)
-			h.pair(fake.Config{}, fake.Config{})
-			cfg := defaultConfig()
-			cfg.MaxConnections = 1
-			srv := h.start(cfg)
-			c := dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") })
-			c.send(tc.head + "Content-Length: 100000\r\n\r\n" + strings.Repeat(" ", 20000))
-			if resp := c.answer(); !resp.ConnectionClose() {
-				t.Fatalf("got %d, not closing the connection", resp.StatusCode())
-			}
-			c.waitClosed()
-			waitConns(t, srv, 0, 0, 0, 0)
-			dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }).get()
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				h.pair(fake.Config{}, fake.Config{})
+				cfg := defaultConfig()
+				cfg.MaxConnections = 1
+				srv := h.start(cfg)
+				c := dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") })
+				c.send(tc.head + "Content-Length: 100000\r\n\r\n" + strings.Repeat(" ", 20000))
+				if resp := c.answer(); !resp.ConnectionClose() {
+					t.Fatalf("got %d, not closing the connection", resp.StatusCode())
+				}
+				c.waitClosed()
+				waitConns(t, srv, 0, 0, 0, 0)
+				dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }).get()
+			})
 		})
 	}
 }

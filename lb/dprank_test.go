@@ -87,61 +87,63 @@ func generations(servers []*fake.Server) []uint64 {
 func TestMixedDPSizesPlaceRanksWhereTheyExist(t *testing.T) {
 	for _, policy := range Policies() {
 		t.Run(policy, func(t *testing.T) {
-			h := newHarness(t)
-			cfg := defaultConfig()
-			cfg.PrefillPolicy, cfg.DecodePolicy = policy, policy
-			prefills, decodes := h.mixedDP(cfg)
-			// The same request again and again goes to every worker that
-			// may take it under these policies; the others keep a prompt,
-			// or a key, on the worker that has it.
-			spreads := policy == PolicyRandom || policy == PolicyRoundRobin || policy == PolicyPowerOfTwo || policy == PolicyLeastLoad
-			const n = 60
-			for _, tc := range []struct {
-				name, path, body string
-				headers          []string
-				// decodeRanked: the rank applies to the decode too.
-				decodeRanked bool
-			}{
-				{"disagg_prefill_dp_rank", "/generate", `{"text": "a", "disagg_prefill_dp_rank": 1}`, nil, false},
-				{"routed_dp_rank", "/generate", `{"text": "a", "routed_dp_rank": 1}`, nil, true},
-				{"data_parallel_rank", "/v1/completions", `{"prompt": "a", "data_parallel_rank": 1}`, nil, true},
-				{"header", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "a"}]}`, []string{"X-Data-Parallel-Rank", "1"}, true},
-			} {
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				cfg := defaultConfig()
+				cfg.PrefillPolicy, cfg.DecodePolicy = policy, policy
+				prefills, decodes := h.mixedDP(cfg)
+				// The same request again and again goes to every worker that
+				// may take it under these policies; the others keep a prompt,
+				// or a key, on the worker that has it.
+				spreads := policy == PolicyRandom || policy == PolicyRoundRobin || policy == PolicyPowerOfTwo || policy == PolicyLeastLoad
+				const n = 60
+				for _, tc := range []struct {
+					name, path, body string
+					headers          []string
+					// decodeRanked: the rank applies to the decode too.
+					decodeRanked bool
+				}{
+					{"disagg_prefill_dp_rank", "/generate", `{"text": "a", "disagg_prefill_dp_rank": 1}`, nil, false},
+					{"routed_dp_rank", "/generate", `{"text": "a", "routed_dp_rank": 1}`, nil, true},
+					{"data_parallel_rank", "/v1/completions", `{"prompt": "a", "data_parallel_rank": 1}`, nil, true},
+					{"header", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "a"}]}`, []string{"X-Data-Parallel-Rank", "1"}, true},
+				} {
+					p0, d0 := generations(prefills), generations(decodes)
+					for range n {
+						if r := h.post(tc.path, tc.body, tc.headers...); r.status != fasthttp.StatusOK {
+							t.Fatalf("%s: got %d %s", tc.name, r.status, r.body)
+						}
+					}
+					p1, d1 := generations(prefills), generations(decodes)
+					if p1[0] != p0[0] || spreads && (p1[1] == p0[1] || p1[2] == p0[2]) {
+						t.Fatalf("%s: the prefills (dp 1, 2, 2) served %v → %v; want only, and both, dp-2 ones", tc.name, p0, p1)
+					}
+					if tc.decodeRanked && (d1[0] != d0[0] || d1[1]-d0[1] != n) {
+						t.Fatalf("%s: the decodes (dp 1, 2) served %v → %v; want the dp-2 one alone", tc.name, d0, d1)
+					}
+				}
+				// Rank 0 exists everywhere: every worker takes its share.
 				p0, d0 := generations(prefills), generations(decodes)
 				for range n {
-					if r := h.post(tc.path, tc.body, tc.headers...); r.status != fasthttp.StatusOK {
-						t.Fatalf("%s: got %d %s", tc.name, r.status, r.body)
+					if r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 0, "routed_dp_rank": 0}`); r.status != fasthttp.StatusOK {
+						t.Fatalf("rank 0: got %d %s", r.status, r.body)
 					}
 				}
 				p1, d1 := generations(prefills), generations(decodes)
-				if p1[0] != p0[0] || spreads && (p1[1] == p0[1] || p1[2] == p0[2]) {
-					t.Fatalf("%s: the prefills (dp 1, 2, 2) served %v → %v; want only, and both, dp-2 ones", tc.name, p0, p1)
+				if !spreads {
+					return
 				}
-				if tc.decodeRanked && (d1[0] != d0[0] || d1[1]-d0[1] != n) {
-					t.Fatalf("%s: the decodes (dp 1, 2) served %v → %v; want the dp-2 one alone", tc.name, d0, d1)
+				for i := range p1 {
+					if p1[i] == p0[i] {
+						t.Fatalf("rank 0: the prefills served %v → %v; want every one", p0, p1)
+					}
 				}
-			}
-			// Rank 0 exists everywhere: every worker takes its share.
-			p0, d0 := generations(prefills), generations(decodes)
-			for range n {
-				if r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 0, "routed_dp_rank": 0}`); r.status != fasthttp.StatusOK {
-					t.Fatalf("rank 0: got %d %s", r.status, r.body)
+				for i := range d1 {
+					if d1[i] == d0[i] {
+						t.Fatalf("rank 0: the decodes served %v → %v; want every one", d0, d1)
+					}
 				}
-			}
-			p1, d1 := generations(prefills), generations(decodes)
-			if !spreads {
-				return
-			}
-			for i := range p1 {
-				if p1[i] == p0[i] {
-					t.Fatalf("rank 0: the prefills served %v → %v; want every one", p0, p1)
-				}
-			}
-			for i := range d1 {
-				if d1[i] == d0[i] {
-					t.Fatalf("rank 0: the decodes served %v → %v; want every one", d0, d1)
-				}
-			}
+			})
 		})
 	}
 }

@@ -86,23 +86,25 @@ func TestFailedLegCancelsItsPeer(t *testing.T) {
 	} {
 		for _, stream := range []string{"false", "true"} {
 			t.Run(tc.name+"/stream="+stream, func(t *testing.T) {
-				h := newHarness(t)
-				tc.setup(h)
-				srv := h.start(defaultConfig())
-				r := h.post("/v1/chat/completions", `{"messages": [{"role": "user", "content": "hi"}], "stream": `+stream+`}`)
-				if r.status != tc.status {
-					t.Fatalf("got %d %s; want %d", r.status, r.body, tc.status)
-				}
-				if tc.body != "" && string(r.body) != tc.body {
-					t.Fatalf("got %s; want the failing worker's answer %s", r.body, tc.body)
-				}
-				if msg := gjson.GetBytes(r.body, "error.message").String(); !strings.Contains(msg, tc.message) {
-					t.Fatalf("got message %q; want it to contain %q", msg, tc.message)
-				}
-				if r.took > 2*time.Second {
-					t.Fatalf("the client waited %s", r.took)
-				}
-				waitIdle(t, srv)
+				inBubble(t, func(t *testing.T) {
+					h := newHarness(t)
+					tc.setup(h)
+					srv := h.start(defaultConfig())
+					r := h.post("/v1/chat/completions", `{"messages": [{"role": "user", "content": "hi"}], "stream": `+stream+`}`)
+					if r.status != tc.status {
+						t.Fatalf("got %d %s; want %d", r.status, r.body, tc.status)
+					}
+					if tc.body != "" && string(r.body) != tc.body {
+						t.Fatalf("got %s; want the failing worker's answer %s", r.body, tc.body)
+					}
+					if msg := gjson.GetBytes(r.body, "error.message").String(); !strings.Contains(msg, tc.message) {
+						t.Fatalf("got message %q; want it to contain %q", msg, tc.message)
+					}
+					if r.took > 2*time.Second {
+						t.Fatalf("the client waited %s", r.took)
+					}
+					waitIdle(t, srv)
+				})
 			})
 		}
 	}
@@ -250,38 +252,40 @@ func TestPassedOnFailureIsLogged(t *testing.T) {
 		{"prefill", rolePrefill, "prefill-0:30000", `{"text": "a"}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t)
-			var served atomic.Int32
-			fail := failing(&served, fasthttp.StatusServiceUnavailable, `{"error": "boom"}`)
-			if c.role == rolePrefill {
-				release := make(chan struct{})
-				h.backend("prefill-0:30000", fail)
-				h.backend("decode-0:30010", func(*fasthttp.RequestCtx) { <-release }) // the KV cache never comes
-				// Registered last, so run first: the backend's shutdown waits for it.
-				t.Cleanup(func() { close(release) })
-			} else {
-				h.backend("prefill-0:30000", jsonBackend(`{}`))
-				h.backend("decode-0:30010", fail)
-			}
-			cfg := defaultConfig()
-			cfg.DisableRetries = true
-			var logs syncBuffer
-			srv := h.startLogged(cfg, zerolog.New(&logs).Level(zerolog.WarnLevel))
-			r := h.post("/generate", c.body, "X-Request-Id", "r-1")
-			if r.status != fasthttp.StatusServiceUnavailable {
-				t.Fatalf("got %d %s; want the %s's 503", r.status, r.body, c.role)
-			}
-			waitIdle(t, srv)
-			var warned []string
-			for line := range strings.Lines(logs.String()) {
-				if gjson.Get(line, "request_id").String() == "r-1" && gjson.Get(line, "level").String() == "warn" {
-					warned = append(warned, line)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				var served atomic.Int32
+				fail := failing(&served, fasthttp.StatusServiceUnavailable, `{"error": "boom"}`)
+				if c.role == rolePrefill {
+					release := make(chan struct{})
+					h.backend("prefill-0:30000", fail)
+					h.backend("decode-0:30010", func(*fasthttp.RequestCtx) { <-release }) // the KV cache never comes
+					// Registered last, so run first: the backend's shutdown waits for it.
+					t.Cleanup(func() { close(release) })
+				} else {
+					h.backend("prefill-0:30000", jsonBackend(`{}`))
+					h.backend("decode-0:30010", fail)
 				}
-			}
-			if len(warned) != 1 || gjson.Get(warned[0], "role").String() != c.role ||
-				gjson.Get(warned[0], "backend").String() != c.backend || gjson.Get(warned[0], "status").Int() != 503 {
-				t.Fatalf("got warnings %q; want one naming the %s %s and its 503", warned, c.role, c.backend)
-			}
+				cfg := defaultConfig()
+				cfg.DisableRetries = true
+				var logs syncBuffer
+				srv := h.startLogged(cfg, zerolog.New(&logs).Level(zerolog.WarnLevel))
+				r := h.post("/generate", c.body, "X-Request-Id", "r-1")
+				if r.status != fasthttp.StatusServiceUnavailable {
+					t.Fatalf("got %d %s; want the %s's 503", r.status, r.body, c.role)
+				}
+				waitIdle(t, srv)
+				var warned []string
+				for line := range strings.Lines(logs.String()) {
+					if gjson.Get(line, "request_id").String() == "r-1" && gjson.Get(line, "level").String() == "warn" {
+						warned = append(warned, line)
+					}
+				}
+				if len(warned) != 1 || gjson.Get(warned[0], "role").String() != c.role ||
+					gjson.Get(warned[0], "backend").String() != c.backend || gjson.Get(warned[0], "status").Int() != 503 {
+					t.Fatalf("got warnings %q; want one naming the %s %s and its 503", warned, c.role, c.backend)
+				}
+			})
 		})
 	}
 }

@@ -30,49 +30,51 @@ func TestWorkersGetOneRequestID(t *testing.T) {
 		{"two, not the ID header", []string{"X-Trace-Id"}, [][2]string{{"X-Request-Id", "evil"}, {"X-Request-Id", "evil2"}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t)
-			ids := make(chan string, 2)
-			record := func(ctx *fasthttp.RequestCtx) {
-				var got []string
-				for _, v := range ctx.Request.Header.PeekAll("X-Request-Id") {
-					got = append(got, string(v))
-				}
-				ids <- strings.Join(got, ",")
-				ctx.SetContentType("application/json")
-				ctx.SetBodyString(`{"text": "ok"}`)
-			}
-			h.backend("prefill-0:30000", record)
-			h.backend("decode-0:30010", record)
-			cfg := defaultConfig()
-			cfg.RequestIDHeaders = tc.idHeaders
-			h.start(cfg)
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			req.Header.SetMethod(fasthttp.MethodPost)
-			req.SetRequestURI("http://pdlb:8000/generate")
-			req.Header.DisableNormalizing() // the spellings as the test wrote them
-			for _, kv := range tc.sent {
-				req.Header.Add(kv[0], kv[1])
-			}
-			req.SetBodyString(`{"text": "a"}`)
-			if err := h.cl.DoTimeout(req, resp, 10*time.Second); err != nil || resp.StatusCode() != fasthttp.StatusOK {
-				t.Fatalf("got %d %s %v", resp.StatusCode(), resp.Body(), err)
-			}
-			want := tc.want
-			if want == "" {
-				want = string(resp.Header.Peek("X-Request-Id")) // pdlb's, answered
-			}
-			for range 2 { // the prefill's may come after the answer
-				select {
-				case got := <-ids:
-					if got != want {
-						t.Fatalf("a worker got X-Request-Id %q; want %q once", got, want)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				ids := make(chan string, 2)
+				record := func(ctx *fasthttp.RequestCtx) {
+					var got []string
+					for _, v := range ctx.Request.Header.PeekAll("X-Request-Id") {
+						got = append(got, string(v))
 					}
-				case <-time.After(10 * time.Second):
-					t.Fatal("a worker got no request")
+					ids <- strings.Join(got, ",")
+					ctx.SetContentType("application/json")
+					ctx.SetBodyString(`{"text": "ok"}`)
 				}
-			}
+				h.backend("prefill-0:30000", record)
+				h.backend("decode-0:30010", record)
+				cfg := defaultConfig()
+				cfg.RequestIDHeaders = tc.idHeaders
+				h.start(cfg)
+				req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+				defer fasthttp.ReleaseRequest(req)
+				defer fasthttp.ReleaseResponse(resp)
+				req.Header.SetMethod(fasthttp.MethodPost)
+				req.SetRequestURI("http://pdlb:8000/generate")
+				req.Header.DisableNormalizing() // the spellings as the test wrote them
+				for _, kv := range tc.sent {
+					req.Header.Add(kv[0], kv[1])
+				}
+				req.SetBodyString(`{"text": "a"}`)
+				if err := h.cl.DoTimeout(req, resp, 10*time.Second); err != nil || resp.StatusCode() != fasthttp.StatusOK {
+					t.Fatalf("got %d %s %v", resp.StatusCode(), resp.Body(), err)
+				}
+				want := tc.want
+				if want == "" {
+					want = string(resp.Header.Peek("X-Request-Id")) // pdlb's, answered
+				}
+				for range 2 { // the prefill's may come after the answer
+					select {
+					case got := <-ids:
+						if got != want {
+							t.Fatalf("a worker got X-Request-Id %q; want %q once", got, want)
+						}
+					case <-time.After(10 * time.Second):
+						t.Fatal("a worker got no request")
+					}
+				}
+			})
 		})
 	}
 }

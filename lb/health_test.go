@@ -291,12 +291,14 @@ func TestEmptyPoolSaysWhy(t *testing.T) {
 		}, "no prefill backend is available (prefill-0:30000: ejected after consecutive failures)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t)
-			c.setUp(t, h)
-			r := h.post("/generate", `{"text": "a"}`)
-			if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(msg, c.want) {
-				t.Fatalf("got %d %s; want a 503 saying %q", r.status, r.body, c.want)
-			}
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				c.setUp(t, h)
+				r := h.post("/generate", `{"text": "a"}`)
+				if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(msg, c.want) {
+					t.Fatalf("got %d %s; want a 503 saying %q", r.status, r.body, c.want)
+				}
+			})
 		})
 	}
 }

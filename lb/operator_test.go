@@ -173,29 +173,31 @@ func TestOperatorRoutesAnswerOperatorsOnly(t *testing.T) {
 		{"loopback6", &net.TCPAddr{IP: net.IPv6loopback, Port: 40000}, fasthttp.StatusOK},
 	} {
 		t.Run(remote.name, func(t *testing.T) {
-			h := newHarness(t)
-			if remote.addr != nil {
-				h.wrapListener = func(ln net.Listener) net.Listener { return remoteAddrListener{ln, remote.addr} }
-			}
-			p, d := h.pair(fake.Config{}, fake.Config{})
-			h.start(defaultConfig())
-			checkCalls(t, remote.name, h.do, append(operatorCalls("", remote.want),
-				operatorCall{"POST", "/abort_request", `{"rid": "request-1"}`, "", fasthttp.StatusOK}))
-			if remote.want == fasthttp.StatusOK {
-				// A proxy on the same host makes every client loopback.
-				checkCalls(t, remote.name+" forwarded", func(method, path, body string, headers ...string) reply {
-					return h.do(method, path, body, append(headers, "X-Forwarded-For", "10.0.0.7")...)
-				}, operatorCalls("", fasthttp.StatusForbidden))
-			}
-			flushes, aborts := uint64(0), uint64(1)
-			if remote.want == fasthttp.StatusOK {
-				flushes, aborts = 1, 2
-			}
-			for _, w := range []*fake.Server{p, d} {
-				if st := w.Stats(); st.FlushCache != flushes || st.AbortRequest != aborts {
-					t.Errorf("a worker got %d flushes and %d aborts; want %d and %d", st.FlushCache, st.AbortRequest, flushes, aborts)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				if remote.addr != nil {
+					h.wrapListener = func(ln net.Listener) net.Listener { return remoteAddrListener{ln, remote.addr} }
 				}
-			}
+				p, d := h.pair(fake.Config{}, fake.Config{})
+				h.start(defaultConfig())
+				checkCalls(t, remote.name, h.do, append(operatorCalls("", remote.want),
+					operatorCall{"POST", "/abort_request", `{"rid": "request-1"}`, "", fasthttp.StatusOK}))
+				if remote.want == fasthttp.StatusOK {
+					// A proxy on the same host makes every client loopback.
+					checkCalls(t, remote.name+" forwarded", func(method, path, body string, headers ...string) reply {
+						return h.do(method, path, body, append(headers, "X-Forwarded-For", "10.0.0.7")...)
+					}, operatorCalls("", fasthttp.StatusForbidden))
+				}
+				flushes, aborts := uint64(0), uint64(1)
+				if remote.want == fasthttp.StatusOK {
+					flushes, aborts = 1, 2
+				}
+				for _, w := range []*fake.Server{p, d} {
+					if st := w.Stats(); st.FlushCache != flushes || st.AbortRequest != aborts {
+						t.Errorf("a worker got %d flushes and %d aborts; want %d and %d", st.FlushCache, st.AbortRequest, flushes, aborts)
+					}
+				}
+			})
 		})
 	}
 

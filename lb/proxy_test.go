@@ -49,39 +49,41 @@ func (b *bodies) only(t *testing.T) []byte {
 func TestGenerateSendsMatchingFieldsToBothLegs(t *testing.T) {
 	for _, route := range []string{"/generate", "/v1/completions", "/v1/chat/completions"} {
 		t.Run(route, func(t *testing.T) {
-			h := newHarness(t)
-			var pb, db bodies
-			h.pair(fake.Config{OnRequest: pb.record}, fake.Config{OnRequest: db.record})
-			h.start(defaultConfig())
-			// Numbers written oddly must reach the workers as written, and
-			// client-supplied bootstrap fields must be replaced.
-			in := `{"model": "m", "text": "Hello", "prompt": "Hi", "messages": [{"role": "user", "content": "Hi"}],` +
-				` "sampling_params": {"max_new_tokens": 4, "temperature": 0.0}, "max_tokens": 4, "weird": 1.50e3,` +
-				` "bootstrap_room": 7, "bootstrap_host": "client"}`
-			r := h.post(route, in)
-			if r.status != fasthttp.StatusOK {
-				t.Fatalf("got status %d: %s", r.status, r.body)
-			}
-			p, d := pb.only(t), db.only(t)
-			if !bytes.Equal(p, d) {
-				t.Fatalf("the legs got different bodies:\nprefill %s\ndecode  %s", p, d)
-			}
-			if !bytes.Contains(p, []byte(`"weird": 1.50e3`)) || !bytes.Contains(p, []byte(`"temperature": 0.0`)) {
-				t.Fatalf("client bytes were not preserved: %s", p)
-			}
-			if host := gjson.GetBytes(p, "bootstrap_host").String(); host != "prefill-0" {
-				t.Fatalf("got bootstrap_host %q; want prefill-0", host)
-			}
-			if port := gjson.GetBytes(p, "bootstrap_port").Raw; port != "8998" {
-				t.Fatalf("got bootstrap_port %s; want 8998", port)
-			}
-			room := gjson.GetBytes(p, "bootstrap_room")
-			if room.Type != gjson.Number || strings.ContainsAny(room.Raw, ".eE-") || room.Raw == "7" {
-				t.Fatalf("got bootstrap_room %s; want a fresh non-negative integer", room.Raw)
-			}
-			if n := strings.Count(string(p), `"bootstrap_room"`); n != 1 {
-				t.Fatalf("bootstrap_room appears %d times in %s", n, p)
-			}
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				var pb, db bodies
+				h.pair(fake.Config{OnRequest: pb.record}, fake.Config{OnRequest: db.record})
+				h.start(defaultConfig())
+				// Numbers written oddly must reach the workers as written, and
+				// client-supplied bootstrap fields must be replaced.
+				in := `{"model": "m", "text": "Hello", "prompt": "Hi", "messages": [{"role": "user", "content": "Hi"}],` +
+					` "sampling_params": {"max_new_tokens": 4, "temperature": 0.0}, "max_tokens": 4, "weird": 1.50e3,` +
+					` "bootstrap_room": 7, "bootstrap_host": "client"}`
+				r := h.post(route, in)
+				if r.status != fasthttp.StatusOK {
+					t.Fatalf("got status %d: %s", r.status, r.body)
+				}
+				p, d := pb.only(t), db.only(t)
+				if !bytes.Equal(p, d) {
+					t.Fatalf("the legs got different bodies:\nprefill %s\ndecode  %s", p, d)
+				}
+				if !bytes.Contains(p, []byte(`"weird": 1.50e3`)) || !bytes.Contains(p, []byte(`"temperature": 0.0`)) {
+					t.Fatalf("client bytes were not preserved: %s", p)
+				}
+				if host := gjson.GetBytes(p, "bootstrap_host").String(); host != "prefill-0" {
+					t.Fatalf("got bootstrap_host %q; want prefill-0", host)
+				}
+				if port := gjson.GetBytes(p, "bootstrap_port").Raw; port != "8998" {
+					t.Fatalf("got bootstrap_port %s; want 8998", port)
+				}
+				room := gjson.GetBytes(p, "bootstrap_room")
+				if room.Type != gjson.Number || strings.ContainsAny(room.Raw, ".eE-") || room.Raw == "7" {
+					t.Fatalf("got bootstrap_room %s; want a fresh non-negative integer", room.Raw)
+				}
+				if n := strings.Count(string(p), `"bootstrap_room"`); n != 1 {
+					t.Fatalf("bootstrap_room appears %d times in %s", n, p)
+				}
+			})
 		})
 	}
 }

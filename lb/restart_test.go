@@ -165,26 +165,28 @@ func TestFailedProbeMakesPairsCold(t *testing.T) {
 func TestRefusedCallMakesPairsCold(t *testing.T) {
 	for _, errno := range []syscall.Errno{syscall.ECONNREFUSED, syscall.EMFILE} {
 		t.Run(errno.Error(), func(t *testing.T) {
-			h := newHarness(t)
-			var fail atomic.Bool
-			h.dialFault = func(addr string) error {
-				if fail.Load() && addr == "decode-0:30010" {
-					return &net.OpError{Op: "dial", Net: "memory", Err: os.NewSyscallError("connect", errno)}
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				var fail atomic.Bool
+				h.dialFault = func(addr string) error {
+					if fail.Load() && addr == "decode-0:30010" {
+						return &net.OpError{Op: "dial", Net: "memory", Err: os.NewSyscallError("connect", errno)}
+					}
+					return nil
 				}
-				return nil
-			}
-			cfg := warmConfig()
-			cfg.BootstrapRefresh = time.Hour
-			cfg.DisableRetries = true
-			srv, pr := h.warmPair(t, cfg)
-			srv.decodes.backends[0].hc.CloseIdleConnections() // so that the next call dials
-			fail.Store(true)
-			if r := h.post("/generate", `{"text": "a"}`); r.status == fasthttp.StatusOK {
-				t.Fatalf("got %d %s; want the dial's failure", r.status, r.body)
-			}
-			if cold, want := !srv.warm.isWarm(pr), errno == syscall.ECONNREFUSED; cold != want {
-				t.Fatalf("the pair is cold: %t; want %t", cold, want)
-			}
+				cfg := warmConfig()
+				cfg.BootstrapRefresh = time.Hour
+				cfg.DisableRetries = true
+				srv, pr := h.warmPair(t, cfg)
+				srv.decodes.backends[0].hc.CloseIdleConnections() // so that the next call dials
+				fail.Store(true)
+				if r := h.post("/generate", `{"text": "a"}`); r.status == fasthttp.StatusOK {
+					t.Fatalf("got %d %s; want the dial's failure", r.status, r.body)
+				}
+				if cold, want := !srv.warm.isWarm(pr), errno == syscall.ECONNREFUSED; cold != want {
+					t.Fatalf("the pair is cold: %t; want %t", cold, want)
+				}
+			})
 		})
 	}
 }
@@ -200,54 +202,56 @@ func TestRefusedCallMakesPairsCold(t *testing.T) {
 func TestDecodeRestartUnderTheFallThreshold(t *testing.T) {
 	for _, probedBack := range []bool{true, false} {
 		t.Run(fmt.Sprintf("probed back %t", probedBack), func(t *testing.T) {
-			h := newHarness(t)
-			srv, pr := h.warmPair(t, restartConfig())
-			d := srv.decodes.backends[0]
-			// Requests leave pooled connections to the decode, which die
-			// with it.
-			for range 4 {
-				if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
-					t.Fatalf("before the restart: got %d %s", r.status, r.body)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				srv, pr := h.warmPair(t, restartConfig())
+				d := srv.decodes.backends[0]
+				// Requests leave pooled connections to the decode, which die
+				// with it.
+				for range 4 {
+					if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
+						t.Fatalf("before the restart: got %d %s", r.status, r.body)
+					}
 				}
-			}
-			if err := h.decode.Close(); err != nil {
-				t.Fatal(err)
-			}
-			for i := range 2 {
-				srv.checkOnce(5 * time.Second)
-				if !d.available() {
-					t.Fatalf("failed probe %d took the decode out; Fall is 3", i+1)
+				if err := h.decode.Close(); err != nil {
+					t.Fatal(err)
 				}
-				if srv.warm.isWarm(pr) {
-					t.Fatalf("after failed probe %d the pair is warm; want it cold", i+1)
+				for i := range 2 {
+					srv.checkOnce(5 * time.Second)
+					if !d.available() {
+						t.Fatalf("failed probe %d took the decode out; Fall is 3", i+1)
+					}
+					if srv.warm.isWarm(pr) {
+						t.Fatalf("after failed probe %d the pair is warm; want it cold", i+1)
+					}
 				}
-			}
-			h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
-			if probedBack {
-				srv.checkOnce(5 * time.Second)
-				waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
-				// One warm-up generation per decode DP rank, unasked.
-				if n := h.decode.Stats().GenerateRequests; n != 4 {
-					t.Fatalf("the restarted decode served %d generations before any request; want 4 warm-ups", n)
+				h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
+				if probedBack {
+					srv.checkOnce(5 * time.Second)
+					waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+					// One warm-up generation per decode DP rank, unasked.
+					if n := h.decode.Stats().GenerateRequests; n != 4 {
+						t.Fatalf("the restarted decode served %d generations before any request; want 4 warm-ups", n)
+					}
 				}
-			}
-			for i := range 4 {
-				body := seedRequest
-				if i%2 == 1 {
-					body = strings.Replace(body, `"disagg_prefill_dp_rank": 0`, `"disagg_prefill_dp_rank": 3`, 1)
+				for i := range 4 {
+					body := seedRequest
+					if i%2 == 1 {
+						body = strings.Replace(body, `"disagg_prefill_dp_rank": 0`, `"disagg_prefill_dp_rank": 3`, 1)
+					}
+					if r := h.post("/generate", body); r.status != fasthttp.StatusOK {
+						t.Fatalf("request %d after the restart: got %d %s", i, r.status, r.body)
+					}
 				}
-				if r := h.post("/generate", body); r.status != fasthttp.StatusOK {
-					t.Fatalf("request %d after the restart: got %d %s", i, r.status, r.body)
+				if n := h.decode.Stats().FirstRequestFailures; n != 0 {
+					t.Errorf("%d requests reached the restarted decode with a DP-rank hint before it was warm", n)
 				}
-			}
-			if n := h.decode.Stats().FirstRequestFailures; n != 0 {
-				t.Errorf("%d requests reached the restarted decode with a DP-rank hint before it was warm", n)
-			}
-			for _, m := range []string{"pdlb_cold_pair_retries_total", "pdlb_retries_total"} {
-				if got := h.metric(m); got != "0" {
-					t.Errorf("%s is %s; want 0: no request needed a retry", m, got)
+				for _, m := range []string{"pdlb_cold_pair_retries_total", "pdlb_retries_total"} {
+					if got := h.metric(m); got != "0" {
+						t.Errorf("%s is %s; want 0: no request needed a retry", m, got)
+					}
 				}
-			}
+			})
 		})
 	}
 }
@@ -322,47 +326,49 @@ func TestStreamDroppedByTheDecodeMakesPairsCold(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t)
-			cfg := restartConfig()
-			cfg.StreamIdleTimeout = tt.idle
-			srv, pr := h.warmPair(t, cfg)
-			d := srv.decodes.backends[0]
-			epoch := d.epoch.Load()
-			if err := h.decode.SetFault(tt.fault); err != nil {
-				t.Fatal(err)
-			}
-			s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 100000}}`)
-			if s.status != fasthttp.StatusOK {
-				t.Fatalf("got status %d; want 200", s.status)
-			}
-			s.next()
-			if tt.leave {
-				_ = s.conn.Close()
-				// The stream goes on, and pdlb finds the client gone.
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				cfg := restartConfig()
+				cfg.StreamIdleTimeout = tt.idle
+				srv, pr := h.warmPair(t, cfg)
+				d := srv.decodes.backends[0]
+				epoch := d.epoch.Load()
+				if err := h.decode.SetFault(tt.fault); err != nil {
+					t.Fatal(err)
+				}
+				s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 100000}}`)
+				if s.status != fasthttp.StatusOK {
+					t.Fatalf("got status %d; want 200", s.status)
+				}
+				s.next()
+				if tt.leave {
+					_ = s.conn.Close()
+					// The stream goes on, and pdlb finds the client gone.
+					if err := h.decode.SetFault(fake.Fault{}); err != nil {
+						t.Fatal(err)
+					}
+				} else if rest := strings.Join(s.rest(), ""); !strings.Contains(rest, tt.wantEnd) {
+					t.Fatalf("the stream ended with %q; want an error event saying %q", rest, tt.wantEnd)
+				}
+				waitIdle(t, srv)
+				if got, want := h.metric(`pdlb_request_errors_total{reason="client_gone"}`) == "1", tt.leave; got != want {
+					t.Fatalf("the client was seen gone: %t; want %t", got, want)
+				}
+				if moved := d.epoch.Load() != epoch; moved != tt.wantCold {
+					t.Fatalf("the decode's epoch moved: %t; want %t", moved, tt.wantCold)
+				}
+				if cold := !srv.warm.isWarm(pr); cold != tt.wantCold {
+					t.Fatalf("the pair is cold: %t; want %t", cold, tt.wantCold)
+				}
+				if !tt.wantCold {
+					return
+				}
 				if err := h.decode.SetFault(fake.Fault{}); err != nil {
 					t.Fatal(err)
 				}
-			} else if rest := strings.Join(s.rest(), ""); !strings.Contains(rest, tt.wantEnd) {
-				t.Fatalf("the stream ended with %q; want an error event saying %q", rest, tt.wantEnd)
-			}
-			waitIdle(t, srv)
-			if got, want := h.metric(`pdlb_request_errors_total{reason="client_gone"}`) == "1", tt.leave; got != want {
-				t.Fatalf("the client was seen gone: %t; want %t", got, want)
-			}
-			if moved := d.epoch.Load() != epoch; moved != tt.wantCold {
-				t.Fatalf("the decode's epoch moved: %t; want %t", moved, tt.wantCold)
-			}
-			if cold := !srv.warm.isWarm(pr); cold != tt.wantCold {
-				t.Fatalf("the pair is cold: %t; want %t", cold, tt.wantCold)
-			}
-			if !tt.wantCold {
-				return
-			}
-			if err := h.decode.SetFault(fake.Fault{}); err != nil {
-				t.Fatal(err)
-			}
-			srv.checkOnce(5 * time.Second)
-			waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+				srv.checkOnce(5 * time.Second)
+				waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+			})
 		})
 	}
 }
@@ -442,57 +448,59 @@ func TestRewarmWhileAWarmupRuns(t *testing.T) {
 func TestStaleConnToARestartedDecodeWaitsForTheWarmup(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream %t", stream), func(t *testing.T) {
-			h := newHarness(t)
-			p, _ := h.dpPair()
-			srv, pr := h.startWarm(t, restartConfig())
-			body := seedRequest
-			if stream {
-				body = strings.Replace(body, `"stream": false`, `"stream": true`, 1)
-			}
-			// Requests leave pooled connections to the decode, which die
-			// with it.
-			for range 4 {
-				if r := h.post("/generate", body); r.status != fasthttp.StatusOK {
-					t.Fatalf("before the restart: got %d %s", r.status, r.body)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				p, _ := h.dpPair()
+				srv, pr := h.startWarm(t, restartConfig())
+				body := seedRequest
+				if stream {
+					body = strings.Replace(body, `"stream": false`, `"stream": true`, 1)
 				}
-			}
-			if err := h.decode.Close(); err != nil {
-				t.Fatal(err)
-			}
-			h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
-			prefill := srv.prefills.backends[0]
-			for i := range 2 {
-				r := h.post("/generate", body)
-				if r.status != fasthttp.StatusOK || strings.Contains(string(r.body), `"error"`) {
-					t.Fatalf("request %d after the restart: got %d %s", i, r.status, r.body)
+				// Requests leave pooled connections to the decode, which die
+				// with it.
+				for range 4 {
+					if r := h.post("/generate", body); r.status != fasthttp.StatusOK {
+						t.Fatalf("before the restart: got %d %s", r.status, r.body)
+					}
 				}
-			}
-			if n := h.decode.Stats().FirstRequestFailures; n != 0 {
-				t.Errorf("%d requests reached the restarted decode with a DP-rank hint before it was warm", n)
-			}
-			if !srv.warm.isWarm(pr) {
-				t.Error("the pair is cold after the requests")
-			}
-			// The first attempt's prefill call was cancelled, if it was
-			// sent at all: the prefill holds nothing for it.
-			waitIdle(t, srv)
-			waitFor(t, "the prefill to hold no request", func() bool { return p.Stats().InFlight == 0 })
-			if n := p.Stats().KVTransfersFailed; n != 0 {
-				t.Errorf("the prefill failed %d KV transfers; want none (an abort is none)", n)
-			}
-			for name, want := range map[string]string{
-				"pdlb_cold_pair_retries_total": "1", // the first request's, which waited for the warm-up
-				"pdlb_retries_total":           "0",
-				`pdlb_backend_errors_total{role="decode",backend="decode-0:30010"}`:   "0",
-				`pdlb_backend_errors_total{role="prefill",backend="prefill-0:30000"}`: "0",
-			} {
-				if got := h.metric(name); got != want {
-					t.Errorf("%s is %s; want %s", name, got, want)
+				if err := h.decode.Close(); err != nil {
+					t.Fatal(err)
 				}
-			}
-			if !prefill.available() || !srv.decodes.backends[0].available() {
-				t.Error("a worker is out of selection")
-			}
+				h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
+				prefill := srv.prefills.backends[0]
+				for i := range 2 {
+					r := h.post("/generate", body)
+					if r.status != fasthttp.StatusOK || strings.Contains(string(r.body), `"error"`) {
+						t.Fatalf("request %d after the restart: got %d %s", i, r.status, r.body)
+					}
+				}
+				if n := h.decode.Stats().FirstRequestFailures; n != 0 {
+					t.Errorf("%d requests reached the restarted decode with a DP-rank hint before it was warm", n)
+				}
+				if !srv.warm.isWarm(pr) {
+					t.Error("the pair is cold after the requests")
+				}
+				// The first attempt's prefill call was cancelled, if it was
+				// sent at all: the prefill holds nothing for it.
+				waitIdle(t, srv)
+				waitFor(t, "the prefill to hold no request", func() bool { return p.Stats().InFlight == 0 })
+				if n := p.Stats().KVTransfersFailed; n != 0 {
+					t.Errorf("the prefill failed %d KV transfers; want none (an abort is none)", n)
+				}
+				for name, want := range map[string]string{
+					"pdlb_cold_pair_retries_total": "1", // the first request's, which waited for the warm-up
+					"pdlb_retries_total":           "0",
+					`pdlb_backend_errors_total{role="decode",backend="decode-0:30010"}`:   "0",
+					`pdlb_backend_errors_total{role="prefill",backend="prefill-0:30000"}`: "0",
+				} {
+					if got := h.metric(name); got != want {
+						t.Errorf("%s is %s; want %s", name, got, want)
+					}
+				}
+				if !prefill.available() || !srv.decodes.backends[0].available() {
+					t.Error("a worker is out of selection")
+				}
+			})
 		})
 	}
 }

@@ -180,31 +180,33 @@ func TestStreamTimeouts(t *testing.T) {
 		{name: "stalls between events", events: []string{"data: {\"text\":\"a\"}\n\n"}, wantStatus: fasthttp.StatusOK, wantEvents: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t)
-			release := make(chan struct{})
-			h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
-			h.backend("decode-0:30010", stallingDecode(release, tc.events...))
-			t.Cleanup(func() { close(release) })
-			cfg := defaultConfig()
-			cfg.FirstByteTimeout = 200 * time.Millisecond
-			cfg.StreamIdleTimeout = 200 * time.Millisecond
-			srv := h.start(cfg)
-			start := time.Now()
-			s := h.openStream("/generate", `{"text": "a", "stream": true}`)
-			got := s.rest()
-			if s.status != tc.wantStatus || time.Since(start) > 2*time.Second {
-				t.Fatalf("got %d after %s: %q", s.status, time.Since(start), got)
-			}
-			if tc.wantStatus == fasthttp.StatusOK {
-				if len(got) != tc.wantEvents+2 || gjson.Get(strings.TrimPrefix(got[tc.wantEvents], "data: "), "error.code").Int() != 504 ||
-					got[len(got)-1] != "data: [DONE]\n\n" {
-					t.Fatalf("got %q; want %d events, a 504 error event and [DONE]", got, tc.wantEvents)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				release := make(chan struct{})
+				h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
+				h.backend("decode-0:30010", stallingDecode(release, tc.events...))
+				t.Cleanup(func() { close(release) })
+				cfg := defaultConfig()
+				cfg.FirstByteTimeout = 200 * time.Millisecond
+				cfg.StreamIdleTimeout = 200 * time.Millisecond
+				srv := h.start(cfg)
+				start := time.Now()
+				s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+				got := s.rest()
+				if s.status != tc.wantStatus || time.Since(start) > 2*time.Second {
+					t.Fatalf("got %d after %s: %q", s.status, time.Since(start), got)
 				}
-				if !strings.Contains(got[tc.wantEvents], "--stream-idle-timeout-secs") {
-					t.Fatalf("got %q; want the error to name the idle timeout", got[tc.wantEvents])
+				if tc.wantStatus == fasthttp.StatusOK {
+					if len(got) != tc.wantEvents+2 || gjson.Get(strings.TrimPrefix(got[tc.wantEvents], "data: "), "error.code").Int() != 504 ||
+						got[len(got)-1] != "data: [DONE]\n\n" {
+						t.Fatalf("got %q; want %d events, a 504 error event and [DONE]", got, tc.wantEvents)
+					}
+					if !strings.Contains(got[tc.wantEvents], "--stream-idle-timeout-secs") {
+						t.Fatalf("got %q; want the error to name the idle timeout", got[tc.wantEvents])
+					}
 				}
-			}
-			waitIdle(t, srv)
+				waitIdle(t, srv)
+			})
 		})
 	}
 }
@@ -465,34 +467,36 @@ func TestClientGoneCancelsBothLegs(t *testing.T) {
 		{name: "stream before its first event", stream: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t)
-			decodeHasIt := make(chan struct{}, 1)
-			p, _ := h.pair(fake.Config{KVTimeout: 20 * time.Second}, fake.Config{KVTimeout: 20 * time.Second,
-				OnRequest: func(path string, _ []byte) {
-					if path == "/generate" {
-						decodeHasIt <- struct{}{}
-					}
-				}})
-			// The prefill holds the request: the decode waits for the KV cache.
-			if err := p.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = p.SetFault(fake.Fault{}) })
-			cfg := defaultConfig()
-			cfg.ClientReadTimeout, cfg.ClientIdleTimeout = tc.readTimeout, tc.idleTimeout
-			srv := h.start(cfg)
-			conn, err := h.nw.Dial("pdlb:8000")
-			if err != nil {
-				t.Fatal(err)
-			}
-			sendRequest(t, conn, "/generate", `{"text": "a", "stream": `+strconv.FormatBool(tc.stream)+`}`)
-			<-decodeHasIt
-			time.Sleep(tc.leaveAfter)
-			_ = conn.Close()
-			waitIdleWithin(t, srv, wire.WatchAfter+2*time.Second)
-			if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "1" {
-				t.Fatalf("got %q client_gone; want 1", got)
-			}
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				decodeHasIt := make(chan struct{}, 1)
+				p, _ := h.pair(fake.Config{KVTimeout: 20 * time.Second}, fake.Config{KVTimeout: 20 * time.Second,
+					OnRequest: func(path string, _ []byte) {
+						if path == "/generate" {
+							decodeHasIt <- struct{}{}
+						}
+					}})
+				// The prefill holds the request: the decode waits for the KV cache.
+				if err := p.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = p.SetFault(fake.Fault{}) })
+				cfg := defaultConfig()
+				cfg.ClientReadTimeout, cfg.ClientIdleTimeout = tc.readTimeout, tc.idleTimeout
+				srv := h.start(cfg)
+				conn, err := h.nw.Dial("pdlb:8000")
+				if err != nil {
+					t.Fatal(err)
+				}
+				sendRequest(t, conn, "/generate", `{"text": "a", "stream": `+strconv.FormatBool(tc.stream)+`}`)
+				<-decodeHasIt
+				time.Sleep(tc.leaveAfter)
+				_ = conn.Close()
+				waitIdleWithin(t, srv, wire.WatchAfter+2*time.Second)
+				if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "1" {
+					t.Fatalf("got %q client_gone; want 1", got)
+				}
+			})
 		})
 	}
 }
@@ -564,58 +568,60 @@ func TestKVTransferFailureAvoidsThePrefillOnRetry(t *testing.T) {
 		`with exception KVTransferError(bootstrap_room=1): Lost connection with prefill instance (bootstrap_addr: prefill-0:8998)`
 	for _, mode := range []string{"buffered", "stream answered 500", "stream with an error event"} {
 		t.Run(mode, func(t *testing.T) {
-			h := newHarness(t)
-			for _, addr := range []string{"prefill-0:30000", "prefill-1:30000"} {
-				h.backend(addr, func(ctx *fasthttp.RequestCtx) {
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				for _, addr := range []string{"prefill-0:30000", "prefill-1:30000"} {
+					h.backend(addr, func(ctx *fasthttp.RequestCtx) {
+						ctx.SetContentType("application/json")
+						ctx.SetBodyString(`{"text": ""}`)
+					})
+				}
+				// The decode sees every attempt (a prefill leg may be cancelled
+				// before it is sent): it counts those paired with prefill-0.
+				var mu sync.Mutex
+				seen := map[string]int{} // request ID -> attempts paired with prefill-0
+				h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+					if gjson.GetBytes(ctx.PostBody(), "bootstrap_host").String() != "prefill-0" {
+						ctx.SetContentType("application/json")
+						ctx.SetBodyString(`{"text": "ok"}`)
+						return
+					}
+					mu.Lock()
+					seen[string(ctx.Request.Header.Peek("X-Request-Id"))]++
+					mu.Unlock()
+					if mode == "stream with an error event" {
+						ctx.SetContentType("text/event-stream")
+						ctx.SetBodyString(`data: {"error": {"message": "` + kvFailure + `", "code": 500}}` + "\n\ndata: [DONE]\n\n")
+						return
+					}
+					ctx.SetStatusCode(fasthttp.StatusInternalServerError)
 					ctx.SetContentType("application/json")
-					ctx.SetBodyString(`{"text": ""}`)
+					ctx.SetBodyString(`{"error": {"message": "` + kvFailure + `"}}`)
 				})
-			}
-			// The decode sees every attempt (a prefill leg may be cancelled
-			// before it is sent): it counts those paired with prefill-0.
-			var mu sync.Mutex
-			seen := map[string]int{} // request ID -> attempts paired with prefill-0
-			h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
-				if gjson.GetBytes(ctx.PostBody(), "bootstrap_host").String() != "prefill-0" {
-					ctx.SetContentType("application/json")
-					ctx.SetBodyString(`{"text": "ok"}`)
-					return
+				cfg := defaultConfig()
+				cfg.Prefill = []PrefillSpec{{URL: "http://prefill-0:30000", BootstrapPort: 8998}, {URL: "http://prefill-1:30000", BootstrapPort: 8998}}
+				cfg.PrefillPolicy = PolicyRandom
+				cfg.Breaker.Disable = true // the decode's failures are the pair's
+				h.start(cfg)
+				h.waitFirstReads()
+				stream := map[bool]string{false: "false", true: "true"}[mode != "buffered"]
+				for i := range 30 {
+					id := "req-" + strconv.Itoa(i)
+					if r := h.post("/generate", `{"text": "a", "stream": `+stream+`}`, "X-Request-Id", id); r.status != fasthttp.StatusOK {
+						t.Fatalf("request %d: got %d %s; want the retry's answer", i, r.status, r.body)
+					}
 				}
 				mu.Lock()
-				seen[string(ctx.Request.Header.Peek("X-Request-Id"))]++
-				mu.Unlock()
-				if mode == "stream with an error event" {
-					ctx.SetContentType("text/event-stream")
-					ctx.SetBodyString(`data: {"error": {"message": "` + kvFailure + `", "code": 500}}` + "\n\ndata: [DONE]\n\n")
-					return
+				defer mu.Unlock()
+				for id, n := range seen {
+					if n > 1 {
+						t.Fatalf("%s was paired with prefill-0 %d times: the retry did not avoid the prefill whose transfer failed", id, n)
+					}
 				}
-				ctx.SetStatusCode(fasthttp.StatusInternalServerError)
-				ctx.SetContentType("application/json")
-				ctx.SetBodyString(`{"error": {"message": "` + kvFailure + `"}}`)
+				if len(seen) == 0 {
+					t.Fatal("no request went to prefill-0: the test proves nothing")
+				}
 			})
-			cfg := defaultConfig()
-			cfg.Prefill = []PrefillSpec{{URL: "http://prefill-0:30000", BootstrapPort: 8998}, {URL: "http://prefill-1:30000", BootstrapPort: 8998}}
-			cfg.PrefillPolicy = PolicyRandom
-			cfg.Breaker.Disable = true // the decode's failures are the pair's
-			h.start(cfg)
-			h.waitFirstReads()
-			stream := map[bool]string{false: "false", true: "true"}[mode != "buffered"]
-			for i := range 30 {
-				id := "req-" + strconv.Itoa(i)
-				if r := h.post("/generate", `{"text": "a", "stream": `+stream+`}`, "X-Request-Id", id); r.status != fasthttp.StatusOK {
-					t.Fatalf("request %d: got %d %s; want the retry's answer", i, r.status, r.body)
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			for id, n := range seen {
-				if n > 1 {
-					t.Fatalf("%s was paired with prefill-0 %d times: the retry did not avoid the prefill whose transfer failed", id, n)
-				}
-			}
-			if len(seen) == 0 {
-				t.Fatal("no request went to prefill-0: the test proves nothing")
-			}
 		})
 	}
 }

@@ -312,26 +312,28 @@ func TestStreamConnectionIsReused(t *testing.T) {
 		{name: "bytes after the end", extra: "HTTP/1.1 200 OK\r\n", reuse: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t)
-			h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
-			// The decode numbers each request with its connection.
-			conns := make(chan int, 2)
-			h.rawBackend("decode-0:30010", func(conn int, c net.Conn) {
-				conns <- conn
-				_, _ = io.WriteString(c, sseHeaders+"14\r\ndata: {\"text\":\"a\"}\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"+tc.extra)
-			})
-			srv := h.start(defaultConfig())
-			for range 2 {
-				s := h.openStream("/generate", `{"text": "a", "stream": true}`)
-				if got := append([]string{s.next()}, s.rest()...); len(got) != 2 || got[1] != "data: [DONE]\n\n" {
-					t.Fatalf("got %q", got)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
+				// The decode numbers each request with its connection.
+				conns := make(chan int, 2)
+				h.rawBackend("decode-0:30010", func(conn int, c net.Conn) {
+					conns <- conn
+					_, _ = io.WriteString(c, sseHeaders+"14\r\ndata: {\"text\":\"a\"}\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"+tc.extra)
+				})
+				srv := h.start(defaultConfig())
+				for range 2 {
+					s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+					if got := append([]string{s.next()}, s.rest()...); len(got) != 2 || got[1] != "data: [DONE]\n\n" {
+						t.Fatalf("got %q", got)
+					}
+					waitIdle(t, srv)
 				}
-				waitIdle(t, srv)
-			}
-			first, second := <-conns, <-conns
-			if (first == second) != tc.reuse {
-				t.Fatalf("decode connections %d and %d; want reused %v", first, second, tc.reuse)
-			}
+				first, second := <-conns, <-conns
+				if (first == second) != tc.reuse {
+					t.Fatalf("decode connections %d and %d; want reused %v", first, second, tc.reuse)
+				}
+			})
 		})
 	}
 }
@@ -410,69 +412,71 @@ func TestStreamEndGoesWithTheLastEvents(t *testing.T) {
 		{name: "apart", apart: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t)
-			log := &writeLog{}
-			h.wrapListener = log.listener
-			h.backend("prefill-0:30000", sseBackend("data: {}\n\n", done))
-			next, over := make(chan struct{}), make(chan struct{})
-			h.rawBackend("decode-0:30010", func(_ int, c net.Conn) {
-				_, _ = io.WriteString(c, sseHeaders+chunk(first))
-				gate(next, over)
-				if tc.apart {
-					_, _ = io.WriteString(c, chunk(last)+chunk(done))
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				log := &writeLog{}
+				h.wrapListener = log.listener
+				h.backend("prefill-0:30000", sseBackend("data: {}\n\n", done))
+				next, over := make(chan struct{}), make(chan struct{})
+				h.rawBackend("decode-0:30010", func(_ int, c net.Conn) {
+					_, _ = io.WriteString(c, sseHeaders+chunk(first))
 					gate(next, over)
-					_, _ = io.WriteString(c, lastChunk)
-				} else {
-					_, _ = io.WriteString(c, chunk(last)+chunk(done)+lastChunk)
+					if tc.apart {
+						_, _ = io.WriteString(c, chunk(last)+chunk(done))
+						gate(next, over)
+						_, _ = io.WriteString(c, lastChunk)
+					} else {
+						_, _ = io.WriteString(c, chunk(last)+chunk(done)+lastChunk)
+					}
+				})
+				h.start(defaultConfig())
+				t.Cleanup(func() { close(over) }) // before the decode's, which waits for its answers
+				conn, err := h.nw.Dial("pdlb:8000")
+				if err != nil {
+					t.Fatal(err)
 				}
-			})
-			h.start(defaultConfig())
-			t.Cleanup(func() { close(over) }) // before the decode's, which waits for its answers
-			conn, err := h.nw.Dial("pdlb:8000")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = conn.Close() })
-			const body = `{"text": "a", "stream": true}`
-			sendRequest(t, conn, "/generate", body)
-			sendRequest(t, conn, "/generate", body)
-			// proceed lets the decode go on, unless it is stuck.
-			proceed := func(next chan<- struct{}) {
-				select {
-				case next <- struct{}{}:
-				case <-time.After(10 * time.Second):
-					t.Fatal("the decode is not waiting to go on")
+				t.Cleanup(func() { _ = conn.Close() })
+				const body = `{"text": "a", "stream": true}`
+				sendRequest(t, conn, "/generate", body)
+				sendRequest(t, conn, "/generate", body)
+				// proceed lets the decode go on, unless it is stuck.
+				proceed := func(next chan<- struct{}) {
+					select {
+					case next <- struct{}{}:
+					case <-time.After(10 * time.Second):
+						t.Fatal("the decode is not waiting to go on")
+					}
 				}
-			}
-			br := bufio.NewReader(conn)
-			for i := range 2 {
-				s := readStream(t, conn, br)
-				if got := s.next(); got != first {
-					t.Fatalf("stream %d: got %q first; want %q", i, got, first)
-				}
-				proceed(next)
-				if tc.apart {
-					for _, want := range []string{last, done} {
-						if got := s.next(); got != want {
-							t.Fatalf("stream %d: got %q; want %q", i, got, want)
-						}
+				br := bufio.NewReader(conn)
+				for i := range 2 {
+					s := readStream(t, conn, br)
+					if got := s.next(); got != first {
+						t.Fatalf("stream %d: got %q first; want %q", i, got, first)
 					}
 					proceed(next)
+					if tc.apart {
+						for _, want := range []string{last, done} {
+							if got := s.next(); got != want {
+								t.Fatalf("stream %d: got %q; want %q", i, got, want)
+							}
+						}
+						proceed(next)
+					}
+					if got := s.rest(); !tc.apart && (len(got) != 2 || got[0] != last || got[1] != done) || tc.apart && len(got) != 0 {
+						t.Fatalf("stream %d: got %q after the first event", i, got)
+					}
 				}
-				if got := s.rest(); !tc.apart && (len(got) != 2 || got[0] != last || got[1] != done) || tc.apart && len(got) != 0 {
-					t.Fatalf("stream %d: got %q after the first event", i, got)
+				writes := log.all()
+				together := 0
+				for _, w := range writes {
+					if strings.HasSuffix(w, chunk(last+done)+lastChunk) {
+						together++
+					}
 				}
-			}
-			writes := log.all()
-			together := 0
-			for _, w := range writes {
-				if strings.HasSuffix(w, chunk(last+done)+lastChunk) {
-					together++
+				if want := map[bool]int{false: 2, true: 0}[tc.apart]; together != want {
+					t.Fatalf("%d writes carry the last events and the body's end; want %d. Writes: %q", together, want, writes)
 				}
-			}
-			if want := map[bool]int{false: 2, true: 0}[tc.apart]; together != want {
-				t.Fatalf("%d writes carry the last events and the body's end; want %d. Writes: %q", together, want, writes)
-			}
+			})
 		})
 	}
 }
@@ -524,34 +528,36 @@ func TestStreamEndings(t *testing.T) {
 			[]string{a}, "ended the stream early"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t)
-			h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
-			h.rawBackend("decode-0:30010", func(_ int, c net.Conn) {
-				_, _ = io.WriteString(c, sseHeaders+tc.answer)
-				if tc.close {
-					_ = c.Close()
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				h.backend("prefill-0:30000", sseBackend("data: {}\n\n", "data: [DONE]\n\n"))
+				h.rawBackend("decode-0:30010", func(_ int, c net.Conn) {
+					_, _ = io.WriteString(c, sseHeaders+tc.answer)
+					if tc.close {
+						_ = c.Close()
+					}
+				})
+				srv := h.start(defaultConfig())
+				s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+				got := append([]string{s.next()}, s.rest()...)
+				want := tc.want
+				if tc.broken != "" {
+					if len(got) != len(want)+2 {
+						t.Fatalf("got %q; want %q, an error event and [DONE]", got, want)
+					}
+					if msg := gjson.Get(strings.TrimPrefix(got[len(want)], "data: "), "error.message").String(); !strings.Contains(msg, tc.broken) {
+						t.Fatalf("got error event %q; want it to say %q", got[len(want)], tc.broken)
+					}
+					want = append(want, got[len(want)], "data: [DONE]\n\n")
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("got %q; want %q", got, want)
+				}
+				waitIdle(t, srv)
+				if broken := srv.errorsByReason[reasonStreamBroken].Get(); (broken == 1) != (tc.broken != "") {
+					t.Fatalf("got %d broken streams counted", broken)
 				}
 			})
-			srv := h.start(defaultConfig())
-			s := h.openStream("/generate", `{"text": "a", "stream": true}`)
-			got := append([]string{s.next()}, s.rest()...)
-			want := tc.want
-			if tc.broken != "" {
-				if len(got) != len(want)+2 {
-					t.Fatalf("got %q; want %q, an error event and [DONE]", got, want)
-				}
-				if msg := gjson.Get(strings.TrimPrefix(got[len(want)], "data: "), "error.message").String(); !strings.Contains(msg, tc.broken) {
-					t.Fatalf("got error event %q; want it to say %q", got[len(want)], tc.broken)
-				}
-				want = append(want, got[len(want)], "data: [DONE]\n\n")
-			}
-			if !slices.Equal(got, want) {
-				t.Fatalf("got %q; want %q", got, want)
-			}
-			waitIdle(t, srv)
-			if broken := srv.errorsByReason[reasonStreamBroken].Get(); (broken == 1) != (tc.broken != "") {
-				t.Fatalf("got %d broken streams counted", broken)
-			}
 		})
 	}
 }
@@ -742,46 +748,48 @@ func TestPrefillFailingOnceTheDecodeStreamsLeavesTheStream(t *testing.T) {
 		"error":  {"data: {\"error\": {\"message\": \"the decode failed\", \"code\": 500}}\n\n", "data: [DONE]\n\n"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t)
-			failPrefill := make(chan struct{})
-			h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
-				<-failPrefill
-				ctx.SetStatusCode(fasthttp.StatusInternalServerError)
-				ctx.SetContentType("application/json")
-				ctx.SetBodyString(`{"error": {"message": "the prefill died after its transfer"}}`)
-			})
-			more := make(chan struct{})
-			h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
-				ctx.SetContentType("text/event-stream")
-				ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-					_, _ = w.WriteString(events[0])
-					_ = w.Flush()
-					<-more
-					_, _ = w.WriteString(events[1])
-					_ = w.Flush()
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				failPrefill := make(chan struct{})
+				h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+					<-failPrefill
+					ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+					ctx.SetContentType("application/json")
+					ctx.SetBodyString(`{"error": {"message": "the prefill died after its transfer"}}`)
 				})
-			})
-			cfg := defaultConfig()
-			cfg.DisableRetries = true // a first event that is an error is relayed
-			srv := h.start(cfg)
-			s := h.openStream("/generate", `{"text": "a", "stream": true}`)
-			if ev := s.next(); s.status != fasthttp.StatusOK || ev != events[0] {
-				t.Fatalf("got %d and first event %q", s.status, ev)
-			}
-			close(failPrefill)
-			// The prefill's failure is counted just before it would cancel
-			// its peer; the decode's last events are held until then.
-			prefill := srv.prefills.backends[0]
-			for deadline := time.Now().Add(5 * time.Second); prefill.errors.Get() == 0; time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("pdlb did not see the prefill fail")
+				more := make(chan struct{})
+				h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+					ctx.SetContentType("text/event-stream")
+					ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+						_, _ = w.WriteString(events[0])
+						_ = w.Flush()
+						<-more
+						_, _ = w.WriteString(events[1])
+						_ = w.Flush()
+					})
+				})
+				cfg := defaultConfig()
+				cfg.DisableRetries = true // a first event that is an error is relayed
+				srv := h.start(cfg)
+				s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+				if ev := s.next(); s.status != fasthttp.StatusOK || ev != events[0] {
+					t.Fatalf("got %d and first event %q", s.status, ev)
 				}
-			}
-			close(more)
-			if rest := strings.Join(s.rest(), ""); rest != events[1] {
-				t.Fatalf("after the prefill failed, the stream went on with %q; want the decode's last events %q", rest, events[1])
-			}
-			waitIdle(t, srv)
+				close(failPrefill)
+				// The prefill's failure is counted just before it would cancel
+				// its peer; the decode's last events are held until then.
+				prefill := srv.prefills.backends[0]
+				for deadline := time.Now().Add(5 * time.Second); prefill.errors.Get() == 0; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("pdlb did not see the prefill fail")
+					}
+				}
+				close(more)
+				if rest := strings.Join(s.rest(), ""); rest != events[1] {
+					t.Fatalf("after the prefill failed, the stream went on with %q; want the decode's last events %q", rest, events[1])
+				}
+				waitIdle(t, srv)
+			})
 		})
 	}
 }
@@ -796,26 +804,28 @@ func TestPrefillStreamingAFailure(t *testing.T) {
 		"error": `data: {"error":{"message":"boom","type":"InternalServerError","code":500}}` + "\n\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t)
-			var prefills atomic.Int32
-			prefill := sseBackend(failure, "data: [DONE]\n\n")
-			h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
-				prefills.Add(1)
-				prefill(ctx)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				var prefills atomic.Int32
+				prefill := sseBackend(failure, "data: [DONE]\n\n")
+				h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+					prefills.Add(1)
+					prefill(ctx)
+				})
+				release := make(chan struct{})
+				h.backend("decode-0:30010", stallingDecode(release)) // waits for the KV cache
+				t.Cleanup(func() { close(release) })
+				srv := h.start(defaultConfig())
+				s := h.openStream("/generate", `{"text": "a", "stream": true}`)
+				got := append([]string{s.next()}, s.rest()...)
+				if s.status != fasthttp.StatusOK || len(got) != 2 || got[0] != failure {
+					t.Fatalf("got %d %q; want the prefill's failure event and [DONE]", s.status, got)
+				}
+				if n := prefills.Load(); n != 3 {
+					t.Fatalf("the prefill got %d attempts; want 3, the retries included", n)
+				}
+				waitIdle(t, srv)
 			})
-			release := make(chan struct{})
-			h.backend("decode-0:30010", stallingDecode(release)) // waits for the KV cache
-			t.Cleanup(func() { close(release) })
-			srv := h.start(defaultConfig())
-			s := h.openStream("/generate", `{"text": "a", "stream": true}`)
-			got := append([]string{s.next()}, s.rest()...)
-			if s.status != fasthttp.StatusOK || len(got) != 2 || got[0] != failure {
-				t.Fatalf("got %d %q; want the prefill's failure event and [DONE]", s.status, got)
-			}
-			if n := prefills.Load(); n != 3 {
-				t.Fatalf("the prefill got %d attempts; want 3, the retries included", n)
-			}
-			waitIdle(t, srv)
 		})
 	}
 }
@@ -843,34 +853,36 @@ func TestPrefillEndedEarly(t *testing.T) {
 		{"OpenAI streamed abort", `{"prompt": "a", "stream": true}`, sseBackend(`data: {"choices":[{"index":0,"text":"","finish_reason":"abort"}]}`+"\n\n", "data: [DONE]\n\n"), `"finish_reason":"abort"`, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t)
-			var prefills atomic.Int32
-			h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
-				prefills.Add(1)
-				tc.prefill(ctx)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				var prefills atomic.Int32
+				h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+					prefills.Add(1)
+					tc.prefill(ctx)
+				})
+				release := make(chan struct{})
+				decode := func(ctx *fasthttp.RequestCtx) { <-release } // waits for the KV cache
+				if strings.Contains(tc.body, "stream") {
+					decode = stallingDecode(release) // its headers sent, as SGLang's are
+				}
+				h.backend("decode-0:30010", decode)
+				t.Cleanup(func() { close(release) })
+				cfg := defaultConfig()
+				cfg.RequestTimeout = 5 * time.Second // the failure: a 504 after it
+				srv := h.start(cfg)
+				path := "/generate"
+				if strings.Contains(tc.body, "prompt") {
+					path = "/v1/completions"
+				}
+				r := h.post(path, tc.body)
+				if r.status != fasthttp.StatusOK || !strings.Contains(string(r.body), tc.want) {
+					t.Fatalf("got %d %s; want the prefill's answer", r.status, r.body)
+				}
+				if n := prefills.Load(); n != tc.attempts {
+					t.Fatalf("the prefill got %d attempts; want %d", n, tc.attempts)
+				}
+				waitIdle(t, srv)
 			})
-			release := make(chan struct{})
-			decode := func(ctx *fasthttp.RequestCtx) { <-release } // waits for the KV cache
-			if strings.Contains(tc.body, "stream") {
-				decode = stallingDecode(release) // its headers sent, as SGLang's are
-			}
-			h.backend("decode-0:30010", decode)
-			t.Cleanup(func() { close(release) })
-			cfg := defaultConfig()
-			cfg.RequestTimeout = 5 * time.Second // the failure: a 504 after it
-			srv := h.start(cfg)
-			path := "/generate"
-			if strings.Contains(tc.body, "prompt") {
-				path = "/v1/completions"
-			}
-			r := h.post(path, tc.body)
-			if r.status != fasthttp.StatusOK || !strings.Contains(string(r.body), tc.want) {
-				t.Fatalf("got %d %s; want the prefill's answer", r.status, r.body)
-			}
-			if n := prefills.Load(); n != tc.attempts {
-				t.Fatalf("the prefill got %d attempts; want %d", n, tc.attempts)
-			}
-			waitIdle(t, srv)
 		})
 	}
 }
@@ -890,15 +902,17 @@ func TestPrefillEndedABatchItemEarly(t *testing.T) {
 			`data: {"text":"","index":1,"meta_info":{"finish_reason":{"type":"abort","message":"Aborted by AbortReq.","status_code":400}}}`+"\n\n", "data: [DONE]\n\n"), fasthttp.StatusBadRequest},
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t)
-			h.backend("prefill-0:30000", tc.prefill)
-			srv := startWithWaitingDecode(h)
-			r := h.post("/generate", tc.body)
-			if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != tc.status ||
-				!strings.Contains(msg, "ended batch item 1 early (Aborted by AbortReq.); the batch was not decoded") {
-				t.Fatalf("got %d %s; want %d naming item 1", r.status, r.body, tc.status)
-			}
-			waitIdle(t, srv)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				h.backend("prefill-0:30000", tc.prefill)
+				srv := startWithWaitingDecode(h)
+				r := h.post("/generate", tc.body)
+				if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != tc.status ||
+					!strings.Contains(msg, "ended batch item 1 early (Aborted by AbortReq.); the batch was not decoded") {
+					t.Fatalf("got %d %s; want %d naming item 1", r.status, r.body, tc.status)
+				}
+				waitIdle(t, srv)
+			})
 		})
 	}
 }

@@ -130,26 +130,28 @@ func TestPrefillDPRankOutOfRange(t *testing.T) {
 func TestPrefillDPPolicySharesRanks(t *testing.T) {
 	for _, policy := range []string{DPPolicyRoundRobin, DPPolicyLeastInflight} {
 		t.Run(policy, func(t *testing.T) {
-			h := newHarness(t)
-			p, d := h.warmDPPair(policy)
-			before := p.Stats().RankRequests
-			for range 40 {
-				if r := h.post("/v1/completions", `{"prompt": "a", "max_tokens": 2}`); r.status != fasthttp.StatusOK {
-					t.Fatalf("got %d %s", r.status, r.body)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				p, d := h.warmDPPair(policy)
+				before := p.Stats().RankRequests
+				for range 40 {
+					if r := h.post("/v1/completions", `{"prompt": "a", "max_tokens": 2}`); r.status != fasthttp.StatusOK {
+						t.Fatalf("got %d %s", r.status, r.body)
+					}
 				}
-			}
-			after := p.Stats().RankRequests
-			for rank := range after {
-				got := after[rank] - before[rank]
-				// least_inflight may skip a rank whose prefill call is
-				// still finishing when the next request comes.
-				if policy == DPPolicyRoundRobin && got != 10 || got == 0 {
-					t.Fatalf("prefill rank %d served %d of 40 requests (%v → %v)", rank, got, before, after)
+				after := p.Stats().RankRequests
+				for rank := range after {
+					got := after[rank] - before[rank]
+					// least_inflight may skip a rank whose prefill call is
+					// still finishing when the next request comes.
+					if policy == DPPolicyRoundRobin && got != 10 || got == 0 {
+						t.Fatalf("prefill rank %d served %d of 40 requests (%v → %v)", rank, got, before, after)
+					}
 				}
-			}
-			if n := p.Stats().DPConflicts + d.Stats().FirstRequestFailures; n != 0 {
-				t.Fatalf("%d conflicts or first-request failures", n)
-			}
+				if n := p.Stats().DPConflicts + d.Stats().FirstRequestFailures; n != 0 {
+					t.Fatalf("%d conflicts or first-request failures", n)
+				}
+			})
 		})
 	}
 }
@@ -180,25 +182,27 @@ func TestClientRoutedDPRankGetsAMatchingRoom(t *testing.T) {
 func TestDPRankHeader(t *testing.T) {
 	for _, policy := range []string{DPPolicyOff, DPPolicyRoundRobin} {
 		t.Run(policy, func(t *testing.T) {
-			h := newHarness(t)
-			p, d := h.warmDPPair(policy)
-			before := p.Stats().RankRequests
-			for range 8 {
-				r := h.post("/v1/chat/completions", `{"messages": [{"role": "user", "content": "a"}]}`, "X-Data-Parallel-Rank", "2")
-				if r.status != fasthttp.StatusOK {
-					t.Fatalf("got %d %s", r.status, r.body)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				p, d := h.warmDPPair(policy)
+				before := p.Stats().RankRequests
+				for range 8 {
+					r := h.post("/v1/chat/completions", `{"messages": [{"role": "user", "content": "a"}]}`, "X-Data-Parallel-Rank", "2")
+					if r.status != fasthttp.StatusOK {
+						t.Fatalf("got %d %s", r.status, r.body)
+					}
 				}
-			}
-			if n := p.Stats().DPConflicts + d.Stats().FirstRequestFailures; n != 0 {
-				t.Fatalf("%d conflicts or first-request failures", n)
-			}
-			after := p.Stats().RankRequests
-			if got := after[2] - before[2]; policy == DPPolicyOff && got != 8 {
-				t.Fatalf("prefill rank 2 served %d of 8 requests (%v → %v); want all, as the header asks", got, before, after)
-			}
-			if got := after[0] - before[0]; policy == DPPolicyRoundRobin && got == 0 {
-				t.Fatalf("prefill rank 0 served none of 8 (%v → %v); want the policy's ranks", before, after)
-			}
+				if n := p.Stats().DPConflicts + d.Stats().FirstRequestFailures; n != 0 {
+					t.Fatalf("%d conflicts or first-request failures", n)
+				}
+				after := p.Stats().RankRequests
+				if got := after[2] - before[2]; policy == DPPolicyOff && got != 8 {
+					t.Fatalf("prefill rank 2 served %d of 8 requests (%v → %v); want all, as the header asks", got, before, after)
+				}
+				if got := after[0] - before[0]; policy == DPPolicyRoundRobin && got == 0 {
+					t.Fatalf("prefill rank 0 served none of 8 (%v → %v); want the policy's ranks", before, after)
+				}
+			})
 		})
 	}
 	h := newHarness(t)
