@@ -175,6 +175,7 @@ func TestIdleConnectionsMakeRoomOldestFirst(t *testing.T) {
 // new one is refused at once with a JSON 503, and closed; the busy ones are
 // not touched.
 func TestNewConnectionIsRefusedWhenAllAreBusy(t *testing.T) {
+	t.Parallel() // on sockets or real time: overlaps the other slow tests
 	for _, tcp := range []bool{false, true} {
 		name := "in memory"
 		if tcp {
@@ -306,6 +307,7 @@ func TestSlowSendersMakeRoom(t *testing.T) {
 // socket. ClientReadTimeout is far longer, so only the idle timeout can
 // close it in time.
 func TestIdleKeepAliveConnectionIsClosed(t *testing.T) {
+	t.Parallel() // on sockets or real time: overlaps the other slow tests
 	h := newHarness(t)
 	h.pair(fake.Config{}, fake.Config{})
 	cfg := defaultConfig()

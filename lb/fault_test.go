@@ -16,6 +16,7 @@ import (
 // answer: complete, or a clear error, in bounded time; and that pdlb has
 // nothing left in flight afterwards (goroutines are checked by TestMain).
 func TestFaultMatrix(t *testing.T) {
+	t.Parallel() // on sockets or real time: overlaps the other slow tests
 	faults := []fake.Fault{
 		{Kind: fake.FaultRefuse},
 		{Kind: fake.FaultError, Status: fasthttp.StatusInternalServerError},

@@ -111,6 +111,7 @@ func (h *harness) startWarm(t *testing.T, cfg Config) (*Server, *pair) {
 // with no request asking (issue 20). A refused decode fails its first probe
 // on the connection it closed, the next on a refused dial: each is a sign.
 func TestFailedProbeMakesPairsCold(t *testing.T) {
+	t.Parallel() // on sockets or real time: overlaps the other slow tests
 	tests := []struct {
 		name     string
 		fault    fake.Fault

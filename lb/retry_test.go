@@ -505,6 +505,7 @@ func TestClientGoneCancelsBothLegs(t *testing.T) {
 // as nginx counts it, but may still be reading: it must get no answer at
 // all, not an empty 200 for a generation pdlb cancelled.
 func TestHalfClosedClientGetsNoAnswer(t *testing.T) {
+	t.Parallel() // on sockets or real time: overlaps the other slow tests
 	for _, stream := range []bool{false, true} {
 		t.Run("stream="+strconv.FormatBool(stream), func(t *testing.T) {
 			h := newHarness(t)

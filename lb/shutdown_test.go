@@ -238,6 +238,7 @@ func TestAdminListenerServesThroughTheDrain(t *testing.T) {
 // shutdown's grace: its connection is closed then, and the request is
 // accounted as cut off (499), not lost from the metrics and the log.
 func TestShutdownAccountsAnswersClientsDoNotRead(t *testing.T) {
+	t.Parallel() // on sockets or real time: overlaps the other slow tests
 	h := newHarness(t)
 	answer := `{"text": "` + strings.Repeat("x", 16<<20) + `"}`
 	h.backend("prefill-0:30000", jsonBackend(`{"text": ""}`))

@@ -21,6 +21,7 @@ import (
 // In memory, where a connection holds four writes, and over loopback TCP,
 // where it holds what the kernel's buffers do.
 func TestStalledStreamIsLetGo(t *testing.T) {
+	t.Parallel() // on sockets or real time: overlaps the other slow tests
 	for _, tcp := range []bool{false, true} {
 		t.Run(map[bool]string{false: "memory", true: "tcp"}[tcp], func(t *testing.T) {
 			h := newHarness(t)

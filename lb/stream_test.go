@@ -676,6 +676,7 @@ func TestShutdownDrainsStreams(t *testing.T) {
 // request too slowly gets a 408; one that stops reading a stream has its
 // stream, and both legs, ended.
 func TestSlowClientsAreLetGo(t *testing.T) {
+	t.Parallel() // on sockets or real time: overlaps the other slow tests
 	h := newHarness(t)
 	_, decode := h.pair(fake.Config{}, fake.Config{})
 	cfg := defaultConfig()
