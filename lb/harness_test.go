@@ -305,20 +305,16 @@ func (h *harness) waitBootstrap() {
 	}
 }
 
-// waitFirstReads waits until the registry has read every prefill's
-// bootstrap server once, ready or not: until then pdlb avoids a prefill it
-// has not heard from (pickPrefill), which tests of broken prefills must not
-// race.
+// waitFirstReads checks, once every goroutine of the test's bubble waits,
+// that the registry has read every prefill's bootstrap server once, ready
+// or not: until then pdlb avoids a prefill it has not heard from
+// (pickPrefill), which tests of broken prefills must not race.
 func (h *harness) waitFirstReads() {
 	h.t.Helper()
+	synctest.Wait()
 	for i := range h.srv.prefills.backends {
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			if st := h.srv.registry.State(i); st.Ready || !st.Updated.IsZero() {
-				break
-			}
-			if time.Now().After(deadline) {
-				h.t.Fatalf("the registry has not read prefill %d", i)
-			}
+		if st := h.srv.registry.State(i); !st.Ready && st.Updated.IsZero() {
+			h.t.Fatalf("the registry has not read prefill %d", i)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,19 +23,15 @@ func checkedConfig() Config {
 	return cfg
 }
 
-// waitFirstRound waits for the health checker's first round, which starts
-// with the server, so that the rounds a test drives with checkOnce are the
-// only ones until the next interval.
+// waitFirstRound checks that the health checker's first round, which
+// starts with the server, is over once every goroutine of the test's bubble
+// waits, so that the rounds a test drives with checkOnce are the only ones
+// until the next interval.
 func waitFirstRound(t *testing.T, srv *Server) {
 	t.Helper()
-	want := uint64(len(srv.allBackends()))
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if ok, failed := srv.checker.Probes(); ok+failed >= want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the health checker's first round did not finish")
-		}
+	synctest.Wait()
+	if ok, failed := srv.checker.Probes(); ok+failed < uint64(len(srv.allBackends())) {
+		t.Fatalf("the health checker's first round did not finish: %d probes of %d", ok+failed, len(srv.allBackends()))
 	}
 }
 
