@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -405,10 +406,8 @@ func TestCancelledLegIsAbortedByRID(t *testing.T) {
 			waitIdle(t, srv) // includes the aborts
 			// The aborted request ends on the decode soon after its answer to
 			// the abort, on a goroutine of its own.
+			synctest.Wait()
 			st := h.decode.Stats()
-			for deadline := time.Now().Add(2 * time.Second); st.InFlight != 0 && time.Now().Before(deadline); st = h.decode.Stats() {
-				time.Sleep(5 * time.Millisecond)
-			}
 			if st.AbortRequest != aborts || st.InFlight != 0 {
 				t.Fatalf("%s: the decode got %d /abort_request and has %d in flight; want %d and 0", body, st.AbortRequest, st.InFlight, aborts)
 			}
@@ -490,7 +489,7 @@ func TestClientGoneCancelsBothLegs(t *testing.T) {
 				}
 				sendRequest(t, conn, "/generate", `{"text": "a", "stream": `+strconv.FormatBool(tc.stream)+`}`)
 				<-decodeHasIt
-				time.Sleep(tc.leaveAfter)
+				<-time.After(tc.leaveAfter) // on the bubble's clock: no real time
 				_ = conn.Close()
 				waitIdleWithin(t, srv, wire.WatchAfter+2*time.Second)
 				if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "1" {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -678,7 +679,15 @@ func TestShutdownDrainsStreams(t *testing.T) {
 func TestSlowClientsAreLetGo(t *testing.T) {
 	t.Parallel() // on sockets or real time: overlaps the other slow tests
 	h := newHarness(t)
-	_, decode := h.pair(fake.Config{}, fake.Config{})
+	generating := make(chan struct{}, 1)
+	h.pair(fake.Config{}, fake.Config{OnRequest: func(path string, _ []byte) {
+		if path == "/generate" {
+			select {
+			case generating <- struct{}{}:
+			default:
+			}
+		}
+	}})
 	cfg := defaultConfig()
 	cfg.ClientReadTimeout = 200 * time.Millisecond
 	cfg.ClientWriteTimeout = 200 * time.Millisecond
@@ -724,11 +733,10 @@ func TestSlowClientsAreLetGo(t *testing.T) {
 		}
 		// Nothing is read: pdlb's writes fill the connection, then stall
 		// until the write timeout lets the client go.
-		for deadline := time.Now().Add(2 * time.Second); decode.Stats().Generate == 0; {
-			if time.Now().After(deadline) {
-				t.Fatal("the stream never reached the decode")
-			}
-			time.Sleep(5 * time.Millisecond)
+		select {
+		case <-generating:
+		case <-time.After(2 * time.Second):
+			t.Fatal("the stream never reached the decode")
 		}
 		waitIdleWithin(t, srv, 3*time.Second)
 		if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "1" {
@@ -780,10 +788,9 @@ func TestPrefillFailingOnceTheDecodeStreamsLeavesTheStream(t *testing.T) {
 				// The prefill's failure is counted just before it would cancel
 				// its peer; the decode's last events are held until then.
 				prefill := srv.prefills.backends[0]
-				for deadline := time.Now().Add(5 * time.Second); prefill.errors.Get() == 0; time.Sleep(time.Millisecond) {
-					if time.Now().After(deadline) {
-						t.Fatal("pdlb did not see the prefill fail")
-					}
+				synctest.Wait()
+				if prefill.errors.Get() == 0 {
+					t.Fatal("pdlb did not see the prefill fail")
 				}
 				close(more)
 				if rest := strings.Join(s.rest(), ""); rest != events[1] {
