@@ -2,6 +2,7 @@ package lb
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -50,15 +51,13 @@ func TestDefaultMaxConnections(t *testing.T) {
 func waitConns(t *testing.T, srv *Server, open, first, next, rest int) {
 	t.Helper()
 	want := wire.Census{Open: open, First: first, Next: next, Rest: rest}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+	settled(t, fmt.Sprintf("%+v connections", want), func() bool {
 		got := srv.conns.Census()
-		if got == want {
-			return
+		if got != want {
+			t.Logf("got %+v connections; want %+v", got, want) // the last is the one that counts
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("got %+v connections; want %+v", got, want)
-		}
-	}
+		return got == want
+	})
 }
 
 // rawClient is a client connection to pdlb written and read by hand.

@@ -40,11 +40,7 @@ func waitIdleWithin(t *testing.T, srv *Server, limit time.Duration) {
 	}
 	// Every body is given back to the memory budget: by the exchanges,
 	// released now, and by their handlers, which may still be returning.
-	for deadline := time.Now().Add(limit); srv.memory.used.Load() != 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes of body memory still held", srv.memory.used.Load())
-		}
-	}
+	settled(t, "no body memory held", func() bool { return srv.memory.used.Load() == 0 })
 }
 
 // When one leg fails, the other is cancelled at once and the client hears

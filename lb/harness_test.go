@@ -50,8 +50,30 @@ func inBubble(t *testing.T, f func(t *testing.T)) {
 		// their period ends, and the bubble ends only when they have. The
 		// clock is fake: this costs no real time.
 		t.Cleanup(func() { <-time.After(housekeeping) })
+		bubbled.Store(t, true)
+		t.Cleanup(func() { bubbled.Delete(t) })
 		f(t)
 	})
+}
+
+// bubbled holds the tests that inBubble runs, so that settled knows how to
+// wait for them.
+var bubbled sync.Map // *testing.T → true
+
+// settled checks that cond holds once what the test set going is over. In
+// a bubble that is when every goroutine of the test waits (synctest.Wait);
+// over sockets, where no goroutine is known to wait, it is waitFor's
+// bounded wait.
+func settled(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if _, ok := bubbled.Load(t); !ok {
+		waitFor(t, what, cond)
+		return
+	}
+	synctest.Wait()
+	if !cond() {
+		t.Fatalf("not so once the test's goroutines all wait: %s", what)
+	}
 }
 
 // housekeeping is longer than any period of fasthttp's housekeepers in a
