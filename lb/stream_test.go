@@ -638,39 +638,37 @@ func TestClientGoneCancelsTheStream(t *testing.T) {
 
 // Shutdown lets a stream in flight finish before it returns.
 func TestShutdownDrainsStreams(t *testing.T) {
-	inBubble(t, func(t *testing.T) {
-		h := newHarness(t)
-		gate := make(chan struct{}, 8)
-		gate <- struct{}{}
-		h.pair(fake.Config{}, fake.Config{TokenGate: gate})
-		srv := h.start(defaultConfig())
-		s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 3}}`)
-		s.next()
-		shut := make(chan error, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			shut <- srv.Shutdown(ctx)
-		}()
-		select {
-		case err := <-shut:
-			t.Fatalf("Shutdown returned (%v) with a stream in flight", err)
-		default:
+	h := newHarness(t)
+	gate := make(chan struct{}, 8)
+	gate <- struct{}{}
+	h.pair(fake.Config{}, fake.Config{TokenGate: gate})
+	srv := h.start(defaultConfig())
+	s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 3}}`)
+	s.next()
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shut <- srv.Shutdown(ctx)
+	}()
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned (%v) with a stream in flight", err)
+	default:
+	}
+	gate <- struct{}{}
+	gate <- struct{}{}
+	if rest := s.rest(); len(rest) != 3 || rest[2] != "data: [DONE]\n\n" {
+		t.Fatalf("got %q; want the stream to complete", rest)
+	}
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Fatalf("Shutdown: %s", err)
 		}
-		gate <- struct{}{}
-		gate <- struct{}{}
-		if rest := s.rest(); len(rest) != 3 || rest[2] != "data: [DONE]\n\n" {
-			t.Fatalf("got %q; want the stream to complete", rest)
-		}
-		select {
-		case err := <-shut:
-			if err != nil {
-				t.Fatalf("Shutdown: %s", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("Shutdown did not return after the stream ended")
-		}
-	})
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Shutdown did not return after the stream ended")
+	}
 }
 
 // Clients too slow for the client timeouts are let go: one that sends its
