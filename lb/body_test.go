@@ -33,15 +33,10 @@ func (h *harness) openBody(declared, sent int) net.Conn {
 	return conn
 }
 
-// waitMemory checks, once every goroutine of the test's bubble waits (all
-// that pdlb can do without the clock moving is done), that pdlb holds want
-// bytes of body memory.
+// waitMemory waits (settled) until pdlb holds want bytes of body memory.
 func (h *harness) waitMemory(want int64) {
 	h.t.Helper()
-	synctest.Wait()
-	if got := h.srv.memory.used.Load(); got != want {
-		h.t.Fatalf("pdlb holds %d bytes of body memory; want %d", got, want)
-	}
+	settled(h.tt(), fmt.Sprintf("%d bytes of body memory", want), func() bool { return h.srv.memory.used.Load() == want })
 }
 
 // Issue 19, item 1: a declared Content-Length was allocated before the

@@ -2,6 +2,7 @@ package lb
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -327,18 +328,27 @@ func (h *harness) waitBootstrap() {
 	}
 }
 
-// waitFirstReads checks, once every goroutine of the test's bubble waits,
-// that the registry has read every prefill's bootstrap server once, ready
-// or not: until then pdlb avoids a prefill it has not heard from
-// (pickPrefill), which tests of broken prefills must not race.
+// waitFirstReads waits (settled) until the registry has read every
+// prefill's bootstrap server once, ready or not: until then pdlb avoids a
+// prefill it has not heard from (pickPrefill), which tests of broken
+// prefills must not race.
 func (h *harness) waitFirstReads() {
 	h.t.Helper()
-	synctest.Wait()
 	for i := range h.srv.prefills.backends {
-		if st := h.srv.registry.State(i); !st.Ready && st.Updated.IsZero() {
-			h.t.Fatalf("the registry has not read prefill %d", i)
-		}
+		settled(h.tt(), fmt.Sprintf("the registry's first read of prefill %d", i), func() bool {
+			st := h.srv.registry.State(i)
+			return st.Ready || !st.Updated.IsZero()
+		})
 	}
+}
+
+// tt is the harness's test, for the helpers that take a *testing.T.
+func (h *harness) tt() *testing.T {
+	t, ok := h.t.(*testing.T)
+	if !ok {
+		panic("BUG: a harness of a benchmark waits as a test does")
+	}
+	return t
 }
 
 // reply is a finished response, copied out of fasthttp's pools.
