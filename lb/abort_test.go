@@ -188,49 +188,51 @@ func TestDroppedRequestAbortsOncePerWorker(t *testing.T) {
 	} {
 		for _, failing := range []string{rolePrefill, roleDecode} {
 			t.Run(tc.name+", the "+failing+" failing", func(t *testing.T) {
-				h := newHarness(t)
-				held := make(chan struct{}, 1)
-				var rec abortRecorder
-				fcfg := fake.Config{KVTimeout: 5 * time.Second, OnRequest: func(path string, body []byte) {
-					rec.record(path, body)
-					if path == "/generate" {
-						held <- struct{}{}
+				inBubble(t, func(t *testing.T) {
+					h := newHarness(t)
+					held := make(chan struct{}, 1)
+					var rec abortRecorder
+					fcfg := fake.Config{KVTimeout: 5 * time.Second, OnRequest: func(path string, body []byte) {
+						rec.record(path, body)
+						if path == "/generate" {
+							held <- struct{}{}
+						}
+					}}
+					var failedAborts atomic.Int32
+					var cancelled *fake.Server
+					if failing == rolePrefill {
+						h.backend("prefill-0:30000", failOnceHeld(held, &failedAborts))
+						fcfg.Role = fake.RoleDecode
+						cancelled = h.fake("decode-0:30010", fcfg)
+					} else {
+						fcfg.Role = fake.RolePrefill
+						cancelled = h.fake("prefill-0:30000", fcfg)
+						h.backend("decode-0:30010", failOnceHeld(held, &failedAborts))
 					}
-				}}
-				var failedAborts atomic.Int32
-				var cancelled *fake.Server
-				if failing == rolePrefill {
-					h.backend("prefill-0:30000", failOnceHeld(held, &failedAborts))
-					fcfg.Role = fake.RoleDecode
-					cancelled = h.fake("decode-0:30010", fcfg)
-				} else {
-					fcfg.Role = fake.RolePrefill
-					cancelled = h.fake("prefill-0:30000", fcfg)
-					h.backend("decode-0:30010", failOnceHeld(held, &failedAborts))
-				}
-				cfg := defaultConfig()
-				cfg.DisableRetries = true
-				srv := h.start(cfg)
-				if r := h.post("/generate", tc.body); r.status < fasthttp.StatusInternalServerError {
-					t.Fatalf("got %d %s; want the %s's failure", r.status, r.body, failing)
-				}
-				waitIdle(t, srv) // includes the aborts
-				want := []string{}
-				if tc.want != "" {
-					want = []string{tc.want}
-				}
-				if got := rec.got(); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
-					t.Fatalf("the cancelled leg's worker got /abort_request for %q; want %q", got, want)
-				}
-				if n := cancelled.Stats().AbortRequest; n != uint64(len(want)) {
-					t.Fatalf("the cancelled leg's worker counted %d /abort_request; want %d", n, len(want))
-				}
-				if n := failedAborts.Load(); n != 0 {
-					t.Fatalf("the failed leg's worker got %d /abort_request; want none", n)
-				}
-				if got := h.metric("pdlb_abort_requests_total"); got != strconv.Itoa(len(want)) {
-					t.Fatalf("got pdlb_abort_requests_total %q; want %d", got, len(want))
-				}
+					cfg := defaultConfig()
+					cfg.DisableRetries = true
+					srv := h.start(cfg)
+					if r := h.post("/generate", tc.body); r.status < fasthttp.StatusInternalServerError {
+						t.Fatalf("got %d %s; want the %s's failure", r.status, r.body, failing)
+					}
+					waitIdle(t, srv) // includes the aborts
+					want := []string{}
+					if tc.want != "" {
+						want = []string{tc.want}
+					}
+					if got := rec.got(); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
+						t.Fatalf("the cancelled leg's worker got /abort_request for %q; want %q", got, want)
+					}
+					if n := cancelled.Stats().AbortRequest; n != uint64(len(want)) {
+						t.Fatalf("the cancelled leg's worker counted %d /abort_request; want %d", n, len(want))
+					}
+					if n := failedAborts.Load(); n != 0 {
+						t.Fatalf("the failed leg's worker got %d /abort_request; want none", n)
+					}
+					if got := h.metric("pdlb_abort_requests_total"); got != strconv.Itoa(len(want)) {
+						t.Fatalf("got pdlb_abort_requests_total %q; want %d", got, len(want))
+					}
+				})
 			})
 		}
 	}
@@ -239,50 +241,52 @@ func TestDroppedRequestAbortsOncePerWorker(t *testing.T) {
 // Beyond MaxAbortsPerSecond a second, the aborts a worker would get are
 // dropped and counted, on Config.Now's clock (issue 19, item 8).
 func TestAbortsBeyondTheRateAreDropped(t *testing.T) {
-	h := newHarness(t)
-	held := make(chan struct{}, 1)
-	decode := h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 5 * time.Second,
-		OnRequest: func(path string, _ []byte) {
-			if path == "/generate" {
-				held <- struct{}{}
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		held := make(chan struct{}, 1)
+		decode := h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 5 * time.Second,
+			OnRequest: func(path string, _ []byte) {
+				if path == "/generate" {
+					held <- struct{}{}
+				}
+			}})
+		var prefillAborts atomic.Int32
+		h.backend("prefill-0:30000", failOnceHeld(held, &prefillAborts))
+		cfg := defaultConfig()
+		cfg.DisableRetries = true
+		cfg.Breaker.Disable = true // the prefill fails every request on purpose
+		cfg.MaxAbortsPerSecond = 2
+		base := time.Now()
+		var ahead atomic.Int64
+		cfg.Now = func() time.Time { return base.Add(time.Duration(ahead.Load())) }
+		srv := h.start(cfg)
+		drop := func(n int) {
+			t.Helper()
+			for i := range n {
+				if r := h.post("/generate", `{"text": "a", "rid": "request-`+strconv.Itoa(i)+`"}`); r.status != fasthttp.StatusServiceUnavailable {
+					t.Fatalf("got %d %s; want the prefill's 503", r.status, r.body)
+				}
+				// One at a time: the fake decode fails the requests waiting
+				// on a prefill info fetch that an abort interrupted.
+				waitFor(t, "the decode to end the request", func() bool { return decode.Stats().InFlight == 0 })
 			}
-		}})
-	var prefillAborts atomic.Int32
-	h.backend("prefill-0:30000", failOnceHeld(held, &prefillAborts))
-	cfg := defaultConfig()
-	cfg.DisableRetries = true
-	cfg.Breaker.Disable = true // the prefill fails every request on purpose
-	cfg.MaxAbortsPerSecond = 2
-	base := time.Now()
-	var ahead atomic.Int64
-	cfg.Now = func() time.Time { return base.Add(time.Duration(ahead.Load())) }
-	srv := h.start(cfg)
-	drop := func(n int) {
-		t.Helper()
-		for i := range n {
-			if r := h.post("/generate", `{"text": "a", "rid": "request-`+strconv.Itoa(i)+`"}`); r.status != fasthttp.StatusServiceUnavailable {
-				t.Fatalf("got %d %s; want the prefill's 503", r.status, r.body)
+			waitIdle(t, srv)
+		}
+		check := func(when string, sent uint64, dropped int) {
+			t.Helper()
+			if n := decode.Stats().AbortRequest; n != sent {
+				t.Fatalf("%s: the decode got %d /abort_request; want %d", when, n, sent)
 			}
-			// One at a time: the fake decode fails the requests waiting
-			// on a prefill info fetch that an abort interrupted.
-			waitFor(t, "the decode to end the request", func() bool { return decode.Stats().InFlight == 0 })
+			if got := h.metric("pdlb_abort_requests_dropped_total"); got != strconv.Itoa(dropped) {
+				t.Fatalf("%s: got pdlb_abort_requests_dropped_total %q; want %d", when, got, dropped)
+			}
 		}
-		waitIdle(t, srv)
-	}
-	check := func(when string, sent uint64, dropped int) {
-		t.Helper()
-		if n := decode.Stats().AbortRequest; n != sent {
-			t.Fatalf("%s: the decode got %d /abort_request; want %d", when, n, sent)
-		}
-		if got := h.metric("pdlb_abort_requests_dropped_total"); got != strconv.Itoa(dropped) {
-			t.Fatalf("%s: got pdlb_abort_requests_dropped_total %q; want %d", when, got, dropped)
-		}
-	}
-	drop(5)
-	check("5 dropped requests in one instant", 2, 3)
-	ahead.Store(int64(500 * time.Millisecond))
-	drop(2)
-	check("2 more half a second on", 3, 4)
+		drop(5)
+		check("5 dropped requests in one instant", 2, 3)
+		ahead.Store(int64(500 * time.Millisecond))
+		drop(2)
+		check("2 more half a second on", 3, 4)
+	})
 }
 
 // The /abort_request calls under way to one worker are bounded, so that a
@@ -290,35 +294,37 @@ func TestAbortsBeyondTheRateAreDropped(t *testing.T) {
 // each (issue 19, item 8: 8,242 descriptors); those beyond are dropped
 // and counted.
 func TestAbortsInFlightAreBounded(t *testing.T) {
-	h := newHarness(t)
-	release := make(chan struct{})
-	var arrived, under, most atomic.Int32
-	h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
-		n := under.Add(1)
-		defer under.Add(-1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		release := make(chan struct{})
+		var arrived, under, most atomic.Int32
+		h.backend("decode-0:30010", func(ctx *fasthttp.RequestCtx) {
+			n := under.Add(1)
+			defer under.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			arrived.Add(1)
+			select {
+			case <-release:
+			case <-time.After(5 * time.Second): // a failure deadline
+			}
+		})
+		h.backend("prefill-0:30000", func(*fasthttp.RequestCtx) {})
+		srv := h.start(defaultConfig())
+		d := srv.decodes.backends[0]
+		for i := range 20 {
+			srv.abortRequest(d, "r-"+strconv.Itoa(i))
 		}
-		arrived.Add(1)
-		select {
-		case <-release:
-		case <-time.After(5 * time.Second): // a failure deadline
+		if got := h.metric("pdlb_abort_requests_dropped_total"); got != strconv.Itoa(20-maxAbortsInFlight) {
+			t.Fatalf("got pdlb_abort_requests_dropped_total %q; want %d", got, 20-maxAbortsInFlight)
+		}
+		waitFor(t, "the aborts to reach the worker", func() bool { return arrived.Load() == maxAbortsInFlight })
+		close(release)
+		waitIdle(t, srv)
+		if n, m := arrived.Load(), most.Load(); n != maxAbortsInFlight || m > maxAbortsInFlight {
+			t.Fatalf("the worker got %d aborts, %d at once; want %d, at most %d at once", n, m, maxAbortsInFlight, maxAbortsInFlight)
 		}
 	})
-	h.backend("prefill-0:30000", func(*fasthttp.RequestCtx) {})
-	srv := h.start(defaultConfig())
-	d := srv.decodes.backends[0]
-	for i := range 20 {
-		srv.abortRequest(d, "r-"+strconv.Itoa(i))
-	}
-	if got := h.metric("pdlb_abort_requests_dropped_total"); got != strconv.Itoa(20-maxAbortsInFlight) {
-		t.Fatalf("got pdlb_abort_requests_dropped_total %q; want %d", got, 20-maxAbortsInFlight)
-	}
-	waitFor(t, "the aborts to reach the worker", func() bool { return arrived.Load() == maxAbortsInFlight })
-	close(release)
-	waitIdle(t, srv)
-	if n, m := arrived.Load(), most.Load(); n != maxAbortsInFlight || m > maxAbortsInFlight {
-		t.Fatalf("the worker got %d aborts, %d at once; want %d, at most %d at once", n, m, maxAbortsInFlight, maxAbortsInFlight)
-	}
 }
 
 // SGLang aborts every request whose rid starts with the one an abort
@@ -326,27 +332,29 @@ func TestAbortsInFlightAreBounded(t *testing.T) {
 // or any rid shorter than minAbortRID, gets a 400 and reaches no worker
 // (issue 19: one client cancelling everyone's requests).
 func TestAbortByPrefixIsRefused(t *testing.T) {
-	h := newHarness(t)
-	gate := make(chan struct{})
-	p, d := h.pair(fake.Config{}, fake.Config{TokenGate: gate})
-	srv := h.start(defaultConfig())
-	got := make(chan reply, 1)
-	go func() {
-		got <- h.post("/generate", `{"text": "a", "rid": "request-10", "sampling_params": {"max_new_tokens": 2}}`)
-	}()
-	waitFor(t, "the decode to hold the request", func() bool { return d.Stats().InFlight == 1 })
-	for _, rid := range []string{"request-1", "request-", "r"} {
-		r := h.post("/abort_request", `{"rid": "`+rid+`"}`)
-		if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != fasthttp.StatusBadRequest || !strings.Contains(msg, "starts with") {
-			t.Errorf("an abort of %q: got %d %s; want a 400 saying why", rid, r.status, r.body)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		gate := make(chan struct{})
+		p, d := h.pair(fake.Config{}, fake.Config{TokenGate: gate})
+		srv := h.start(defaultConfig())
+		got := make(chan reply, 1)
+		go func() {
+			got <- h.post("/generate", `{"text": "a", "rid": "request-10", "sampling_params": {"max_new_tokens": 2}}`)
+		}()
+		waitFor(t, "the decode to hold the request", func() bool { return d.Stats().InFlight == 1 })
+		for _, rid := range []string{"request-1", "request-", "r"} {
+			r := h.post("/abort_request", `{"rid": "`+rid+`"}`)
+			if msg := gjson.GetBytes(r.body, "error.message").String(); r.status != fasthttp.StatusBadRequest || !strings.Contains(msg, "starts with") {
+				t.Errorf("an abort of %q: got %d %s; want a 400 saying why", rid, r.status, r.body)
+			}
 		}
-	}
-	if n := p.Stats().AbortRequest + d.Stats().AbortRequest; n != 0 {
-		t.Fatalf("the workers got %d aborts; want none", n)
-	}
-	close(gate)
-	if r := <-got; r.status != fasthttp.StatusOK || gjson.GetBytes(r.body, "meta_info.finish_reason.type").String() == "abort" {
-		t.Fatalf("the request the aborts would have named got %d %s", r.status, r.body)
-	}
-	waitIdle(t, srv)
+		if n := p.Stats().AbortRequest + d.Stats().AbortRequest; n != 0 {
+			t.Fatalf("the workers got %d aborts; want none", n)
+		}
+		close(gate)
+		if r := <-got; r.status != fasthttp.StatusOK || gjson.GetBytes(r.body, "meta_info.finish_reason.type").String() == "abort" {
+			t.Fatalf("the request the aborts would have named got %d %s", r.status, r.body)
+		}
+		waitIdle(t, srv)
+	})
 }

@@ -49,42 +49,44 @@ func TestClientKVFieldsNeverReachWorkers(t *testing.T) {
 		{"local prefill", "/generate", []string{headerPDMode, "decode-only"}, true, []string{"decode"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t)
-			got := map[string]*bodies{"prefill": {}, "decode": {}, "fallback": {}}
-			h.pair(fake.Config{OnRequest: got["prefill"].record}, fake.Config{ConditionalAgg: true, OnRequest: got["decode"].record})
-			h.fake("agg-0:30020", fake.Config{Role: fake.RoleAggregated, OnRequest: got["fallback"].record})
-			cfg := fallbackConfig()
-			cfg.DecodeLocalPrefill = c.local
-			cfg.NewRoom = func() uint64 { return 42 }
-			srv := h.start(cfg)
-			body := hostileKVBody
-			if c.path == "/v1/chat/completions" {
-				body = strings.Replace(body, `"text": "a"`, `"messages": [{"role": "user", "content": "a"}]`, 1)
-			}
-			if r := h.post(c.path, body, c.header...); r.status != fasthttp.StatusOK {
-				t.Fatalf("got %d %s", r.status, r.body)
-			}
-			waitIdle(t, srv)
-			for role, b := range got {
-				want := 0
-				if slices.Contains(c.roles, role) {
-					want = 1
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				got := map[string]*bodies{"prefill": {}, "decode": {}, "fallback": {}}
+				h.pair(fake.Config{OnRequest: got["prefill"].record}, fake.Config{ConditionalAgg: true, OnRequest: got["decode"].record})
+				h.fake("agg-0:30020", fake.Config{Role: fake.RoleAggregated, OnRequest: got["fallback"].record})
+				cfg := fallbackConfig()
+				cfg.DecodeLocalPrefill = c.local
+				cfg.NewRoom = func() uint64 { return 42 }
+				srv := h.start(cfg)
+				body := hostileKVBody
+				if c.path == "/v1/chat/completions" {
+					body = strings.Replace(body, `"text": "a"`, `"messages": [{"role": "user", "content": "a"}]`, 1)
 				}
-				if n := b.count(); n != want {
-					t.Fatalf("the %s got %d requests; want %d", role, n, want)
+				if r := h.post(c.path, body, c.header...); r.status != fasthttp.StatusOK {
+					t.Fatalf("got %d %s", r.status, r.body)
 				}
-				if want == 0 {
-					continue
+				waitIdle(t, srv)
+				for role, b := range got {
+					want := 0
+					if slices.Contains(c.roles, role) {
+						want = 1
+					}
+					if n := b.count(); n != want {
+						t.Fatalf("the %s got %d requests; want %d", role, n, want)
+					}
+					if want == 0 {
+						continue
+					}
+					owned := pd
+					switch {
+					case role == "fallback":
+						owned = nil
+					case c.local:
+						owned = map[string]string{"do_local_prefill": "true"}
+					}
+					checkWorkerBody(t, role, []byte(body), b.only(t), owned)
 				}
-				owned := pd
-				switch {
-				case role == "fallback":
-					owned = nil
-				case c.local:
-					owned = map[string]string{"do_local_prefill": "true"}
-				}
-				checkWorkerBody(t, role, []byte(body), b.only(t), owned)
-			}
+			})
 		})
 	}
 }
@@ -195,21 +197,23 @@ func TestRoutingKeysReadAsWorkersRead(t *testing.T) {
 		}
 	})
 	t.Run("prefill DP rank", func(t *testing.T) {
-		h := newHarness(t)
-		_, d := h.dpPair()
-		h.start(warmConfig())
-		// The first request of a cold pair: pdlb must wait for the warm-up.
-		r := h.post("/generate", `{"text": "a", "disagg\u005fprefill\u005fdp\u005frank": 1}`)
-		if r.status != fasthttp.StatusOK {
-			t.Fatalf("got %d %s", r.status, r.body)
-		}
-		if n := d.Stats().FirstRequestFailures; n != 0 {
-			t.Fatalf("the decode failed %d requests for want of a warm-up", n)
-		}
-		r = h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 1, "disagg\u005fprefill\u005fdp\u005frank": 9}`)
-		if r.status != fasthttp.StatusBadRequest || !strings.Contains(string(r.body), "out of range") {
-			t.Fatalf("got %d %s; want pdlb's 400 for a rank out of range", r.status, r.body)
-		}
+		inBubble(t, func(t *testing.T) {
+			h := newHarness(t)
+			_, d := h.dpPair()
+			h.start(warmConfig())
+			// The first request of a cold pair: pdlb must wait for the warm-up.
+			r := h.post("/generate", `{"text": "a", "disagg\u005fprefill\u005fdp\u005frank": 1}`)
+			if r.status != fasthttp.StatusOK {
+				t.Fatalf("got %d %s", r.status, r.body)
+			}
+			if n := d.Stats().FirstRequestFailures; n != 0 {
+				t.Fatalf("the decode failed %d requests for want of a warm-up", n)
+			}
+			r = h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 1, "disagg\u005fprefill\u005fdp\u005frank": 9}`)
+			if r.status != fasthttp.StatusBadRequest || !strings.Contains(string(r.body), "out of range") {
+				t.Fatalf("got %d %s; want pdlb's 400 for a rank out of range", r.status, r.body)
+			}
+		})
 	})
 }
 
@@ -217,38 +221,40 @@ func TestRoutingKeysReadAsWorkersRead(t *testing.T) {
 // the worker reads, the last duplicate of the decoded key, not the first
 // that a path lookup finds.
 func TestAbortNamesTheRIDTheWorkerRuns(t *testing.T) {
-	h := newHarness(t)
-	var served atomic.Int32
-	decodeHasIt := make(chan struct{}, 1)
-	h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
-		<-decodeHasIt // fail only once the decode works on the request
-		failing(&served, fasthttp.StatusServiceUnavailable, `{}`)(ctx)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		var served atomic.Int32
+		decodeHasIt := make(chan struct{}, 1)
+		h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+			<-decodeHasIt // fail only once the decode works on the request
+			failing(&served, fasthttp.StatusServiceUnavailable, `{}`)(ctx)
+		})
+		var aborts bodies
+		h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second,
+			OnRequest: func(path string, body []byte) {
+				switch path {
+				case "/generate":
+					decodeHasIt <- struct{}{}
+				case "/abort_request":
+					aborts.record(path, body)
+				}
+			}})
+		cfg := defaultConfig()
+		cfg.DisableRetries = true
+		srv := h.start(cfg)
+		if r := h.post("/generate", `{"text": "a", "rid": "decoy-rid", "r\u0069d": "request-7"}`); r.status != fasthttp.StatusServiceUnavailable {
+			t.Fatalf("got %d %s", r.status, r.body)
+		}
+		waitIdle(t, srv) // includes the abort
+		v, err := fake.LoadJSON(aborts.only(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rid := string(v.GetStringBytes("rid")); rid != "request-7" {
+			t.Fatalf("pdlb aborted rid %q; want request-7, the request the decode runs", rid)
+		}
+		waitFor(t, "the decode to drop the aborted request", func() bool { return h.decode.Stats().InFlight == 0 })
 	})
-	var aborts bodies
-	h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 20 * time.Second,
-		OnRequest: func(path string, body []byte) {
-			switch path {
-			case "/generate":
-				decodeHasIt <- struct{}{}
-			case "/abort_request":
-				aborts.record(path, body)
-			}
-		}})
-	cfg := defaultConfig()
-	cfg.DisableRetries = true
-	srv := h.start(cfg)
-	if r := h.post("/generate", `{"text": "a", "rid": "decoy-rid", "r\u0069d": "request-7"}`); r.status != fasthttp.StatusServiceUnavailable {
-		t.Fatalf("got %d %s", r.status, r.body)
-	}
-	waitIdle(t, srv) // includes the abort
-	v, err := fake.LoadJSON(aborts.only(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rid := string(v.GetStringBytes("rid")); rid != "request-7" {
-		t.Fatalf("pdlb aborted rid %q; want request-7, the request the decode runs", rid)
-	}
-	waitFor(t, "the decode to drop the aborted request", func() bool { return h.decode.Stats().InFlight == 0 })
 }
 
 // An /abort_request marks the exchanges whose rid it names as the workers

@@ -2,12 +2,14 @@ package lb
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -49,15 +51,13 @@ func TestDefaultMaxConnections(t *testing.T) {
 func waitConns(t *testing.T, srv *Server, open, first, next, rest int) {
 	t.Helper()
 	want := wire.Census{Open: open, First: first, Next: next, Rest: rest}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+	settled(t, fmt.Sprintf("%+v connections", want), func() bool {
 		got := srv.conns.Census()
-		if got == want {
-			return
+		if got != want {
+			t.Logf("got %+v connections; want %+v", got, want) // the last is the one that counts
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("got %+v connections; want %+v", got, want)
-		}
-	}
+		return got == want
+	})
 }
 
 // rawClient is a client connection to pdlb written and read by hand.
@@ -135,36 +135,38 @@ func TestIdleConnectionsMakeRoomOldestFirst(t *testing.T) {
 		{"a request makes it wait least", []string{"dial 0", "get 0", "dial 1", "get 0"}, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t)
-			h.pair(fake.Config{}, fake.Config{})
-			cfg := defaultConfig()
-			cfg.MaxConnections = 2
-			srv := h.start(cfg)
-			var clients []*rawClient
-			served := map[int]bool{}
-			for _, step := range tt.steps {
-				what, n, _ := strings.Cut(step, " ")
-				i := int(n[0] - '0')
-				switch what {
-				case "dial":
-					clients = append(clients, dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }))
-				case "get":
-					clients[i].get()
-					served[i] = true
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				h.pair(fake.Config{}, fake.Config{})
+				cfg := defaultConfig()
+				cfg.MaxConnections = 2
+				srv := h.start(cfg)
+				var clients []*rawClient
+				served := map[int]bool{}
+				for _, step := range tt.steps {
+					what, n, _ := strings.Cut(step, " ")
+					i := int(n[0] - '0')
+					switch what {
+					case "dial":
+						clients = append(clients, dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }))
+					case "get":
+						clients[i].get()
+						served[i] = true
+					}
+					// Each step is done, for pdlb too, before the next.
+					waitConns(t, srv, len(clients), len(clients)-len(served), len(served), 0)
 				}
-				// Each step is done, for pdlb too, before the next.
-				waitConns(t, srv, len(clients), len(clients)-len(served), len(served), 0)
-			}
 
-			if r := h.do(fasthttp.MethodGet, "/liveness", ""); r.status != fasthttp.StatusOK {
-				t.Fatalf("the new client got %d %s; want 200", r.status, r.body)
-			}
-			clients[tt.closed].waitClosed()
-			clients[1-tt.closed].get() // the other one is still served
-			if got := srv.connsEvicted.Get(); got != 1 {
-				t.Errorf("got %d connections evicted; want 1", got)
-			}
-			waitConns(t, srv, 2, 0, 2, 0)
+				if r := h.do(fasthttp.MethodGet, "/liveness", ""); r.status != fasthttp.StatusOK {
+					t.Fatalf("the new client got %d %s; want 200", r.status, r.body)
+				}
+				clients[tt.closed].waitClosed()
+				clients[1-tt.closed].get() // the other one is still served
+				if got := srv.connsEvicted.Get(); got != 1 {
+					t.Errorf("got %d connections evicted; want 1", got)
+				}
+				waitConns(t, srv, 2, 0, 2, 0)
+			})
 		})
 	}
 }
@@ -173,6 +175,7 @@ func TestIdleConnectionsMakeRoomOldestFirst(t *testing.T) {
 // new one is refused at once with a JSON 503, and closed; the busy ones are
 // not touched.
 func TestNewConnectionIsRefusedWhenAllAreBusy(t *testing.T) {
+	t.Parallel() // on sockets or real time: overlaps the other slow tests
 	for _, tcp := range []bool{false, true} {
 		name := "in memory"
 		if tcp {
@@ -249,50 +252,49 @@ func holdWorkers(h *harness) (release func(), arrived <-chan struct{}) {
 // request is then accounted as closed for room. A flood of slow senders
 // would otherwise hold every place until --client-read-timeout-secs.
 func TestSlowSendersMakeRoom(t *testing.T) {
-	h := newHarness(t)
-	h.pair(fake.Config{}, fake.Config{})
-	cfg := defaultConfig()
-	cfg.MaxConnections = 2
-	srv := h.start(cfg)
-	dial := func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }
-	body := dialRaw(t, dial)
-	body.send("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat(" ", 20000))
-	h.waitMemory(32 << 10) // pdlb reads it
-	waitConns(t, srv, 1, 0, 0, 1)
-	header := dialRaw(t, dial)
-	header.send("GET /liveness HTTP/1.1\r\n") // the rest of its header never
-	waitConns(t, srv, 2, 0, 0, 2)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		cfg := defaultConfig()
+		cfg.MaxConnections = 2
+		srv := h.start(cfg)
+		dial := func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }
+		body := dialRaw(t, dial)
+		body.send("POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat(" ", 20000))
+		h.waitMemory(32 << 10) // pdlb reads it
+		waitConns(t, srv, 1, 0, 0, 1)
+		header := dialRaw(t, dial)
+		header.send("GET /liveness HTTP/1.1\r\n") // the rest of its header never
+		waitConns(t, srv, 2, 0, 0, 2)
 
-	// A newcomer takes the place of the body, waiting longest.
-	c := dialRaw(t, dial)
-	c.get()
-	body.waitClosed()
-	_ = c.conn.Close() // else, idle, it would wait longer than the next
-	waitConns(t, srv, 1, 0, 0, 1)
-	// Beside a keep-alive connection, which began waiting later, the header
-	// sent slowly waits longest, and makes room for the next newcomer.
-	dialRaw(t, dial).get()
-	waitConns(t, srv, 2, 0, 1, 1)
-	dialRaw(t, dial).get()
-	header.waitClosed()
-	if got := srv.connsEvicted.Get(); got != 2 {
-		t.Fatalf("got %d connections evicted; want 2", got)
-	}
-	// The body's handler noticed when its read failed.
-	for deadline := time.Now().Add(5 * time.Second); h.metric(`pdlb_requests_total{route="/generate",code="499"}`) != "1"; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
+		// A newcomer takes the place of the body, waiting longest.
+		c := dialRaw(t, dial)
+		c.get()
+		body.waitClosed()
+		_ = c.conn.Close() // else, idle, it would wait longer than the next
+		waitConns(t, srv, 1, 0, 0, 1)
+		// Beside a keep-alive connection, which began waiting later, the header
+		// sent slowly waits longest, and makes room for the next newcomer.
+		dialRaw(t, dial).get()
+		waitConns(t, srv, 2, 0, 1, 1)
+		dialRaw(t, dial).get()
+		header.waitClosed()
+		if got := srv.connsEvicted.Get(); got != 2 {
+			t.Fatalf("got %d connections evicted; want 2", got)
+		}
+		// The body's handler noticed when its read failed.
+		synctest.Wait()
+		if h.metric(`pdlb_requests_total{route="/generate",code="499"}`) != "1" {
 			t.Fatal("the body's request was not accounted as a 499")
 		}
-	}
-	// Both are too_many_connections: the body's, and the header's, which
-	// fasthttp reports to pdlb over an in-memory connection (over TCP its
-	// read ends with net.ErrClosed, which it takes for a silent close).
-	for deadline := time.Now().Add(5 * time.Second); h.metric(`pdlb_request_errors_total{reason="too_many_connections"}`) != "2"; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("got %s too_many_connections errors; want 2", h.metric(`pdlb_request_errors_total{reason="too_many_connections"}`))
+		// Both are too_many_connections: the body's, and the header's, which
+		// fasthttp reports to pdlb over an in-memory connection (over TCP its
+		// read ends with net.ErrClosed, which it takes for a silent close).
+		if got := h.metric(`pdlb_request_errors_total{reason="too_many_connections"}`); got != "2" {
+			t.Fatalf("got %s too_many_connections errors; want 2", got)
 		}
-	}
-	h.waitMemory(0)
+		h.waitMemory(0)
+	})
 }
 
 // A keep-alive connection is closed after ClientIdleTimeout without a
@@ -302,6 +304,7 @@ func TestSlowSendersMakeRoom(t *testing.T) {
 // socket. ClientReadTimeout is far longer, so only the idle timeout can
 // close it in time.
 func TestIdleKeepAliveConnectionIsClosed(t *testing.T) {
+	t.Parallel() // on sockets or real time: overlaps the other slow tests
 	h := newHarness(t)
 	h.pair(fake.Config{}, fake.Config{})
 	cfg := defaultConfig()
@@ -318,14 +321,16 @@ func TestIdleKeepAliveConnectionIsClosed(t *testing.T) {
 // A client that left leaves no place taken: each connection's Close gives
 // its place back, whoever closes it first.
 func TestClosedConnectionsLeaveTheBudget(t *testing.T) {
-	h := newHarness(t)
-	h.pair(fake.Config{}, fake.Config{})
-	srv := h.start(defaultConfig())
-	c := dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") })
-	c.get()
-	waitConns(t, srv, 1, 0, 1, 0)
-	_ = c.conn.Close()
-	waitConns(t, srv, 0, 0, 0, 0)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		srv := h.start(defaultConfig())
+		c := dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") })
+		c.get()
+		waitConns(t, srv, 1, 0, 1, 0)
+		_ = c.conn.Close()
+		waitConns(t, srv, 0, 0, 0, 0)
+	})
 }
 
 // A budget above fasthttp's own bound on connections raises it: fasthttp
@@ -363,19 +368,21 @@ func TestUnreadBodyClosesTheConnection(t *testing.T) {
 		{"encoded body", "POST /generate HTTP/1.1\r\nHost: pdlb\r\nContent-Encoding: gzip\r\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t)
-			h.pair(fake.Config{}, fake.Config{})
-			cfg := defaultConfig()
-			cfg.MaxConnections = 1
-			srv := h.start(cfg)
-			c := dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") })
-			c.send(tc.head + "Content-Length: 100000\r\n\r\n" + strings.Repeat(" ", 20000))
-			if resp := c.answer(); !resp.ConnectionClose() {
-				t.Fatalf("got %d, not closing the connection", resp.StatusCode())
-			}
-			c.waitClosed()
-			waitConns(t, srv, 0, 0, 0, 0)
-			dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }).get()
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				h.pair(fake.Config{}, fake.Config{})
+				cfg := defaultConfig()
+				cfg.MaxConnections = 1
+				srv := h.start(cfg)
+				c := dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") })
+				c.send(tc.head + "Content-Length: 100000\r\n\r\n" + strings.Repeat(" ", 20000))
+				if resp := c.answer(); !resp.ConnectionClose() {
+					t.Fatalf("got %d, not closing the connection", resp.StatusCode())
+				}
+				c.waitClosed()
+				waitConns(t, srv, 0, 0, 0, 0)
+				dialRaw(t, func() (net.Conn, error) { return h.nw.Dial("pdlb:8000") }).get()
+			})
 		})
 	}
 }

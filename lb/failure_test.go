@@ -40,11 +40,7 @@ func waitIdleWithin(t *testing.T, srv *Server, limit time.Duration) {
 	}
 	// Every body is given back to the memory budget: by the exchanges,
 	// released now, and by their handlers, which may still be returning.
-	for deadline := time.Now().Add(limit); srv.memory.used.Load() != 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes of body memory still held", srv.memory.used.Load())
-		}
-	}
+	settled(t, "no body memory held", func() bool { return srv.memory.used.Load() == 0 })
 }
 
 // When one leg fails, the other is cancelled at once and the client hears
@@ -86,23 +82,25 @@ func TestFailedLegCancelsItsPeer(t *testing.T) {
 	} {
 		for _, stream := range []string{"false", "true"} {
 			t.Run(tc.name+"/stream="+stream, func(t *testing.T) {
-				h := newHarness(t)
-				tc.setup(h)
-				srv := h.start(defaultConfig())
-				r := h.post("/v1/chat/completions", `{"messages": [{"role": "user", "content": "hi"}], "stream": `+stream+`}`)
-				if r.status != tc.status {
-					t.Fatalf("got %d %s; want %d", r.status, r.body, tc.status)
-				}
-				if tc.body != "" && string(r.body) != tc.body {
-					t.Fatalf("got %s; want the failing worker's answer %s", r.body, tc.body)
-				}
-				if msg := gjson.GetBytes(r.body, "error.message").String(); !strings.Contains(msg, tc.message) {
-					t.Fatalf("got message %q; want it to contain %q", msg, tc.message)
-				}
-				if r.took > 2*time.Second {
-					t.Fatalf("the client waited %s", r.took)
-				}
-				waitIdle(t, srv)
+				inBubble(t, func(t *testing.T) {
+					h := newHarness(t)
+					tc.setup(h)
+					srv := h.start(defaultConfig())
+					r := h.post("/v1/chat/completions", `{"messages": [{"role": "user", "content": "hi"}], "stream": `+stream+`}`)
+					if r.status != tc.status {
+						t.Fatalf("got %d %s; want %d", r.status, r.body, tc.status)
+					}
+					if tc.body != "" && string(r.body) != tc.body {
+						t.Fatalf("got %s; want the failing worker's answer %s", r.body, tc.body)
+					}
+					if msg := gjson.GetBytes(r.body, "error.message").String(); !strings.Contains(msg, tc.message) {
+						t.Fatalf("got message %q; want it to contain %q", msg, tc.message)
+					}
+					if r.took > 2*time.Second {
+						t.Fatalf("the client waited %s", r.took)
+					}
+					waitIdle(t, srv)
+				})
 			})
 		}
 	}
@@ -189,48 +187,52 @@ func (c *holdingConn) Close() error {
 }
 
 func TestTimeoutGives504(t *testing.T) {
-	h := newHarness(t)
-	release := make(chan struct{})
-	defer close(release)
-	hang := func(ctx *fasthttp.RequestCtx) {
-		select {
-		case <-release:
-		case <-time.After(10 * time.Second):
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		release := make(chan struct{})
+		defer close(release)
+		hang := func(ctx *fasthttp.RequestCtx) {
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
 		}
-	}
-	h.backend("prefill-0:30000", hang)
-	h.backend("decode-0:30010", hang)
-	cfg := defaultConfig()
-	cfg.RequestTimeout = 200 * time.Millisecond
-	srv := h.start(cfg)
-	for _, body := range []string{`{"text": "a"}`, `{"text": "a", "stream": true}`} {
-		r := h.post("/generate", body)
-		if r.status != fasthttp.StatusGatewayTimeout || gjson.GetBytes(r.body, "error.type").String() != "gateway_timeout" {
-			t.Fatalf("%s: got %d %s; want 504", body, r.status, r.body)
+		h.backend("prefill-0:30000", hang)
+		h.backend("decode-0:30010", hang)
+		cfg := defaultConfig()
+		cfg.RequestTimeout = 200 * time.Millisecond
+		srv := h.start(cfg)
+		for _, body := range []string{`{"text": "a"}`, `{"text": "a", "stream": true}`} {
+			r := h.post("/generate", body)
+			if r.status != fasthttp.StatusGatewayTimeout || gjson.GetBytes(r.body, "error.type").String() != "gateway_timeout" {
+				t.Fatalf("%s: got %d %s; want 504", body, r.status, r.body)
+			}
+			if r.took > 2*time.Second {
+				t.Fatalf("the timeout took %s", r.took)
+			}
 		}
-		if r.took > 2*time.Second {
-			t.Fatalf("the timeout took %s", r.took)
-		}
-	}
-	waitIdle(t, srv)
+		waitIdle(t, srv)
+	})
 }
 
 func TestNoBackendGives503(t *testing.T) {
-	h := newHarness(t)
-	h.pair(fake.Config{}, fake.Config{})
-	srv := h.start(defaultConfig())
-	srv.decodes.backends[0].health.Store(int32(health.Down))
-	r := h.post("/generate", `{"text": "a"}`)
-	if r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(string(r.body), "no decode backend is available") {
-		t.Fatalf("got %d %s; want a 503 naming the empty pool", r.status, r.body)
-	}
-	if r.header.Peek("Retry-After") == nil {
-		t.Fatalf("a 503 must say when to retry")
-	}
-	// It went nowhere: it is no decode-only request.
-	if got := h.metric(`pdlb_decode_only_total{reason="no_decode"}`); got != "0" {
-		t.Fatalf("got pdlb_decode_only_total{reason=\"no_decode\"} %q; want 0", got)
-	}
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		srv := h.start(defaultConfig())
+		srv.decodes.backends[0].health.Store(int32(health.Down))
+		r := h.post("/generate", `{"text": "a"}`)
+		if r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(string(r.body), "no decode backend is available") {
+			t.Fatalf("got %d %s; want a 503 naming the empty pool", r.status, r.body)
+		}
+		if r.header.Peek("Retry-After") == nil {
+			t.Fatalf("a 503 must say when to retry")
+		}
+		// It went nowhere: it is no decode-only request.
+		if got := h.metric(`pdlb_decode_only_total{reason="no_decode"}`); got != "0" {
+			t.Fatalf("got pdlb_decode_only_total{reason=\"no_decode\"} %q; want 0", got)
+		}
+	})
 }
 
 // A worker's failed answer that the client gets as it is (out of retries)
@@ -246,38 +248,40 @@ func TestPassedOnFailureIsLogged(t *testing.T) {
 		{"prefill", rolePrefill, "prefill-0:30000", `{"text": "a"}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t)
-			var served atomic.Int32
-			fail := failing(&served, fasthttp.StatusServiceUnavailable, `{"error": "boom"}`)
-			if c.role == rolePrefill {
-				release := make(chan struct{})
-				h.backend("prefill-0:30000", fail)
-				h.backend("decode-0:30010", func(*fasthttp.RequestCtx) { <-release }) // the KV cache never comes
-				// Registered last, so run first: the backend's shutdown waits for it.
-				t.Cleanup(func() { close(release) })
-			} else {
-				h.backend("prefill-0:30000", jsonBackend(`{}`))
-				h.backend("decode-0:30010", fail)
-			}
-			cfg := defaultConfig()
-			cfg.DisableRetries = true
-			var logs syncBuffer
-			srv := h.startLogged(cfg, zerolog.New(&logs).Level(zerolog.WarnLevel))
-			r := h.post("/generate", c.body, "X-Request-Id", "r-1")
-			if r.status != fasthttp.StatusServiceUnavailable {
-				t.Fatalf("got %d %s; want the %s's 503", r.status, r.body, c.role)
-			}
-			waitIdle(t, srv)
-			var warned []string
-			for line := range strings.Lines(logs.String()) {
-				if gjson.Get(line, "request_id").String() == "r-1" && gjson.Get(line, "level").String() == "warn" {
-					warned = append(warned, line)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				var served atomic.Int32
+				fail := failing(&served, fasthttp.StatusServiceUnavailable, `{"error": "boom"}`)
+				if c.role == rolePrefill {
+					release := make(chan struct{})
+					h.backend("prefill-0:30000", fail)
+					h.backend("decode-0:30010", func(*fasthttp.RequestCtx) { <-release }) // the KV cache never comes
+					// Registered last, so run first: the backend's shutdown waits for it.
+					t.Cleanup(func() { close(release) })
+				} else {
+					h.backend("prefill-0:30000", jsonBackend(`{}`))
+					h.backend("decode-0:30010", fail)
 				}
-			}
-			if len(warned) != 1 || gjson.Get(warned[0], "role").String() != c.role ||
-				gjson.Get(warned[0], "backend").String() != c.backend || gjson.Get(warned[0], "status").Int() != 503 {
-				t.Fatalf("got warnings %q; want one naming the %s %s and its 503", warned, c.role, c.backend)
-			}
+				cfg := defaultConfig()
+				cfg.DisableRetries = true
+				var logs syncBuffer
+				srv := h.startLogged(cfg, zerolog.New(&logs).Level(zerolog.WarnLevel))
+				r := h.post("/generate", c.body, "X-Request-Id", "r-1")
+				if r.status != fasthttp.StatusServiceUnavailable {
+					t.Fatalf("got %d %s; want the %s's 503", r.status, r.body, c.role)
+				}
+				waitIdle(t, srv)
+				var warned []string
+				for line := range strings.Lines(logs.String()) {
+					if gjson.Get(line, "request_id").String() == "r-1" && gjson.Get(line, "level").String() == "warn" {
+						warned = append(warned, line)
+					}
+				}
+				if len(warned) != 1 || gjson.Get(warned[0], "role").String() != c.role ||
+					gjson.Get(warned[0], "backend").String() != c.backend || gjson.Get(warned[0], "status").Int() != 503 {
+					t.Fatalf("got warnings %q; want one naming the %s %s and its 503", warned, c.role, c.backend)
+				}
+			})
 		})
 	}
 }

@@ -2,10 +2,12 @@ package lb
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -17,6 +19,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// Start fasthttp's process-wide Date clock here, outside any synctest
+	// bubble: started in one, it would belong to that bubble and tick in
+	// it forever.
+	var date fasthttp.ResponseHeader
+	date.AppendBytes(nil)
 	goleak.VerifyTestMain(m,
 		// fasthttp's own housekeepers: each sleeps out its period (up to
 		// 10 s) before noticing there is nothing left to clean, then exits.
@@ -29,6 +36,50 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
 	)
 }
+
+// inBubble runs f in a synctest bubble, where time is a fake clock that
+// jumps ahead whenever every goroutine of the test waits: the timeouts a
+// test waits out take no real time. Its harness must be in memory (not
+// tcpWorkers, nor serveTCP): a goroutine blocked on a socket is not known to
+// wait, and time would not move.
+func inBubble(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		// Registered first, so run last, once pdlb and the fakes are shut
+		// down: fasthttp's housekeepers (a HostClient's connsCleaner, a
+		// Server's idle worker cleaner) notice they are done only when
+		// their period ends, and the bubble ends only when they have. The
+		// clock is fake: this costs no real time.
+		t.Cleanup(func() { <-time.After(housekeeping) })
+		bubbled.Store(t, true)
+		t.Cleanup(func() { bubbled.Delete(t) })
+		f(t)
+	})
+}
+
+// bubbled holds the tests that inBubble runs, so that settled knows how to
+// wait for them.
+var bubbled sync.Map // *testing.T → true
+
+// settled checks that cond holds once what the test set going is over. In
+// a bubble that is when every goroutine of the test waits (synctest.Wait);
+// over sockets, where no goroutine is known to wait, it is waitFor's
+// bounded wait.
+func settled(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if _, ok := bubbled.Load(t); !ok {
+		waitFor(t, what, cond)
+		return
+	}
+	synctest.Wait()
+	if !cond() {
+		t.Fatalf("not so once the test's goroutines all wait: %s", what)
+	}
+}
+
+// housekeeping is longer than any period of fasthttp's housekeepers in a
+// test: the idle timeouts of the clients and servers it builds.
+const housekeeping = time.Hour
 
 // harness runs a pdlb Server and its backends on an in-memory network.
 type harness struct {
@@ -277,22 +328,27 @@ func (h *harness) waitBootstrap() {
 	}
 }
 
-// waitFirstReads waits until the registry has read every prefill's
-// bootstrap server once, ready or not: until then pdlb avoids a prefill it
-// has not heard from (pickPrefill), which tests of broken prefills must not
-// race.
+// waitFirstReads waits (settled) until the registry has read every
+// prefill's bootstrap server once, ready or not: until then pdlb avoids a
+// prefill it has not heard from (pickPrefill), which tests of broken
+// prefills must not race.
 func (h *harness) waitFirstReads() {
 	h.t.Helper()
 	for i := range h.srv.prefills.backends {
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			if st := h.srv.registry.State(i); st.Ready || !st.Updated.IsZero() {
-				break
-			}
-			if time.Now().After(deadline) {
-				h.t.Fatalf("the registry has not read prefill %d", i)
-			}
-		}
+		settled(h.tt(), fmt.Sprintf("the registry's first read of prefill %d", i), func() bool {
+			st := h.srv.registry.State(i)
+			return st.Ready || !st.Updated.IsZero()
+		})
 	}
+}
+
+// tt is the harness's test, for the helpers that take a *testing.T.
+func (h *harness) tt() *testing.T {
+	t, ok := h.t.(*testing.T)
+	if !ok {
+		panic("BUG: a harness of a benchmark waits as a test does")
+	}
+	return t
 }
 
 // reply is a finished response, copied out of fasthttp's pools.

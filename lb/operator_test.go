@@ -173,29 +173,31 @@ func TestOperatorRoutesAnswerOperatorsOnly(t *testing.T) {
 		{"loopback6", &net.TCPAddr{IP: net.IPv6loopback, Port: 40000}, fasthttp.StatusOK},
 	} {
 		t.Run(remote.name, func(t *testing.T) {
-			h := newHarness(t)
-			if remote.addr != nil {
-				h.wrapListener = func(ln net.Listener) net.Listener { return remoteAddrListener{ln, remote.addr} }
-			}
-			p, d := h.pair(fake.Config{}, fake.Config{})
-			h.start(defaultConfig())
-			checkCalls(t, remote.name, h.do, append(operatorCalls("", remote.want),
-				operatorCall{"POST", "/abort_request", `{"rid": "request-1"}`, "", fasthttp.StatusOK}))
-			if remote.want == fasthttp.StatusOK {
-				// A proxy on the same host makes every client loopback.
-				checkCalls(t, remote.name+" forwarded", func(method, path, body string, headers ...string) reply {
-					return h.do(method, path, body, append(headers, "X-Forwarded-For", "10.0.0.7")...)
-				}, operatorCalls("", fasthttp.StatusForbidden))
-			}
-			flushes, aborts := uint64(0), uint64(1)
-			if remote.want == fasthttp.StatusOK {
-				flushes, aborts = 1, 2
-			}
-			for _, w := range []*fake.Server{p, d} {
-				if st := w.Stats(); st.FlushCache != flushes || st.AbortRequest != aborts {
-					t.Errorf("a worker got %d flushes and %d aborts; want %d and %d", st.FlushCache, st.AbortRequest, flushes, aborts)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				if remote.addr != nil {
+					h.wrapListener = func(ln net.Listener) net.Listener { return remoteAddrListener{ln, remote.addr} }
 				}
-			}
+				p, d := h.pair(fake.Config{}, fake.Config{})
+				h.start(defaultConfig())
+				checkCalls(t, remote.name, h.do, append(operatorCalls("", remote.want),
+					operatorCall{"POST", "/abort_request", `{"rid": "request-1"}`, "", fasthttp.StatusOK}))
+				if remote.want == fasthttp.StatusOK {
+					// A proxy on the same host makes every client loopback.
+					checkCalls(t, remote.name+" forwarded", func(method, path, body string, headers ...string) reply {
+						return h.do(method, path, body, append(headers, "X-Forwarded-For", "10.0.0.7")...)
+					}, operatorCalls("", fasthttp.StatusForbidden))
+				}
+				flushes, aborts := uint64(0), uint64(1)
+				if remote.want == fasthttp.StatusOK {
+					flushes, aborts = 1, 2
+				}
+				for _, w := range []*fake.Server{p, d} {
+					if st := w.Stats(); st.FlushCache != flushes || st.AbortRequest != aborts {
+						t.Errorf("a worker got %d flushes and %d aborts; want %d and %d", st.FlushCache, st.AbortRequest, flushes, aborts)
+					}
+				}
+			})
 		})
 	}
 
@@ -281,60 +283,62 @@ func TestOpenOperatorRoutes(t *testing.T) {
 // empty rid (SGLang aborts by prefix: every request); a body that is no
 // JSON object gets a 400.
 func TestAbortByRIDIsRebuilt(t *testing.T) {
-	var mu sync.Mutex
-	var got []string
-	record := func(path string, body []byte) {
-		if path == "/abort_request" {
+	inBubble(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var got []string
+		record := func(path string, body []byte) {
+			if path == "/abort_request" {
+				mu.Lock()
+				got = append(got, string(body))
+				mu.Unlock()
+			}
+		}
+		h := newHarness(t)
+		h.pair(fake.Config{OnRequest: record}, fake.Config{OnRequest: record})
+		h.start(defaultConfig())
+		for _, body := range []string{
+			`{"rid": "request-1"}`,
+			`{"rid": "request-1", "abort_all": true, "abort_all": false}`,
+			`{"abort_all": null, "rid": "request-1", "extra": {"abort_all": true}}`,
+			`{"rid": "other-request", "r\u0069d": "request-1"}`,
+		} {
 			mu.Lock()
-			got = append(got, string(body))
+			got = nil
+			mu.Unlock()
+			if r := h.post("/abort_request", body); r.status != fasthttp.StatusOK {
+				t.Errorf("%s: got %d %s; want 200, an abort by rid", body, r.status, r.body)
+			}
+			mu.Lock()
+			if len(got) != 2 || got[0] != `{"rid":"request-1"}` || got[1] != got[0] {
+				t.Errorf("%s: the workers got %q; want {\"rid\":\"request-1\"} each", body, got)
+			}
 			mu.Unlock()
 		}
-	}
-	h := newHarness(t)
-	h.pair(fake.Config{OnRequest: record}, fake.Config{OnRequest: record})
-	h.start(defaultConfig())
-	for _, body := range []string{
-		`{"rid": "request-1"}`,
-		`{"rid": "request-1", "abort_all": true, "abort_all": false}`,
-		`{"abort_all": null, "rid": "request-1", "extra": {"abort_all": true}}`,
-		`{"rid": "other-request", "r\u0069d": "request-1"}`,
-	} {
 		mu.Lock()
 		got = nil
 		mu.Unlock()
-		if r := h.post("/abort_request", body); r.status != fasthttp.StatusOK {
-			t.Errorf("%s: got %d %s; want 200, an abort by rid", body, r.status, r.body)
+		for _, body := range []string{
+			`{"abort_all": true}`, `{"rid": "request-1", "abort_all": "yes"}`, `{"rid": "request-1", "abort_all": 1}`,
+			`{"rid": "request-1", "abort_all": false, "abort_all": true}`, `{"rid": "request-1", "rid": ""}`,
+			`{"rid": ""}`, `{"rid": ["request-1", "request-2"]}`, `{"rid": 7}`, `{}`,
+		} {
+			if r := h.post("/abort_request", body); r.status != fasthttp.StatusForbidden {
+				t.Errorf("%s: got %d %s; want 403, an operator's abort", body, r.status, r.body)
+			}
+		}
+		// A body that is no JSON object names nothing: the client's mistake
+		// (TestAbortRequestBodyMustBeAnObject).
+		for _, body := range []string{`[{"rid": "request-1"}]`, `not json`, `{"rid": "request-1"`, ``} {
+			if r := h.post("/abort_request", body); r.status != fasthttp.StatusBadRequest {
+				t.Errorf("%s: got %d %s; want 400, not a JSON object", body, r.status, r.body)
+			}
 		}
 		mu.Lock()
-		if len(got) != 2 || got[0] != `{"rid":"request-1"}` || got[1] != got[0] {
-			t.Errorf("%s: the workers got %q; want {\"rid\":\"request-1\"} each", body, got)
+		defer mu.Unlock()
+		if len(got) != 0 {
+			t.Errorf("the workers got %q from refused aborts", got)
 		}
-		mu.Unlock()
-	}
-	mu.Lock()
-	got = nil
-	mu.Unlock()
-	for _, body := range []string{
-		`{"abort_all": true}`, `{"rid": "request-1", "abort_all": "yes"}`, `{"rid": "request-1", "abort_all": 1}`,
-		`{"rid": "request-1", "abort_all": false, "abort_all": true}`, `{"rid": "request-1", "rid": ""}`,
-		`{"rid": ""}`, `{"rid": ["request-1", "request-2"]}`, `{"rid": 7}`, `{}`,
-	} {
-		if r := h.post("/abort_request", body); r.status != fasthttp.StatusForbidden {
-			t.Errorf("%s: got %d %s; want 403, an operator's abort", body, r.status, r.body)
-		}
-	}
-	// A body that is no JSON object names nothing: the client's mistake
-	// (TestAbortRequestBodyMustBeAnObject).
-	for _, body := range []string{`[{"rid": "request-1"}]`, `not json`, `{"rid": "request-1"`, ``} {
-		if r := h.post("/abort_request", body); r.status != fasthttp.StatusBadRequest {
-			t.Errorf("%s: got %d %s; want 400, not a JSON object", body, r.status, r.body)
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) != 0 {
-		t.Errorf("the workers got %q from refused aborts", got)
-	}
+	})
 }
 
 // remoteAddrListener reports addr as the remote address of every

@@ -111,6 +111,7 @@ func (h *harness) startWarm(t *testing.T, cfg Config) (*Server, *pair) {
 // with no request asking (issue 20). A refused decode fails its first probe
 // on the connection it closed, the next on a refused dial: each is a sign.
 func TestFailedProbeMakesPairsCold(t *testing.T) {
+	t.Parallel() // on sockets or real time: overlaps the other slow tests
 	tests := []struct {
 		name     string
 		fault    fake.Fault
@@ -165,26 +166,28 @@ func TestFailedProbeMakesPairsCold(t *testing.T) {
 func TestRefusedCallMakesPairsCold(t *testing.T) {
 	for _, errno := range []syscall.Errno{syscall.ECONNREFUSED, syscall.EMFILE} {
 		t.Run(errno.Error(), func(t *testing.T) {
-			h := newHarness(t)
-			var fail atomic.Bool
-			h.dialFault = func(addr string) error {
-				if fail.Load() && addr == "decode-0:30010" {
-					return &net.OpError{Op: "dial", Net: "memory", Err: os.NewSyscallError("connect", errno)}
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				var fail atomic.Bool
+				h.dialFault = func(addr string) error {
+					if fail.Load() && addr == "decode-0:30010" {
+						return &net.OpError{Op: "dial", Net: "memory", Err: os.NewSyscallError("connect", errno)}
+					}
+					return nil
 				}
-				return nil
-			}
-			cfg := warmConfig()
-			cfg.BootstrapRefresh = time.Hour
-			cfg.DisableRetries = true
-			srv, pr := h.warmPair(t, cfg)
-			srv.decodes.backends[0].hc.CloseIdleConnections() // so that the next call dials
-			fail.Store(true)
-			if r := h.post("/generate", `{"text": "a"}`); r.status == fasthttp.StatusOK {
-				t.Fatalf("got %d %s; want the dial's failure", r.status, r.body)
-			}
-			if cold, want := !srv.warm.isWarm(pr), errno == syscall.ECONNREFUSED; cold != want {
-				t.Fatalf("the pair is cold: %t; want %t", cold, want)
-			}
+				cfg := warmConfig()
+				cfg.BootstrapRefresh = time.Hour
+				cfg.DisableRetries = true
+				srv, pr := h.warmPair(t, cfg)
+				srv.decodes.backends[0].hc.CloseIdleConnections() // so that the next call dials
+				fail.Store(true)
+				if r := h.post("/generate", `{"text": "a"}`); r.status == fasthttp.StatusOK {
+					t.Fatalf("got %d %s; want the dial's failure", r.status, r.body)
+				}
+				if cold, want := !srv.warm.isWarm(pr), errno == syscall.ECONNREFUSED; cold != want {
+					t.Fatalf("the pair is cold: %t; want %t", cold, want)
+				}
+			})
 		})
 	}
 }
@@ -200,54 +203,56 @@ func TestRefusedCallMakesPairsCold(t *testing.T) {
 func TestDecodeRestartUnderTheFallThreshold(t *testing.T) {
 	for _, probedBack := range []bool{true, false} {
 		t.Run(fmt.Sprintf("probed back %t", probedBack), func(t *testing.T) {
-			h := newHarness(t)
-			srv, pr := h.warmPair(t, restartConfig())
-			d := srv.decodes.backends[0]
-			// Requests leave pooled connections to the decode, which die
-			// with it.
-			for range 4 {
-				if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
-					t.Fatalf("before the restart: got %d %s", r.status, r.body)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				srv, pr := h.warmPair(t, restartConfig())
+				d := srv.decodes.backends[0]
+				// Requests leave pooled connections to the decode, which die
+				// with it.
+				for range 4 {
+					if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
+						t.Fatalf("before the restart: got %d %s", r.status, r.body)
+					}
 				}
-			}
-			if err := h.decode.Close(); err != nil {
-				t.Fatal(err)
-			}
-			for i := range 2 {
-				srv.checkOnce(5 * time.Second)
-				if !d.available() {
-					t.Fatalf("failed probe %d took the decode out; Fall is 3", i+1)
+				if err := h.decode.Close(); err != nil {
+					t.Fatal(err)
 				}
-				if srv.warm.isWarm(pr) {
-					t.Fatalf("after failed probe %d the pair is warm; want it cold", i+1)
+				for i := range 2 {
+					srv.checkOnce(5 * time.Second)
+					if !d.available() {
+						t.Fatalf("failed probe %d took the decode out; Fall is 3", i+1)
+					}
+					if srv.warm.isWarm(pr) {
+						t.Fatalf("after failed probe %d the pair is warm; want it cold", i+1)
+					}
 				}
-			}
-			h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
-			if probedBack {
-				srv.checkOnce(5 * time.Second)
-				waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
-				// One warm-up generation per decode DP rank, unasked.
-				if n := h.decode.Stats().GenerateRequests; n != 4 {
-					t.Fatalf("the restarted decode served %d generations before any request; want 4 warm-ups", n)
+				h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
+				if probedBack {
+					srv.checkOnce(5 * time.Second)
+					waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+					// One warm-up generation per decode DP rank, unasked.
+					if n := h.decode.Stats().GenerateRequests; n != 4 {
+						t.Fatalf("the restarted decode served %d generations before any request; want 4 warm-ups", n)
+					}
 				}
-			}
-			for i := range 4 {
-				body := seedRequest
-				if i%2 == 1 {
-					body = strings.Replace(body, `"disagg_prefill_dp_rank": 0`, `"disagg_prefill_dp_rank": 3`, 1)
+				for i := range 4 {
+					body := seedRequest
+					if i%2 == 1 {
+						body = strings.Replace(body, `"disagg_prefill_dp_rank": 0`, `"disagg_prefill_dp_rank": 3`, 1)
+					}
+					if r := h.post("/generate", body); r.status != fasthttp.StatusOK {
+						t.Fatalf("request %d after the restart: got %d %s", i, r.status, r.body)
+					}
 				}
-				if r := h.post("/generate", body); r.status != fasthttp.StatusOK {
-					t.Fatalf("request %d after the restart: got %d %s", i, r.status, r.body)
+				if n := h.decode.Stats().FirstRequestFailures; n != 0 {
+					t.Errorf("%d requests reached the restarted decode with a DP-rank hint before it was warm", n)
 				}
-			}
-			if n := h.decode.Stats().FirstRequestFailures; n != 0 {
-				t.Errorf("%d requests reached the restarted decode with a DP-rank hint before it was warm", n)
-			}
-			for _, m := range []string{"pdlb_cold_pair_retries_total", "pdlb_retries_total"} {
-				if got := h.metric(m); got != "0" {
-					t.Errorf("%s is %s; want 0: no request needed a retry", m, got)
+				for _, m := range []string{"pdlb_cold_pair_retries_total", "pdlb_retries_total"} {
+					if got := h.metric(m); got != "0" {
+						t.Errorf("%s is %s; want 0: no request needed a retry", m, got)
+					}
 				}
-			}
+			})
 		})
 	}
 }
@@ -259,43 +264,45 @@ func TestDecodeRestartUnderTheFallThreshold(t *testing.T) {
 // prefill now has it read at once, so that a BootstrapRefresh longer than
 // the outage does not miss it.
 func TestPrefillRestartSeenByItsProbe(t *testing.T) {
-	h := newHarness(t)
-	p, _ := h.pair(fake.Config{DPSize: 4, Tokens: 4},
-		fake.Config{DPSize: 4, Tokens: 4, FirstRequestBug: true, HeartbeatInterval: 10 * time.Millisecond})
-	srv, pr := h.startWarm(t, restartConfig()) // the registry reads once an hour
-	if err := p.SetBootstrapDown(true); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SetFault(fake.Fault{Kind: fake.FaultRefuse}); err != nil {
-		t.Fatal(err)
-	}
-	// Each of the decode's four DP ranks cached the prefill's info when
-	// the pair was warmed, and forgets it now.
-	waitFor(t, "the decode to forget the prefill", func() bool { return h.decode.Stats().PrefillInfoDrops == 4 })
-	srv.checkOnce(5 * time.Second)
-	waitFor(t, "the registry to see the bootstrap server down", func() bool { return !srv.registry.State(0).Ready })
-	if srv.warm.isWarm(pr) {
-		t.Fatal("the pair is warm while its prefill's bootstrap server is down")
-	}
-	if err := p.SetFault(fake.Fault{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SetBootstrapDown(false); err != nil {
-		t.Fatal(err)
-	}
-	srv.checkOnce(5 * time.Second)
-	waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
-	for i := range 4 {
-		if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
-			t.Fatalf("request %d after the restart: got %d %s", i, r.status, r.body)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		p, _ := h.pair(fake.Config{DPSize: 4, Tokens: 4},
+			fake.Config{DPSize: 4, Tokens: 4, FirstRequestBug: true, HeartbeatInterval: 10 * time.Millisecond})
+		srv, pr := h.startWarm(t, restartConfig()) // the registry reads once an hour
+		if err := p.SetBootstrapDown(true); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if n := h.decode.Stats().FirstRequestFailures; n != 0 {
-		t.Errorf("%d requests reached the decode with a DP-rank hint before it knew the prefill again", n)
-	}
-	if got := h.metric("pdlb_cold_pair_retries_total"); got != "0" {
-		t.Errorf("pdlb_cold_pair_retries_total is %s; want 0", got)
-	}
+		if err := p.SetFault(fake.Fault{Kind: fake.FaultRefuse}); err != nil {
+			t.Fatal(err)
+		}
+		// Each of the decode's four DP ranks cached the prefill's info when
+		// the pair was warmed, and forgets it now.
+		waitFor(t, "the decode to forget the prefill", func() bool { return h.decode.Stats().PrefillInfoDrops == 4 })
+		srv.checkOnce(5 * time.Second)
+		waitFor(t, "the registry to see the bootstrap server down", func() bool { return !srv.registry.State(0).Ready })
+		if srv.warm.isWarm(pr) {
+			t.Fatal("the pair is warm while its prefill's bootstrap server is down")
+		}
+		if err := p.SetFault(fake.Fault{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SetBootstrapDown(false); err != nil {
+			t.Fatal(err)
+		}
+		srv.checkOnce(5 * time.Second)
+		waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+		for i := range 4 {
+			if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
+				t.Fatalf("request %d after the restart: got %d %s", i, r.status, r.body)
+			}
+		}
+		if n := h.decode.Stats().FirstRequestFailures; n != 0 {
+			t.Errorf("%d requests reached the decode with a DP-rank hint before it knew the prefill again", n)
+		}
+		if got := h.metric("pdlb_cold_pair_retries_total"); got != "0" {
+			t.Errorf("pdlb_cold_pair_retries_total is %s; want 0", got)
+		}
+	})
 }
 
 // A decode that drops the connection in the middle of a relayed stream may
@@ -320,47 +327,49 @@ func TestStreamDroppedByTheDecodeMakesPairsCold(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t)
-			cfg := restartConfig()
-			cfg.StreamIdleTimeout = tt.idle
-			srv, pr := h.warmPair(t, cfg)
-			d := srv.decodes.backends[0]
-			epoch := d.epoch.Load()
-			if err := h.decode.SetFault(tt.fault); err != nil {
-				t.Fatal(err)
-			}
-			s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 100000}}`)
-			if s.status != fasthttp.StatusOK {
-				t.Fatalf("got status %d; want 200", s.status)
-			}
-			s.next()
-			if tt.leave {
-				_ = s.conn.Close()
-				// The stream goes on, and pdlb finds the client gone.
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				cfg := restartConfig()
+				cfg.StreamIdleTimeout = tt.idle
+				srv, pr := h.warmPair(t, cfg)
+				d := srv.decodes.backends[0]
+				epoch := d.epoch.Load()
+				if err := h.decode.SetFault(tt.fault); err != nil {
+					t.Fatal(err)
+				}
+				s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 100000}}`)
+				if s.status != fasthttp.StatusOK {
+					t.Fatalf("got status %d; want 200", s.status)
+				}
+				s.next()
+				if tt.leave {
+					_ = s.conn.Close()
+					// The stream goes on, and pdlb finds the client gone.
+					if err := h.decode.SetFault(fake.Fault{}); err != nil {
+						t.Fatal(err)
+					}
+				} else if rest := strings.Join(s.rest(), ""); !strings.Contains(rest, tt.wantEnd) {
+					t.Fatalf("the stream ended with %q; want an error event saying %q", rest, tt.wantEnd)
+				}
+				waitIdle(t, srv)
+				if got, want := h.metric(`pdlb_request_errors_total{reason="client_gone"}`) == "1", tt.leave; got != want {
+					t.Fatalf("the client was seen gone: %t; want %t", got, want)
+				}
+				if moved := d.epoch.Load() != epoch; moved != tt.wantCold {
+					t.Fatalf("the decode's epoch moved: %t; want %t", moved, tt.wantCold)
+				}
+				if cold := !srv.warm.isWarm(pr); cold != tt.wantCold {
+					t.Fatalf("the pair is cold: %t; want %t", cold, tt.wantCold)
+				}
+				if !tt.wantCold {
+					return
+				}
 				if err := h.decode.SetFault(fake.Fault{}); err != nil {
 					t.Fatal(err)
 				}
-			} else if rest := strings.Join(s.rest(), ""); !strings.Contains(rest, tt.wantEnd) {
-				t.Fatalf("the stream ended with %q; want an error event saying %q", rest, tt.wantEnd)
-			}
-			waitIdle(t, srv)
-			if got, want := h.metric(`pdlb_request_errors_total{reason="client_gone"}`) == "1", tt.leave; got != want {
-				t.Fatalf("the client was seen gone: %t; want %t", got, want)
-			}
-			if moved := d.epoch.Load() != epoch; moved != tt.wantCold {
-				t.Fatalf("the decode's epoch moved: %t; want %t", moved, tt.wantCold)
-			}
-			if cold := !srv.warm.isWarm(pr); cold != tt.wantCold {
-				t.Fatalf("the pair is cold: %t; want %t", cold, tt.wantCold)
-			}
-			if !tt.wantCold {
-				return
-			}
-			if err := h.decode.SetFault(fake.Fault{}); err != nil {
-				t.Fatal(err)
-			}
-			srv.checkOnce(5 * time.Second)
-			waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+				srv.checkOnce(5 * time.Second)
+				waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+			})
 		})
 	}
 }
@@ -370,34 +379,36 @@ func TestStreamDroppedByTheDecodeMakesPairsCold(t *testing.T) {
 // brings it back makes its pairs cold and warms them at once, not at
 // keepWarm's next round, long after (issue 20).
 func TestDecodeBackFromDownIsWarmedAtOnce(t *testing.T) {
-	h := newHarness(t)
-	cfg := restartConfig()
-	cfg.HealthCheck.Timeout = 250 * time.Millisecond
-	cfg.HealthCheck.Fall, cfg.HealthCheck.Rise = 1, 1
-	srv, pr := h.warmPair(t, cfg)
-	d := srv.decodes.backends[0]
-	if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultHang, Health: true}); err != nil {
-		t.Fatal(err)
-	}
-	srv.checkOnce(5 * time.Second)
-	if d.available() {
-		t.Fatalf("the decode is in selection after a probe that failed with %q; Fall is 1", srv.probeError(d))
-	}
-	if !srv.warm.isWarm(pr) {
-		t.Fatal("a probe that timed out made the pair cold")
-	}
-	epoch := d.epoch.Load()
-	if err := h.decode.SetFault(fake.Fault{}); err != nil {
-		t.Fatal(err)
-	}
-	srv.checkOnce(5 * time.Second)
-	if !d.available() {
-		t.Fatalf("the decode is out of selection after a probe it answered (%q); Rise is 1", srv.probeError(d))
-	}
-	if d.epoch.Load() == epoch {
-		t.Fatal("the decode came back from down with its pairs warm")
-	}
-	waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		cfg := restartConfig()
+		cfg.HealthCheck.Timeout = 250 * time.Millisecond
+		cfg.HealthCheck.Fall, cfg.HealthCheck.Rise = 1, 1
+		srv, pr := h.warmPair(t, cfg)
+		d := srv.decodes.backends[0]
+		if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultHang, Health: true}); err != nil {
+			t.Fatal(err)
+		}
+		srv.checkOnce(5 * time.Second)
+		if d.available() {
+			t.Fatalf("the decode is in selection after a probe that failed with %q; Fall is 1", srv.probeError(d))
+		}
+		if !srv.warm.isWarm(pr) {
+			t.Fatal("a probe that timed out made the pair cold")
+		}
+		epoch := d.epoch.Load()
+		if err := h.decode.SetFault(fake.Fault{}); err != nil {
+			t.Fatal(err)
+		}
+		srv.checkOnce(5 * time.Second)
+		if !d.available() {
+			t.Fatalf("the decode is out of selection after a probe it answered (%q); Rise is 1", srv.probeError(d))
+		}
+		if d.epoch.Load() == epoch {
+			t.Fatal("the decode came back from down with its pairs warm")
+		}
+		waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+	})
 }
 
 // A decode that answers its probe after a sign of a restart while a
@@ -406,24 +417,26 @@ func TestDecodeBackFromDownIsWarmedAtOnce(t *testing.T) {
 // warmth it records is stale (issue 20: the probe's rewarm was lost, and
 // the pair stayed cold until keepWarm's next round, an hour here).
 func TestRewarmWhileAWarmupRuns(t *testing.T) {
-	h := newHarness(t)
-	srv, pr := h.warmPair(t, restartConfig())
-	d := srv.decodes.backends[0]
-	if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
-		t.Fatal(err)
-	}
-	pr.markCold()
-	srv.warm.start(pr)
-	waitFor(t, "the warm-up to be held", func() bool { return h.decode.Stats().FaultsInjected > 0 })
-	suspectRestart(d)              // as a dropped connection does
-	srv.checkOnce(5 * time.Second) // which the decode answers
-	if d.restarted.Load() {
-		t.Fatal("the decode answered its probe, and is still marked restarted")
-	}
-	if err := h.decode.SetFault(fake.Fault{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		srv, pr := h.warmPair(t, restartConfig())
+		d := srv.decodes.backends[0]
+		if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
+			t.Fatal(err)
+		}
+		pr.markCold()
+		srv.warm.start(pr)
+		waitFor(t, "the warm-up to be held", func() bool { return h.decode.Stats().FaultsInjected > 0 })
+		suspectRestart(d)              // as a dropped connection does
+		srv.checkOnce(5 * time.Second) // which the decode answers
+		if d.restarted.Load() {
+			t.Fatal("the decode answered its probe, and is still marked restarted")
+		}
+		if err := h.decode.SetFault(fake.Fault{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the pair to be warm again", func() bool { return srv.warm.isWarm(pr) })
+	})
 }
 
 // A request that tells the decode a prefill DP rank, and finds its pooled
@@ -436,57 +449,59 @@ func TestRewarmWhileAWarmupRuns(t *testing.T) {
 func TestStaleConnToARestartedDecodeWaitsForTheWarmup(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream %t", stream), func(t *testing.T) {
-			h := newHarness(t)
-			p, _ := h.dpPair()
-			srv, pr := h.startWarm(t, restartConfig())
-			body := seedRequest
-			if stream {
-				body = strings.Replace(body, `"stream": false`, `"stream": true`, 1)
-			}
-			// Requests leave pooled connections to the decode, which die
-			// with it.
-			for range 4 {
-				if r := h.post("/generate", body); r.status != fasthttp.StatusOK {
-					t.Fatalf("before the restart: got %d %s", r.status, r.body)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				p, _ := h.dpPair()
+				srv, pr := h.startWarm(t, restartConfig())
+				body := seedRequest
+				if stream {
+					body = strings.Replace(body, `"stream": false`, `"stream": true`, 1)
 				}
-			}
-			if err := h.decode.Close(); err != nil {
-				t.Fatal(err)
-			}
-			h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
-			prefill := srv.prefills.backends[0]
-			for i := range 2 {
-				r := h.post("/generate", body)
-				if r.status != fasthttp.StatusOK || strings.Contains(string(r.body), `"error"`) {
-					t.Fatalf("request %d after the restart: got %d %s", i, r.status, r.body)
+				// Requests leave pooled connections to the decode, which die
+				// with it.
+				for range 4 {
+					if r := h.post("/generate", body); r.status != fasthttp.StatusOK {
+						t.Fatalf("before the restart: got %d %s", r.status, r.body)
+					}
 				}
-			}
-			if n := h.decode.Stats().FirstRequestFailures; n != 0 {
-				t.Errorf("%d requests reached the restarted decode with a DP-rank hint before it was warm", n)
-			}
-			if !srv.warm.isWarm(pr) {
-				t.Error("the pair is cold after the requests")
-			}
-			// The first attempt's prefill call was cancelled, if it was
-			// sent at all: the prefill holds nothing for it.
-			waitIdle(t, srv)
-			waitFor(t, "the prefill to hold no request", func() bool { return p.Stats().InFlight == 0 })
-			if n := p.Stats().KVTransfersFailed; n != 0 {
-				t.Errorf("the prefill failed %d KV transfers; want none (an abort is none)", n)
-			}
-			for name, want := range map[string]string{
-				"pdlb_cold_pair_retries_total": "1", // the first request's, which waited for the warm-up
-				"pdlb_retries_total":           "0",
-				`pdlb_backend_errors_total{role="decode",backend="decode-0:30010"}`:   "0",
-				`pdlb_backend_errors_total{role="prefill",backend="prefill-0:30000"}`: "0",
-			} {
-				if got := h.metric(name); got != want {
-					t.Errorf("%s is %s; want %s", name, got, want)
+				if err := h.decode.Close(); err != nil {
+					t.Fatal(err)
 				}
-			}
-			if !prefill.available() || !srv.decodes.backends[0].available() {
-				t.Error("a worker is out of selection")
-			}
+				h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
+				prefill := srv.prefills.backends[0]
+				for i := range 2 {
+					r := h.post("/generate", body)
+					if r.status != fasthttp.StatusOK || strings.Contains(string(r.body), `"error"`) {
+						t.Fatalf("request %d after the restart: got %d %s", i, r.status, r.body)
+					}
+				}
+				if n := h.decode.Stats().FirstRequestFailures; n != 0 {
+					t.Errorf("%d requests reached the restarted decode with a DP-rank hint before it was warm", n)
+				}
+				if !srv.warm.isWarm(pr) {
+					t.Error("the pair is cold after the requests")
+				}
+				// The first attempt's prefill call was cancelled, if it was
+				// sent at all: the prefill holds nothing for it.
+				waitIdle(t, srv)
+				waitFor(t, "the prefill to hold no request", func() bool { return p.Stats().InFlight == 0 })
+				if n := p.Stats().KVTransfersFailed; n != 0 {
+					t.Errorf("the prefill failed %d KV transfers; want none (an abort is none)", n)
+				}
+				for name, want := range map[string]string{
+					"pdlb_cold_pair_retries_total": "1", // the first request's, which waited for the warm-up
+					"pdlb_retries_total":           "0",
+					`pdlb_backend_errors_total{role="decode",backend="decode-0:30010"}`:   "0",
+					`pdlb_backend_errors_total{role="prefill",backend="prefill-0:30000"}`: "0",
+				} {
+					if got := h.metric(name); got != want {
+						t.Errorf("%s is %s; want %s", name, got, want)
+					}
+				}
+				if !prefill.available() || !srv.decodes.backends[0].available() {
+					t.Error("a worker is out of selection")
+				}
+			})
 		})
 	}
 }
@@ -496,33 +511,35 @@ func TestStaleConnToARestartedDecodeWaitsForTheWarmup(t *testing.T) {
 // to another decode at once, as any request does, rather than wait for a
 // warm-up of the pair that cannot be (redial).
 func TestStaleConnToAGoneDecodeTriesAnother(t *testing.T) {
-	h := newHarness(t)
-	h.dpPair()
-	other := h.fake("decode-1:30011", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
-	cfg := restartConfig()
-	cfg.Decode = append(cfg.Decode, "http://decode-1:30011")
-	cfg.DecodePolicy = PolicyRoundRobin
-	srv, _ := h.startWarm(t, cfg)
-	otherPair := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[1])
-	waitFor(t, "the other pair to be warm", func() bool { return srv.warm.isWarm(otherPair) })
-	for range 4 { // pooled connections to both decodes
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.dpPair()
+		other := h.fake("decode-1:30011", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
+		cfg := restartConfig()
+		cfg.Decode = append(cfg.Decode, "http://decode-1:30011")
+		cfg.DecodePolicy = PolicyRoundRobin
+		srv, _ := h.startWarm(t, cfg)
+		otherPair := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[1])
+		waitFor(t, "the other pair to be warm", func() bool { return srv.warm.isWarm(otherPair) })
+		for range 4 { // pooled connections to both decodes
+			if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
+				t.Fatalf("got %d %s", r.status, r.body)
+			}
+		}
+		if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultRefuse}); err != nil {
+			t.Fatal(err)
+		}
+		srv.decodes.next.Store(0) // the next request goes to decode-0 first
 		if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
-			t.Fatalf("got %d %s", r.status, r.body)
+			t.Fatalf("got %d %s; want the other decode's answer", r.status, r.body)
 		}
-	}
-	if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultRefuse}); err != nil {
-		t.Fatal(err)
-	}
-	srv.decodes.next.Store(0) // the next request goes to decode-0 first
-	if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {
-		t.Fatalf("got %d %s; want the other decode's answer", r.status, r.body)
-	}
-	if n := other.Stats().FirstRequestFailures; n != 0 {
-		t.Errorf("%d requests reached the other decode cold", n)
-	}
-	for name, want := range map[string]string{"pdlb_cold_pair_retries_total": "0", "pdlb_retries_total": "1"} {
-		if got := h.metric(name); got != want {
-			t.Errorf("%s is %s; want %s", name, got, want)
+		if n := other.Stats().FirstRequestFailures; n != 0 {
+			t.Errorf("%d requests reached the other decode cold", n)
 		}
-	}
+		for name, want := range map[string]string{"pdlb_cold_pair_retries_total": "0", "pdlb_retries_total": "1"} {
+			if got := h.metric(name); got != want {
+				t.Errorf("%s is %s; want %s", name, got, want)
+			}
+		}
+	})
 }

@@ -68,35 +68,37 @@ func onlyOneGrew(before, after []int, want int) int {
 func TestCacheAwareKeepsAGroupOnOnePrefill(t *testing.T) {
 	for _, route := range []string{"/generate", "/v1/chat/completions"} {
 		t.Run(strings.TrimPrefix(route, "/"), func(t *testing.T) {
-			h := newHarness(t)
-			_, served := h.prefillCluster(3, PolicyCacheAware, defaultConfig())
-			system := func(g int) string { return strings.Repeat("group "+strconv.Itoa(g)+" system prompt words ", 40) }
-			body := func(g, q int) string {
-				if route == "/generate" {
-					return `{"text": "` + system(g) + `question ` + strconv.Itoa(q) + `"}`
-				}
-				return `{"messages": [{"role": "system", "content": "` + system(g) + `"}, {"role": "user", "content": "question ` +
-					strconv.Itoa(q) + `"}]}`
-			}
-			for g := range 2 {
-				before := served()
-				for q := range 5 {
-					r := h.post(route, body(g, q))
-					if r.status != fasthttp.StatusOK {
-						t.Fatalf("group %d: got %d %s", g, r.status, r.body)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				_, served := h.prefillCluster(3, PolicyCacheAware, defaultConfig())
+				system := func(g int) string { return strings.Repeat("group "+strconv.Itoa(g)+" system prompt words ", 40) }
+				body := func(g, q int) string {
+					if route == "/generate" {
+						return `{"text": "` + system(g) + `question ` + strconv.Itoa(q) + `"}`
 					}
-					cached := gjson.GetBytes(r.body, "meta_info.cached_tokens").Int()
-					if route != "/generate" {
-						cached = gjson.GetBytes(r.body, "usage.prompt_tokens_details.cached_tokens").Int()
+					return `{"messages": [{"role": "system", "content": "` + system(g) + `"}, {"role": "user", "content": "question ` +
+						strconv.Itoa(q) + `"}]}`
+				}
+				for g := range 2 {
+					before := served()
+					for q := range 5 {
+						r := h.post(route, body(g, q))
+						if r.status != fasthttp.StatusOK {
+							t.Fatalf("group %d: got %d %s", g, r.status, r.body)
+						}
+						cached := gjson.GetBytes(r.body, "meta_info.cached_tokens").Int()
+						if route != "/generate" {
+							cached = gjson.GetBytes(r.body, "usage.prompt_tokens_details.cached_tokens").Int()
+						}
+						if q > 0 && cached == 0 {
+							t.Fatalf("group %d, request %d: nothing cached; the group left its prefill: %s", g, q, r.body)
+						}
 					}
-					if q > 0 && cached == 0 {
-						t.Fatalf("group %d, request %d: nothing cached; the group left its prefill: %s", g, q, r.body)
+					if onlyOneGrew(before, served(), 5) < 0 {
+						t.Fatalf("group %d went to prefills %v (were %v); want one prefill", g, served(), before)
 					}
 				}
-				if onlyOneGrew(before, served(), 5) < 0 {
-					t.Fatalf("group %d went to prefills %v (were %v); want one prefill", g, served(), before)
-				}
-			}
+			})
 		})
 	}
 }
@@ -113,27 +115,29 @@ func TestKeyedPoliciesKeepAKeyOnOnePrefill(t *testing.T) {
 		{PolicyManual, true},
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
-			h := newHarness(t)
-			_, served := h.prefillCluster(3, tc.policy, defaultConfig())
-			for key := range 4 {
-				before := served()
-				for q := range 4 {
-					// A shared part longer than the 256 tokens (1 KiB)
-					// prefix_hash hashes.
-					prompt := strings.Repeat("session "+strconv.Itoa(key)+" ", 120) + "turn " + strconv.Itoa(q)
-					var headers []string
-					if tc.header {
-						prompt = "turn " + strconv.Itoa(q) // nothing shared but the key
-						headers = []string{"X-SMG-Routing-Key", "user-" + strconv.Itoa(key)}
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				_, served := h.prefillCluster(3, tc.policy, defaultConfig())
+				for key := range 4 {
+					before := served()
+					for q := range 4 {
+						// A shared part longer than the 256 tokens (1 KiB)
+						// prefix_hash hashes.
+						prompt := strings.Repeat("session "+strconv.Itoa(key)+" ", 120) + "turn " + strconv.Itoa(q)
+						var headers []string
+						if tc.header {
+							prompt = "turn " + strconv.Itoa(q) // nothing shared but the key
+							headers = []string{"X-SMG-Routing-Key", "user-" + strconv.Itoa(key)}
+						}
+						if r := h.post("/generate", `{"text": "`+prompt+`"}`, headers...); r.status != fasthttp.StatusOK {
+							t.Fatalf("got %d %s", r.status, r.body)
+						}
 					}
-					if r := h.post("/generate", `{"text": "`+prompt+`"}`, headers...); r.status != fasthttp.StatusOK {
-						t.Fatalf("got %d %s", r.status, r.body)
+					if onlyOneGrew(before, served(), 4) < 0 {
+						t.Fatalf("key %d went to prefills %v (were %v); want one prefill", key, served(), before)
 					}
 				}
-				if onlyOneGrew(before, served(), 4) < 0 {
-					t.Fatalf("key %d went to prefills %v (were %v); want one prefill", key, served(), before)
-				}
-			}
+			})
 		})
 	}
 }
@@ -144,36 +148,38 @@ func TestKeyedPoliciesKeepAKeyOnOnePrefill(t *testing.T) {
 func TestRoutedPoliciesSkipAWorkerThatLeft(t *testing.T) {
 	for _, policy := range []string{PolicyCacheAware, PolicyPrefixHash, PolicyConsistentHashing, PolicyManual} {
 		t.Run(policy, func(t *testing.T) {
-			h := newHarness(t)
-			srv, served := h.prefillCluster(2, policy, defaultConfig())
-			body := `{"text": "` + strings.Repeat("the same prompt ", 30) + `"}`
-			key := []string{"X-SMG-Routing-Key", "one-user"}
-			h.post("/generate", body, key...)
-			first := served()
-			owner := onlyOneGrew([]int{0, 0}, first, 1)
-			if owner < 0 {
-				t.Fatalf("one request went to %v", first)
-			}
-			srv.prefills.backends[owner].health.Store(int32(health.Down))
-			for range 3 {
-				if r := h.post("/generate", body, key...); r.status != fasthttp.StatusOK {
-					t.Fatalf("with prefill %d down: got %d %s", owner, r.status, r.body)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				srv, served := h.prefillCluster(2, policy, defaultConfig())
+				body := `{"text": "` + strings.Repeat("the same prompt ", 30) + `"}`
+				key := []string{"X-SMG-Routing-Key", "one-user"}
+				h.post("/generate", body, key...)
+				first := served()
+				owner := onlyOneGrew([]int{0, 0}, first, 1)
+				if owner < 0 {
+					t.Fatalf("one request went to %v", first)
 				}
-			}
-			if got := served(); got[owner] != first[owner] {
-				t.Fatalf("prefill %d, down, still got requests: %v", owner, got)
-			}
-			srv.prefills.backends[owner].health.Store(int32(health.Up))
-			before := served()
-			for range 3 {
-				r := h.post("/generate", body, key...)
-				if cached := gjson.GetBytes(r.body, "meta_info.cached_tokens").Int(); cached == 0 {
-					t.Fatalf("after the prefill came back, a request found nothing cached: %s", r.body)
+				srv.prefills.backends[owner].health.Store(int32(health.Down))
+				for range 3 {
+					if r := h.post("/generate", body, key...); r.status != fasthttp.StatusOK {
+						t.Fatalf("with prefill %d down: got %d %s", owner, r.status, r.body)
+					}
 				}
-			}
-			if policy != PolicyCacheAware && onlyOneGrew(before, served(), 3) < 0 {
-				t.Fatalf("after the prefill came back, the key went to %v (were %v); want one prefill", served(), before)
-			}
+				if got := served(); got[owner] != first[owner] {
+					t.Fatalf("prefill %d, down, still got requests: %v", owner, got)
+				}
+				srv.prefills.backends[owner].health.Store(int32(health.Up))
+				before := served()
+				for range 3 {
+					r := h.post("/generate", body, key...)
+					if cached := gjson.GetBytes(r.body, "meta_info.cached_tokens").Int(); cached == 0 {
+						t.Fatalf("after the prefill came back, a request found nothing cached: %s", r.body)
+					}
+				}
+				if policy != PolicyCacheAware && onlyOneGrew(before, served(), 3) < 0 {
+					t.Fatalf("after the prefill came back, the key went to %v (were %v); want one prefill", served(), before)
+				}
+			})
 		})
 	}
 }
@@ -205,32 +211,34 @@ func (l *loadReporter) handle(ctx *fasthttp.RequestCtx) {
 func TestLoadPoliciesFollowReportedLoads(t *testing.T) {
 	for _, policy := range []string{PolicyPowerOfTwo, PolicyLeastLoad} {
 		t.Run(policy, func(t *testing.T) {
-			h := newHarness(t)
-			h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
-				ctx.SetContentType("application/json")
-				ctx.SetBodyString(`{"text": "", "meta_info": {}}`)
-			})
-			busy, idle := &loadReporter{running: 50}, &loadReporter{}
-			h.backend("decode-0:30010", busy.handle)
-			h.backend("decode-1:30010", idle.handle)
-			cfg := defaultConfig()
-			cfg.Decode = []string{"http://decode-0:30010", "http://decode-1:30010"}
-			cfg.DecodePolicy = policy
-			srv := h.start(cfg)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			srv.loads.PollOnce(ctx)
-			if l, ok := srv.loads.Get("decode-0:30010").Load(); !ok || l != 50 {
-				t.Fatalf("decode-0's reported load is %d (known %v); want 50", l, ok)
-			}
-			for range 10 {
-				if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
-					t.Fatalf("got %d %s", r.status, r.body)
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				h.backend("prefill-0:30000", func(ctx *fasthttp.RequestCtx) {
+					ctx.SetContentType("application/json")
+					ctx.SetBodyString(`{"text": "", "meta_info": {}}`)
+				})
+				busy, idle := &loadReporter{running: 50}, &loadReporter{}
+				h.backend("decode-0:30010", busy.handle)
+				h.backend("decode-1:30010", idle.handle)
+				cfg := defaultConfig()
+				cfg.Decode = []string{"http://decode-0:30010", "http://decode-1:30010"}
+				cfg.DecodePolicy = policy
+				srv := h.start(cfg)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				srv.loads.PollOnce(ctx)
+				if l, ok := srv.loads.Get("decode-0:30010").Load(); !ok || l != 50 {
+					t.Fatalf("decode-0's reported load is %d (known %v); want 50", l, ok)
 				}
-			}
-			if busy.served != 0 || idle.served != 10 {
-				t.Fatalf("the busy decode got %d requests, the idle one %d; want 0 and 10", busy.served, idle.served)
-			}
+				for range 10 {
+					if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+						t.Fatalf("got %d %s", r.status, r.body)
+					}
+				}
+				if busy.served != 0 || idle.served != 10 {
+					t.Fatalf("the busy decode got %d requests, the idle one %d; want 0 and 10", busy.served, idle.served)
+				}
+			})
 		})
 	}
 }

@@ -117,121 +117,128 @@ func TestShutdownCutsStreams(t *testing.T) {
 // once deadlocked the shutdown (the cut held the flight lock, and the
 // abort by rid took it again).
 func TestShutdownAnswersRequestsInFlight(t *testing.T) {
-	h := newHarness(t)
-	arrived := make(chan struct{}, 1)
-	h.pair(fake.Config{}, fake.Config{TokenGate: make(chan struct{}), OnRequest: func(path string, _ []byte) {
-		if path == "/generate" {
-			arrived <- struct{}{}
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		arrived := make(chan struct{}, 1)
+		h.pair(fake.Config{}, fake.Config{TokenGate: make(chan struct{}), OnRequest: func(path string, _ []byte) {
+			if path == "/generate" {
+				arrived <- struct{}{}
+			}
+		}})
+		var logs syncBuffer
+		cfg := defaultConfig()
+		cfg.AccessLog = true
+		srv := h.startLogged(cfg, zerolog.New(&logs))
+		type answer struct {
+			reply
+			err error
 		}
-	}})
-	var logs syncBuffer
-	cfg := defaultConfig()
-	cfg.AccessLog = true
-	srv := h.startLogged(cfg, zerolog.New(&logs))
-	type answer struct {
-		reply
-		err error
-	}
-	answered := make(chan answer, 1)
-	go func() {
-		r, err := h.tryDo(fasthttp.MethodPost, "/generate", `{"text": "a", "rid": "request-cut-at-shutdown"}`)
-		answered <- answer{r, err}
-	}()
-	select {
-	case <-arrived:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the request did not reach the decode")
-	}
-	shutdownCut(t, srv)
-	a := <-answered
-	if a.err != nil {
-		t.Fatal(a.err)
-	}
-	if retryAfter := a.header.Peek("Retry-After"); a.status != fasthttp.StatusServiceUnavailable || retryAfter == nil ||
-		gjson.GetBytes(a.body, "error.message").String() != errShutdown.Error() ||
-		gjson.GetBytes(a.body, "error.type").String() != "service_unavailable" {
-		t.Fatalf("got %d %s (Retry-After %q); want a 503 JSON error saying pdlb is shutting down", a.status, a.body, retryAfter)
-	}
-	checkCutAccounted(t, srv, &logs, "/generate")
+		answered := make(chan answer, 1)
+		go func() {
+			r, err := h.tryDo(fasthttp.MethodPost, "/generate", `{"text": "a", "rid": "request-cut-at-shutdown"}`)
+			answered <- answer{r, err}
+		}()
+		select {
+		case <-arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the request did not reach the decode")
+		}
+		shutdownCut(t, srv)
+		a := <-answered
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		if retryAfter := a.header.Peek("Retry-After"); a.status != fasthttp.StatusServiceUnavailable || retryAfter == nil ||
+			gjson.GetBytes(a.body, "error.message").String() != errShutdown.Error() ||
+			gjson.GetBytes(a.body, "error.type").String() != "service_unavailable" {
+			t.Fatalf("got %d %s (Retry-After %q); want a 503 JSON error saying pdlb is shutting down", a.status, a.body, retryAfter)
+		}
+		checkCutAccounted(t, srv, &logs, "/generate")
+	})
 }
 
 // A request still waiting for an admission slot when the grace period ends
 // is cut and answered too, and counted with the one holding the slot.
 func TestShutdownCutsQueuedRequests(t *testing.T) {
-	h := newHarness(t)
-	inDecode, release, cfg := oneAtATime(h)
-	t.Cleanup(func() { close(release) }) // at the end: pdlb cuts the call before
-	cfg.QueueTimeout = 20 * time.Second
-	srv := h.start(cfg)
-	answers := make(chan reply, 2)
-	go func() { answers <- h.post("/generate", `{"text": "holds the slot"}`) }()
-	<-inDecode
-	go func() { answers <- h.post("/generate", `{"text": "queued"}`) }()
-	waitFor(t, "the second request to queue", func() bool { return srv.admission.queued.Load() == 1 })
-	var cut *CutError
-	if err := srv.Shutdown(expired()); !errors.As(err, &cut) || cut.Requests != 2 {
-		t.Fatalf("Shutdown: got %v; want a CutError of 2 requests", err)
-	}
-	for range 2 {
-		if r := <-answers; r.status != fasthttp.StatusServiceUnavailable || gjson.GetBytes(r.body, "error.message").String() != errShutdown.Error() {
-			t.Fatalf("got %d %s; want the shutdown's 503", r.status, r.body)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		inDecode, release, cfg := oneAtATime(h)
+		t.Cleanup(func() { close(release) }) // at the end: pdlb cuts the call before
+		cfg.QueueTimeout = 20 * time.Second
+		srv := h.start(cfg)
+		answers := make(chan reply, 2)
+		go func() { answers <- h.post("/generate", `{"text": "holds the slot"}`) }()
+		<-inDecode
+		go func() { answers <- h.post("/generate", `{"text": "queued"}`) }()
+		waitFor(t, "the second request to queue", func() bool { return srv.admission.queued.Load() == 1 })
+		var cut *CutError
+		if err := srv.Shutdown(expired()); !errors.As(err, &cut) || cut.Requests != 2 {
+			t.Fatalf("Shutdown: got %v; want a CutError of 2 requests", err)
 		}
-	}
+		for range 2 {
+			if r := <-answers; r.status != fasthttp.StatusServiceUnavailable || gjson.GetBytes(r.body, "error.message").String() != errShutdown.Error() {
+				t.Fatalf("got %d %s; want the shutdown's 503", r.status, r.body)
+			}
+		}
+	})
 }
 
 // The admin listener (metrics, pprof) serves through a drain, so that it
 // can be watched, and closes once it is over.
 func TestAdminListenerServesThroughTheDrain(t *testing.T) {
-	h := newHarness(t)
-	gate := make(chan struct{}, 8)
-	gate <- struct{}{}
-	h.pair(fake.Config{}, fake.Config{TokenGate: gate})
-	srv := h.start(defaultConfig())
-	ln, err := h.nw.Listen("admin:6060")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.ServeAdmin(ln, false) }()
-	cl := &fasthttp.HostClient{Addr: "admin:6060", Dial: h.nw.Dial}
-	defer cl.CloseIdleConnections()
-	s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 2}}`)
-	s.next()
-	drained := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		drained <- srv.Shutdown(ctx)
-	}()
-	waitFor(t, "pdlb to stop taking clients", func() bool {
-		c, err := h.nw.Dial("pdlb:8000")
-		if err == nil {
-			_ = c.Close()
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		gate := make(chan struct{}, 8)
+		gate <- struct{}{}
+		h.pair(fake.Config{}, fake.Config{TokenGate: gate})
+		srv := h.start(defaultConfig())
+		ln, err := h.nw.Listen("admin:6060")
+		if err != nil {
+			t.Fatal(err)
 		}
-		return err != nil
+		go func() { _ = srv.ServeAdmin(ln, false) }()
+		cl := &fasthttp.HostClient{Addr: "admin:6060", Dial: h.nw.Dial}
+		defer cl.CloseIdleConnections()
+		s := h.openStream("/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 2}}`)
+		s.next()
+		drained := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			drained <- srv.Shutdown(ctx)
+		}()
+		waitFor(t, "pdlb to stop taking clients", func() bool {
+			c, err := h.nw.Dial("pdlb:8000")
+			if err == nil {
+				_ = c.Close()
+			}
+			return err != nil
+		})
+		if status, _, err := cl.Get(nil, "http://admin:6060/metrics"); err != nil || status != fasthttp.StatusOK {
+			t.Fatalf("during the drain /metrics got %d, %v; want 200", status, err)
+		}
+		select {
+		case err := <-drained:
+			t.Fatalf("the drain ended (%v) with a stream in flight", err)
+		default:
+		}
+		gate <- struct{}{}
+		s.rest()
+		if err := <-drained; err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		cl.CloseIdleConnections()
+		if _, _, err := cl.Get(nil, "http://admin:6060/metrics"); err == nil {
+			t.Fatal("the admin listener still serves after the shutdown")
+		}
 	})
-	if status, _, err := cl.Get(nil, "http://admin:6060/metrics"); err != nil || status != fasthttp.StatusOK {
-		t.Fatalf("during the drain /metrics got %d, %v; want 200", status, err)
-	}
-	select {
-	case err := <-drained:
-		t.Fatalf("the drain ended (%v) with a stream in flight", err)
-	default:
-	}
-	gate <- struct{}{}
-	s.rest()
-	if err := <-drained; err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
-	cl.CloseIdleConnections()
-	if _, _, err := cl.Get(nil, "http://admin:6060/metrics"); err == nil {
-		t.Fatal("the admin listener still serves after the shutdown")
-	}
 }
 
 // A client that reads nothing of a large answer holds it past the
 // shutdown's grace: its connection is closed then, and the request is
 // accounted as cut off (499), not lost from the metrics and the log.
 func TestShutdownAccountsAnswersClientsDoNotRead(t *testing.T) {
+	t.Parallel() // on sockets or real time: overlaps the other slow tests
 	h := newHarness(t)
 	answer := `{"text": "` + strings.Repeat("x", 16<<20) + `"}`
 	h.backend("prefill-0:30000", jsonBackend(`{"text": ""}`))

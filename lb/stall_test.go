@@ -21,6 +21,7 @@ import (
 // In memory, where a connection holds four writes, and over loopback TCP,
 // where it holds what the kernel's buffers do.
 func TestStalledStreamIsLetGo(t *testing.T) {
+	t.Parallel() // on sockets or real time: overlaps the other slow tests
 	for _, tcp := range []bool{false, true} {
 		t.Run(map[bool]string{false: "memory", true: "tcp"}[tcp], func(t *testing.T) {
 			h := newHarness(t)
@@ -69,42 +70,44 @@ func TestStalledStreamIsLetGo(t *testing.T) {
 // slow client's pace, not a synchronisation: the test waits for the
 // stream's end.
 func TestSlowReaderOfAStreamIsNotCut(t *testing.T) {
-	h := newHarness(t)
-	h.pair(fake.Config{}, fake.Config{})
-	cfg := defaultConfig()
-	cfg.ClientStallTimeout = 250 * time.Millisecond
-	srv := h.start(cfg)
-	conn, err := h.nw.Dial("pdlb:8000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	start := time.Now()
-	// About 180 KB, read at 256 bytes a millisecond: 700 ms.
-	sendRequest(t, conn, "/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 180}}`)
-	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	var got []byte
-	buf := make([]byte, 512)
-	for !bytes.HasSuffix(got, []byte("0\r\n\r\n")) {
-		<-tick.C
-		n, err := conn.Read(buf)
-		got = append(got, buf[:n]...)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		cfg := defaultConfig()
+		cfg.ClientStallTimeout = 250 * time.Millisecond
+		srv := h.start(cfg)
+		conn, err := h.nw.Dial("pdlb:8000")
 		if err != nil {
-			t.Fatalf("the stream broke off after %d bytes: %v", len(got), err)
+			t.Fatal(err)
 		}
-	}
-	if took := time.Since(start); took < 2*cfg.ClientStallTimeout {
-		t.Fatalf("the stream was read in %s, under twice the stall timeout: the test proves nothing", took)
-	}
-	if !bytes.HasPrefix(got, []byte("HTTP/1.1 200")) || !bytes.Contains(got, []byte("data: [DONE]")) || bytes.Contains(got, []byte(`"error"`)) {
-		t.Fatalf("the slow reader got a broken stream:\n%.300s\n...\n%s", got, got[max(len(got)-300, 0):])
-	}
-	waitIdle(t, srv)
-	if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "0" {
-		t.Fatalf("got %q client_gone; want 0", got)
-	}
+		defer conn.Close()
+		start := time.Now()
+		// About 180 KB, read at 256 bytes a millisecond: 700 ms.
+		sendRequest(t, conn, "/generate", `{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 180}}`)
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		var got []byte
+		buf := make([]byte, 512)
+		for !bytes.HasSuffix(got, []byte("0\r\n\r\n")) {
+			<-tick.C
+			n, err := conn.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				t.Fatalf("the stream broke off after %d bytes: %v", len(got), err)
+			}
+		}
+		if took := time.Since(start); took < 2*cfg.ClientStallTimeout {
+			t.Fatalf("the stream was read in %s, under twice the stall timeout: the test proves nothing", took)
+		}
+		if !bytes.HasPrefix(got, []byte("HTTP/1.1 200")) || !bytes.Contains(got, []byte("data: [DONE]")) || bytes.Contains(got, []byte(`"error"`)) {
+			t.Fatalf("the slow reader got a broken stream:\n%.300s\n...\n%s", got, got[max(len(got)-300, 0):])
+		}
+		waitIdle(t, srv)
+		if got := h.metric(`pdlb_request_errors_total{reason="client_gone"}`); got != "0" {
+			t.Fatalf("got %q client_gone; want 0", got)
+		}
+	})
 }
 
 // deadlineRecorder is a connection that records the write deadlines set on

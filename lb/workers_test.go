@@ -95,40 +95,42 @@ func TestWorkersOnIPv6(t *testing.T) {
 // Workers behind https are reached over TLS on every path: both legs and
 // the info routes.
 func TestWorkersOverHTTPS(t *testing.T) {
-	h := newHarness(t)
-	certPEM, keyPEM, err := fasthttp.GenerateTestCertificate("localhost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var served atomic.Int32
-	for _, addr := range []string{"prefill-0:30000", "decode-0:30010"} {
-		ln, err := h.nw.Listen(addr)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		certPEM, keyPEM, err := fasthttp.GenerateTestCertificate("localhost")
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-			served.Add(1)
-			ctx.SetContentType("application/json")
-			ctx.SetBodyString(`{"text": "over tls", "data": []}`)
-		}}
-		go func() { _ = srv.Serve(tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})) }()
-		t.Cleanup(func() { _ = srv.Shutdown() })
-	}
-	cfg := defaultConfig()
-	cfg.Prefill = []PrefillSpec{{URL: "https://prefill-0:30000", BootstrapPort: 8998}}
-	cfg.Decode = []string{"https://decode-0:30010"}
-	cfg.WorkerTLS = &tls.Config{InsecureSkipVerify: true} // a test certificate
-	h.start(cfg)
-	if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK || gjson.GetBytes(r.body, "text").String() != "over tls" {
-		t.Fatalf("/generate got %d %s", r.status, r.body)
-	}
-	if r := h.do(fasthttp.MethodGet, "/v1/models", ""); r.status != fasthttp.StatusOK {
-		t.Fatalf("/v1/models got %d %s", r.status, r.body)
-	}
-	// The prefill's leg may end after the decode has answered.
-	waitFor(t, "both legs and the info call over TLS", func() bool { return served.Load() == 3 })
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var served atomic.Int32
+		for _, addr := range []string{"prefill-0:30000", "decode-0:30010"} {
+			ln, err := h.nw.Listen(addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+				served.Add(1)
+				ctx.SetContentType("application/json")
+				ctx.SetBodyString(`{"text": "over tls", "data": []}`)
+			}}
+			go func() { _ = srv.Serve(tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})) }()
+			t.Cleanup(func() { _ = srv.Shutdown() })
+		}
+		cfg := defaultConfig()
+		cfg.Prefill = []PrefillSpec{{URL: "https://prefill-0:30000", BootstrapPort: 8998}}
+		cfg.Decode = []string{"https://decode-0:30010"}
+		cfg.WorkerTLS = &tls.Config{InsecureSkipVerify: true} // a test certificate
+		h.start(cfg)
+		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK || gjson.GetBytes(r.body, "text").String() != "over tls" {
+			t.Fatalf("/generate got %d %s", r.status, r.body)
+		}
+		if r := h.do(fasthttp.MethodGet, "/v1/models", ""); r.status != fasthttp.StatusOK {
+			t.Fatalf("/v1/models got %d %s", r.status, r.body)
+		}
+		// The prefill's leg may end after the decode has answered.
+		waitFor(t, "both legs and the info call over TLS", func() bool { return served.Load() == 3 })
+	})
 }
