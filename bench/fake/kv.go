@@ -63,29 +63,32 @@ type rendezvous struct {
 }
 
 // arrive enters room k on side sd, a prefill leg bringing cached. It
-// returns a meeting to wait on (already met, with the prefill's cached,
-// when the other leg was waiting), or nil if a request of the same side
-// already waits in the room: two requests in flight with one room corrupt
-// each other's transfer.
-func (r *rendezvous) arrive(k roomKey, sd side, cached int) *meeting {
+// returns a meeting to wait on; alreadyMet, with the prefill's cached as
+// handed, when the other leg was waiting; or nil if a request of the same
+// side already waits in the room: two requests in flight with one room
+// corrupt each other's transfer.
+func (r *rendezvous) arrive(k roomKey, sd side, cached int) (m *meeting, handed int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if m := r.rooms[k]; m != nil {
 		if m.side == sd {
-			return nil
+			return nil, 0
 		}
 		delete(r.rooms, k)
 		if sd == sidePrefill {
 			m.cached = cached
 		}
 		close(m.met)
-		done := &meeting{side: sd, met: m.met, cached: m.cached}
-		return done
+		return alreadyMet, m.cached
 	}
-	m := &meeting{side: sd, met: make(chan struct{}), cached: cached}
+	m = &meeting{side: sd, met: make(chan struct{}), cached: cached}
 	r.rooms[k] = m
-	return m
+	return m, 0
 }
+
+// alreadyMet is the meeting of the leg that arrives second: nothing to
+// wait for, and no allocation.
+var alreadyMet = &meeting{}
 
 // leave withdraws m from room k and reports false, unless the other leg met
 // it meanwhile: then it reports true and the transfer stands.
@@ -112,9 +115,12 @@ func (r *rendezvous) pending() int {
 // dropped by the health polls) as peerGone; nil ones never do. Once met, it
 // returns the prefill's cached.
 func (r *rendezvous) meet(k roomKey, sd side, cached int, timeout time.Duration, stop, quit, peerQuit, lost <-chan struct{}) (meetResult, int) {
-	m := r.arrive(k, sd, cached)
-	if m == nil {
+	m, handed := r.arrive(k, sd, cached)
+	switch m {
+	case nil:
 		return duplicate, 0
+	case alreadyMet:
+		return met, handed
 	}
 	select {
 	case <-m.met:
