@@ -28,7 +28,7 @@ import (
 	"pdlb/bench/fake"
 	"pdlb/bench/pair"
 	"pdlb/bench/relay"
-	"pdlb/internal/cli"
+	"pdlb/lb/cli"
 	"pdlb/lb/serve"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"pdlb/internal/cli"
+	"pdlb/lb/cli"
 	"pdlb/lb/serve"
 )
 

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"pdlb/internal/cli"
+	"pdlb/lb/cli"
 )
 
 // Command is `pdlb bench`: it sends load to an endpoint, or to several in

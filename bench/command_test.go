@@ -17,7 +17,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"pdlb/internal/cli"
+	"pdlb/lb/cli"
 )
 
 // serveBench runs a fake /generate endpoint on a loopback port and returns

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"pdlb/bench/fake"
-	"pdlb/internal/loopback"
+	"pdlb/lb/internal/loopback"
 )
 
 func TestMain(m *testing.M) {

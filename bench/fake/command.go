@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"pdlb/internal/cli"
+	"pdlb/lb/cli"
 )
 
 // Command is `pdlb fake`: it runs fake SGLang servers that speak the PD

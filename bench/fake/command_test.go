@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"pdlb/internal/cli"
+	"pdlb/lb/cli"
 )
 
 // parse parses args as `pdlb fake ARGS`, with the number readers main gives

@@ -4,7 +4,7 @@ import (
 	"context"
 	"net"
 
-	"pdlb/internal/cli"
+	"pdlb/lb/cli"
 )
 
 // Command is `pdlb pair`: it serves a featureless pairing proxy, the

@@ -3,7 +3,7 @@ package pair
 import (
 	"testing"
 
-	"pdlb/internal/cli"
+	"pdlb/lb/cli"
 )
 
 // parse parses args as `pdlb pair ARGS`, with the number readers main gives

@@ -4,7 +4,7 @@ import (
 	"context"
 	"net"
 
-	"pdlb/internal/cli"
+	"pdlb/lb/cli"
 )
 
 // Command is `pdlb relay`: it pipes TCP connections to an address with

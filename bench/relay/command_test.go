@@ -3,7 +3,7 @@ package relay
 import (
 	"testing"
 
-	"pdlb/internal/cli"
+	"pdlb/lb/cli"
 )
 
 // parse parses args as `pdlb relay ARGS`, with the number readers main gives

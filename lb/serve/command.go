@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"pdlb/internal/cli"
 	"pdlb/lb"
+	"pdlb/lb/cli"
 )
 
 // Command is `pdlb serve`, pdlb's default command: it runs the load

@@ -14,8 +14,8 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"pdlb/internal/cli"
 	"pdlb/lb"
+	"pdlb/lb/cli"
 )
 
 // root stands for main's command line: serve as the default command,

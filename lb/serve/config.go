@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"pdlb/internal/cli"
 	"pdlb/lb"
+	"pdlb/lb/cli"
 	"pdlb/lb/policy"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"pdlb/internal/cli"
 	"pdlb/lb"
+	"pdlb/lb/cli"
 )
 
 // serveAdmin serves the admin routes (/metrics, and profiles with pprof) on

@@ -16,7 +16,7 @@ import (
 
 	"pdlb/lb"
 
-	"pdlb/internal/cli"
+	"pdlb/lb/cli"
 )
 
 // serving is a pdlb run by serveUntilSignal.

@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"pdlb/internal/cli"
+	"pdlb/lb/cli"
 )
 
 // checkListenAddrs refuses the listen addresses that cannot be listened

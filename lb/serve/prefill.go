@@ -6,8 +6,8 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"pdlb/internal/cli"
 	"pdlb/lb"
+	"pdlb/lb/cli"
 )
 
 // prefillFlags collects --prefill URL [PORT]. As in mini_lb's argparse

@@ -9,7 +9,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"pdlb/internal/cli"
+	"pdlb/lb/cli"
 )
 
 // pdlb takes the command line of `python -m sglang_router.launch_router

@@ -6,7 +6,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"pdlb/internal/cli"
+	"pdlb/lb/cli"
 )
 
 // workerURLExamples are serve's flags that take a worker URL, each with a

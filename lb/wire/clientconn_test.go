@@ -10,8 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"pdlb/internal/loopback"
-	"pdlb/internal/race"
+	"pdlb/lb/internal/loopback"
+	"pdlb/lb/internal/race"
 )
 
 // acceptedPair returns both ends of a loopback TCP connection, the server's

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"pdlb/internal/loopback"
-	"pdlb/internal/race"
+	"pdlb/lb/internal/loopback"
+	"pdlb/lb/internal/race"
 )
 
 // workerPair returns both ends of a loopback TCP connection, pdlb's end
