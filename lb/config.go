@@ -70,6 +70,9 @@ type Config struct {
 	// --balance-abs-threshold, --balance-rel-threshold, --max-tree-size and
 	// --eviction-interval-secs; zero fields take policy.DefaultCacheAware's.
 	CacheAware policy.CacheAwareConfig
+	// Manual tunes manual (sglang_router's --max-idle-secs and
+	// --assignment-mode); zero fields take policy.DefaultManual's.
+	Manual policy.ManualConfig
 	// PrefixHashTokens is how many of a prompt's first tokens prefix_hash
 	// hashes; zero means 256, sglang_router's.
 	PrefixHashTokens int
@@ -426,6 +429,12 @@ func (c *Config) checkRouting() error {
 		return fmt.Errorf("the balance relative threshold must not be negative, got %g", ca.BalanceRelThreshold)
 	case ca.MaxTreeSize < 0 || ca.EvictionInterval < 0:
 		return fmt.Errorf("the tree size and eviction interval must not be negative")
+	case c.Manual.MaxIdle < 0:
+		return fmt.Errorf("manual's idle time must not be negative")
+	case c.Manual.Assignment != "" && c.Manual.Assignment != policy.AssignRandom &&
+		c.Manual.Assignment != policy.AssignMinLoad && c.Manual.Assignment != policy.AssignMinGroup:
+		return fmt.Errorf("unknown assignment mode %q; want %s, %s or %s", c.Manual.Assignment,
+			policy.AssignRandom, policy.AssignMinLoad, policy.AssignMinGroup)
 	case c.PrefixHashTokens < 0 || c.LoadCheckInterval < 0:
 		return fmt.Errorf("the prefix hash's tokens and the load check interval must not be negative")
 	}

@@ -145,6 +145,12 @@ func (c *Config) setPolicyDefaults() {
 	if ca.EvictionInterval == 0 {
 		ca.EvictionInterval = def.EvictionInterval
 	}
+	if c.Manual.MaxIdle == 0 {
+		c.Manual.MaxIdle = policy.DefaultManual().MaxIdle
+	}
+	if c.Manual.Assignment == "" {
+		c.Manual.Assignment = policy.DefaultManual().Assignment
+	}
 	if c.PrefixHashTokens == 0 {
 		c.PrefixHashTokens = policy.DefaultPrefixHash().Tokens
 	}

@@ -27,8 +27,8 @@ func (pool *Pool) setPolicy(cfg *Config, ms *metrics.Set, log zerolog.Logger) {
 		pool.hash = policy.DefaultPrefixHash()
 		pool.hash.Tokens = cfg.PrefixHashTokens
 	case PolicyManual:
-		// The default assignment mode is one NewManual takes.
-		pool.sticky, _ = policy.NewManual(policy.DefaultManual())
+		// Config.Validate has refused an assignment mode NewManual would.
+		pool.sticky, _ = policy.NewManual(cfg.Manual)
 		pool.sticky.SetWorkers(names)
 	}
 	pool.now = cfg.Now

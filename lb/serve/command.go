@@ -38,6 +38,8 @@ type Command struct {
 	MaxTreeSize             int     `help:"cache_aware: the prompt bytes remembered per worker, kept to by the eviction." default:"67108864" group:"routing"`
 	EvictionIntervalSecs    int     `help:"cache_aware: how often the trees are evicted down to --max-tree-size." default:"60" group:"routing"`
 	PrefixTokenCount        int     `help:"prefix_hash: the prompt's first tokens (4 bytes of text a token) hashed." default:"256" group:"routing"`
+	MaxIdleSecs             int     `help:"manual: seconds a routing key unused keeps its worker." default:"14400" group:"routing"`
+	AssignmentMode          string  `help:"manual: how a new routing key gets its worker: random, min_load (fewest requests in flight) or min_group (fewest keys)." default:"random" enum:"random,min_load,min_group" group:"routing"`
 	WorkerLoadCheckInterval int     `help:"Seconds between two reads of the workers' loads (GET /v1/loads), for power_of_two, least_load and --prefill-dp-policy least_inflight." default:"1" group:"routing"`
 	PDMinPromptTokens       int     `help:"Send prompts shorter than this many tokens (estimated: input_ids, or 4 bytes of text a token) decode-only, where a remote prefill costs more than it saves; 0 sends every prompt PD." default:"0" group:"routing"`
 	DecodeLocalPrefill      bool    `help:"Send decode-only /generate traffic to a decode with do_local_prefill (SGLang PR #34773, decode flag --disaggregation-decode-enable-conditional-agg) instead of the fallback pool." group:"routing"`
@@ -121,6 +123,7 @@ func (c *Command) Validate() error {
 		{"--max-payload-size", c.MaxPayloadSize}, {"--max-batch-size", c.MaxBatchSize},
 		{"--max-tree-size", c.MaxTreeSize}, {"--eviction-interval-secs", c.EvictionIntervalSecs},
 		{"--prefix-token-count", c.PrefixTokenCount}, {"--worker-load-check-interval", c.WorkerLoadCheckInterval},
+		{"--max-idle-secs", c.MaxIdleSecs},
 	} {
 		if d.secs <= 0 {
 			return fmt.Errorf("%s must be positive", d.flag)

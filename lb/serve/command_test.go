@@ -632,3 +632,26 @@ func TestShortPromptsWithoutAFallbackAreWarnedOf(t *testing.T) {
 		t.Errorf("got warnings %q; want none with a fallback", warnings)
 	}
 }
+
+// sglang_router's routing flags reach lb's Config, none of them ignored.
+func TestRoutingFlags(t *testing.T) {
+	c, ignored, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--prefill-policy", "cache_aware",
+		"--decode-policy", "manual", "--cache-threshold", "0.6", "--balance-abs-threshold", "8", "--balance-rel-threshold", "1.2",
+		"--max-tree-size", "1000", "--eviction-interval-secs", "30", "--prefix-token-count", "64",
+		"--max-idle-secs", "60", "--assignment-mode", "min_load", "--worker-load-check-interval", "3")
+	if err != nil || len(ignored) != 0 {
+		t.Fatalf("got %v, ignored %q; want the flags taken", err, ignored)
+	}
+	cfg, warnings := c.Serve.config()
+	ca := cfg.CacheAware
+	if len(warnings) != 0 || cfg.PrefillPolicy != lb.PolicyCacheAware || cfg.DecodePolicy != lb.PolicyManual ||
+		ca.CacheThreshold != 0.6 || ca.BalanceAbsThreshold != 8 || ca.BalanceRelThreshold != 1.2 || ca.MaxTreeSize != 1000 ||
+		ca.EvictionInterval != 30*time.Second || cfg.PrefixHashTokens != 64 || cfg.Manual.MaxIdle != time.Minute ||
+		cfg.Manual.Assignment != "min_load" || cfg.LoadCheckInterval != 3*time.Second {
+		t.Fatalf("got %+v, %+v, %d, %+v, %s (warnings %q)", cfg.CacheAware, cfg.Manual, cfg.PrefixHashTokens, cfg.Manual,
+			cfg.LoadCheckInterval, warnings)
+	}
+	if _, _, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1", "--assignment-mode", "nearest"); err == nil {
+		t.Error("--assignment-mode nearest was taken; want a usage error")
+	}
+}

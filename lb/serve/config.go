@@ -51,6 +51,7 @@ func (c *Command) config() (lb.Config, []string) {
 		EvictionInterval:    time.Duration(c.EvictionIntervalSecs) * time.Second,
 	}
 	cfg.PrefixHashTokens = c.PrefixTokenCount
+	cfg.Manual = policy.ManualConfig{MaxIdle: time.Duration(c.MaxIdleSecs) * time.Second, Assignment: c.AssignmentMode}
 	cfg.LoadCheckInterval = time.Duration(c.WorkerLoadCheckInterval) * time.Second
 	if w := c.openAdminWarning(); w != "" {
 		warnings = append(warnings, w)
