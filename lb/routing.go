@@ -109,9 +109,10 @@ func (s *Server) runRouting() {
 	}
 	for _, p := range []*Pool{s.prefills, s.decodes, s.fallbacks} {
 		switch {
+		case p.cache != nil:
+			s.every(s.cfg.CacheAware.EvictionInterval, p.cache.Evict)
 		case p.policy == PolicyPrefixHash:
 			s.every(loadSample, p.smoothLoads)
-			s.every(s.cfg.CacheAware.EvictionInterval, p.cache.Evict)
 		case p.sticky != nil:
 			s.every(time.Minute, func() { p.sticky.Evict(s.cfg.Now()) })
 		}

@@ -13,6 +13,7 @@ import (
 
 	"pdlb/bench/fake"
 	"pdlb/health"
+	"pdlb/lb/policy"
 )
 
 // prefillCluster starts n fake prefills, each keeping a prefix cache, and
@@ -237,6 +238,37 @@ func TestLoadPoliciesFollowReportedLoads(t *testing.T) {
 				}
 				if busy.served != 0 || idle.served != 10 {
 					t.Fatalf("the busy decode got %d requests, the idle one %d; want 0 and 10", busy.served, idle.served)
+				}
+			})
+		})
+	}
+}
+
+// Every routed policy runs its background work past its period: cache_aware
+// evicts its trees down to --max-tree-size, and prefix_hash and manual run
+// theirs without fault.
+func TestRoutedPoliciesRunTheirBackgroundWork(t *testing.T) {
+	for _, name := range []string{PolicyCacheAware, PolicyPrefixHash, PolicyManual, PolicyConsistentHashing} {
+		t.Run(name, func(t *testing.T) {
+			inBubble(t, func(t *testing.T) {
+				h := newHarness(t)
+				cfg := defaultConfig()
+				cfg.CacheAware = policy.CacheAwareConfig{CacheThreshold: 0.3, BalanceAbsThreshold: 64, BalanceRelThreshold: 1.5,
+					MaxTreeSize: 10, EvictionInterval: time.Second}
+				srv, _ := h.prefillCluster(2, name, cfg)
+				for q := range 4 {
+					if r := h.post("/generate", `{"text": "`+strings.Repeat("a long prompt ", 20)+strconv.Itoa(q)+`"}`); r.status != fasthttp.StatusOK {
+						t.Fatalf("got %d %s", r.status, r.body)
+					}
+				}
+				time.Sleep(2 * time.Minute) // on the bubble's clock: past every period
+				settled(t, "the background work", func() bool { return true })
+				if c := srv.prefills.cache; c != nil {
+					for i := range srv.prefills.backends {
+						if size := c.Size(i, policy.UnitByte); size > 10 {
+							t.Fatalf("prefill %d's tree holds %d bytes after the eviction interval; want at most 10", i, size)
+						}
+					}
 				}
 			})
 		})
