@@ -427,8 +427,8 @@ func (c *Config) checkRouting() error {
 		return fmt.Errorf("the balance absolute threshold must not be negative, got %d", ca.BalanceAbsThreshold)
 	case ca.BalanceRelThreshold < 0:
 		return fmt.Errorf("the balance relative threshold must not be negative, got %g", ca.BalanceRelThreshold)
-	case ca.MaxTreeSize < 0 || ca.EvictionInterval < 0:
-		return fmt.Errorf("the tree size and eviction interval must not be negative")
+	case ca != (policy.CacheAwareConfig{}) && (ca.MaxTreeSize <= 0 || ca.EvictionInterval <= 0):
+		return fmt.Errorf("cache_aware's tree size and eviction interval must be positive")
 	case c.Manual.MaxIdle < 0:
 		return fmt.Errorf("manual's idle time must not be negative")
 	case c.Manual.Assignment != "" && c.Manual.Assignment != policy.AssignRandom &&

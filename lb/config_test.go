@@ -3,10 +3,12 @@ package lb
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"pdlb/bootstrap"
+	"pdlb/lb/policy"
 )
 
 // A worker listed twice is a usage error naming it; pdlb used to panic on
@@ -94,4 +96,24 @@ func TestValidateRefusesASmallBodyMemory(t *testing.T) {
 	f(3*defaultMaxRequestBodySize+fields, 0, true) // the payload's default
 	f(3*defaultMaxRequestBodySize+fields-1, 0, false)
 	f(0, 1<<30, true) // the memory's default grows to fit
+}
+
+// cache_aware's parameters come whole or not at all: thresholds of 0 that
+// a launch line sets stay 0, and none set take sglang_router's defaults.
+func TestCacheAwareParametersComeWhole(t *testing.T) {
+	set := Config{CacheAware: policy.CacheAwareConfig{MaxTreeSize: 100, EvictionInterval: time.Second}}
+	set.setDefaults()
+	if ca := set.CacheAware; ca.CacheThreshold != 0 || ca.BalanceAbsThreshold != 0 || ca.BalanceRelThreshold != 0 || ca.MaxTreeSize != 100 {
+		t.Errorf("thresholds set to 0 became %+v", ca)
+	}
+	var unset Config
+	unset.setDefaults()
+	if unset.CacheAware != policy.DefaultCacheAware() {
+		t.Errorf("no parameters became %+v; want the defaults %+v", unset.CacheAware, policy.DefaultCacheAware())
+	}
+	half := defaultConfig()
+	half.CacheAware = policy.CacheAwareConfig{CacheThreshold: 0.5}
+	if err := half.Validate(); err == nil || !strings.Contains(err.Error(), "tree size") {
+		t.Errorf("a threshold without a tree size validated: %v", err)
+	}
 }

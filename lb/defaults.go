@@ -127,23 +127,11 @@ func (c *Config) setDPDefaults() {
 	}
 }
 
-// setPolicyDefaults defaults the routing policies' parameters.
+// setPolicyDefaults defaults the routing policies' parameters. cache_aware's
+// come whole: a threshold of 0 is one a launch line may mean.
 func (c *Config) setPolicyDefaults() {
-	def, ca := policy.DefaultCacheAware(), &c.CacheAware
-	if ca.CacheThreshold == 0 {
-		ca.CacheThreshold = def.CacheThreshold
-	}
-	if ca.BalanceAbsThreshold == 0 {
-		ca.BalanceAbsThreshold = def.BalanceAbsThreshold
-	}
-	if ca.BalanceRelThreshold == 0 {
-		ca.BalanceRelThreshold = def.BalanceRelThreshold
-	}
-	if ca.MaxTreeSize == 0 {
-		ca.MaxTreeSize = def.MaxTreeSize
-	}
-	if ca.EvictionInterval == 0 {
-		ca.EvictionInterval = def.EvictionInterval
+	if c.CacheAware == (policy.CacheAwareConfig{}) {
+		c.CacheAware = policy.DefaultCacheAware()
 	}
 	if c.Manual.MaxIdle == 0 {
 		c.Manual.MaxIdle = policy.DefaultManual().MaxIdle
