@@ -18,6 +18,7 @@ import (
 
 	"pdlb/bootstrap"
 	"pdlb/health"
+	"pdlb/lb/policy"
 	"pdlb/lb/wire"
 )
 
@@ -71,6 +72,10 @@ type Backend struct {
 	log zerolog.Logger
 
 	inflight atomic.Int32
+	// prefixes is the pool's cache_aware tree when the pool routes by
+	// one: what pdlb believes b has cached, forgotten when b's cache is
+	// known emptied (forgetPrefixes).
+	prefixes *policy.CacheAware
 	// meanInflight is inflight averaged over about a second, in
 	// thousandths (see smoothLoads), for prefix_hash's load bound.
 	meanInflight atomic.Int64
@@ -346,5 +351,15 @@ func (b *Backend) rankLoad(st *bootstrap.State) *rankLoad {
 		if b.ranks.CompareAndSwap(cur, fresh) {
 			return fresh
 		}
+	}
+}
+
+// forgetPrefixes empties what cache_aware believes b holds: b restarted,
+// came back from down, or had its cache flushed, and holds nothing. Its
+// prefixes would otherwise draw their requests to it as matches, while
+// they are misses there.
+func (b *Backend) forgetPrefixes() {
+	if b.prefixes != nil {
+		b.prefixes.RemoveWorker(b.index)
 	}
 }

@@ -256,6 +256,11 @@ func (s *Server) serveFlushCache(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	s.serveFanOut(ctx, controlCall{method: fasthttp.MethodPost, uri: uri, timeout: timeout}, fasthttp.StatusBadGateway, true)
+	// The workers asked have emptied their caches, or will; one that
+	// failed to is only sent a few misses as if it had.
+	for _, b := range s.allBackends() {
+		b.forgetPrefixes()
+	}
 }
 
 // serveServerInfo answers mini_lb's aggregated /server_info: every decode's

@@ -265,27 +265,24 @@ func (s *Server) recheckPrefill(p *Backend, seen *bootstrap.State, deadline time
 // requests sent there, waiting: such a prefill is taken only when no other
 // has the rank. So is any prefill whose server is not ready, for a request
 // that tells the decode a prefill DP rank: it waits for its pair's warm-up,
-// which needs that server.
+// which needs that server. The policy picks once among the ready ones, and
+// only if none is among all: a policy that records its picks (cache_aware)
+// records the prefill the request goes to.
 func (s *Server) pickPrefill(q *clientRequest) *Backend {
 	waitsForWarmth := q.info.PrefillDPRank.Set && s.warm != nil
-	unsure := func(b *Backend) bool {
-		st := s.registry.State(b.index)
-		return !st.Ready && (st.Updated.IsZero() || waitsForWarmth)
-	}
-	p := q.pick(s.prefills, q.prefillRank)
-	if p == nil || !unsure(p) {
-		return p
-	}
-	notReady := append(slices.Clip(q.unreachable), q.failed...)
+	var notReady []*Backend
 	for _, b := range s.prefills.backends {
-		if unsure(b) {
+		if st := s.registry.State(b.index); !st.Ready && (st.Updated.IsZero() || waitsForWarmth) {
 			notReady = append(notReady, b)
 		}
 	}
-	if ready := s.prefills.pick(notReady, q.prefillRank, q); ready != nil {
-		return ready
+	if len(notReady) > 0 && len(notReady) < len(s.prefills.backends) {
+		exclude := append(append(notReady, q.unreachable...), q.failed...)
+		if ready := s.prefills.pick(exclude, q.prefillRank, q); ready != nil {
+			return ready
+		}
 	}
-	return p
+	return q.pick(s.prefills, q.prefillRank)
 }
 
 // relearnDecodes reads again the dp_size of the decodes that pdlb knows

@@ -67,12 +67,14 @@ func noRestartSign(err error) bool {
 }
 
 // suspectRestart acts on a sign that b may have restarted: a decode's
-// pairs are cold from now on, and b's idle connections, which a restart
-// has closed, are dropped rather than found dead by the next requests.
+// pairs are cold from now on, b's idle connections, which a restart has
+// closed, are dropped rather than found dead by the next requests, and
+// the prefixes cache_aware believes b holds are forgotten.
 func suspectRestart(b *Backend) {
 	b.epoch.Add(1)
 	b.restarted.Store(true)
 	b.hc.CloseIdleConnections()
+	b.forgetPrefixes()
 }
 
 // probed is the health checks' report of each probe of b, err nil when b

@@ -22,6 +22,9 @@ func (pool *Pool) setPolicy(cfg *Config, ms *metrics.Set, log zerolog.Logger) {
 	switch pool.policy {
 	case PolicyCacheAware:
 		pool.cache = policy.NewCacheAware(cfg.CacheAware)
+		for _, b := range pool.backends {
+			b.prefixes = pool.cache
+		}
 	case PolicyPrefixHash, PolicyConsistentHashing:
 		pool.ring = policy.NewRing(names)
 		pool.hash = policy.DefaultPrefixHash()

@@ -274,3 +274,39 @@ func TestRoutedPoliciesRunTheirBackgroundWork(t *testing.T) {
 		})
 	}
 }
+
+// What cache_aware believes a prefill holds is forgotten when its cache is
+// known emptied: a sign of a restart (which a return from down is), and
+// /flush_cache.
+func TestCacheAwareForgetsAnEmptiedCache(t *testing.T) {
+	h := newHarness(t)
+	cfg := defaultConfig()
+	cfg.AdminAPIKey = "admin-key"
+	srv, served := h.prefillCluster(2, PolicyCacheAware, cfg)
+	tree := srv.prefills.cache
+	send := func() int {
+		t.Helper()
+		before := served()
+		if r := h.post("/generate", `{"text": "`+strings.Repeat("kept prompt ", 30)+`"}`); r.status != fasthttp.StatusOK {
+			t.Fatalf("got %d %s", r.status, r.body)
+		}
+		return onlyOneGrew(before, served(), 1)
+	}
+	owner := send()
+	if owner < 0 || tree.Size(owner, policy.UnitByte) == 0 {
+		t.Fatalf("the prompt went to prefill %d, whose tree holds %d bytes", owner, tree.Size(max(owner, 0), policy.UnitByte))
+	}
+	suspectRestart(srv.prefills.backends[owner])
+	if n := tree.Size(owner, policy.UnitByte); n != 0 {
+		t.Fatalf("after a sign of a restart, prefill %d's tree still holds %d bytes", owner, n)
+	}
+	send()
+	if r := h.post("/flush_cache", "", "Authorization", "Bearer admin-key"); r.status != fasthttp.StatusOK {
+		t.Fatalf("/flush_cache got %d %s", r.status, r.body)
+	}
+	for i := range srv.prefills.backends {
+		if n := tree.Size(i, policy.UnitByte); n != 0 {
+			t.Fatalf("after /flush_cache, prefill %d's tree still holds %d bytes", i, n)
+		}
+	}
+}
