@@ -116,6 +116,9 @@ func (s *SharedPrefix) check() error {
 	if !(s.RangeRatio > 0 && s.RangeRatio <= 1) {
 		return fmt.Errorf("range ratio %v: want more than 0, at most 1", s.RangeRatio)
 	}
+	if !(s.HotShare >= 0 && s.HotShare < 1) {
+		return fmt.Errorf("hot share %v: want 0 to less than 1", s.HotShare)
+	}
 	if words := float64(s.Groups) * (float64(s.SystemPromptLen) + float64(s.PromptsPerGroup)*float64(s.QuestionLen)); words > maxGSPWords {
 		return fmt.Errorf("%d groups of %d prompts of up to %d+%d words make %.0f words; at most %d", s.Groups,
 			s.PromptsPerGroup, s.SystemPromptLen, s.QuestionLen, words, maxGSPWords)

@@ -112,6 +112,13 @@ func TestSharedPrefixHotShare(t *testing.T) {
 	if _, err := (&SharedPrefixFlags{NumGroups: 1, PromptsPerGroup: 1, SystemPromptLen: 1, QuestionLen: 1, OutputLen: 1, RangeRatio: 1, HotShare: 1}).sharedPrefix(); err == nil {
 		t.Error("--gsp-hot-share 1 was taken; want an error")
 	}
+	for _, share := range []float64{1, -0.1, math.NaN()} {
+		bad := s
+		bad.HotShare = share
+		if err := bad.check(); err == nil {
+			t.Errorf("a hot share of %v passed the check", share)
+		}
+	}
 }
 
 func TestSharedPrefixRoutingKeys(t *testing.T) {

@@ -28,13 +28,13 @@ func (p *Pool) pickRouted(exclude []*Backend, rank int, q *clientRequest) *Backe
 	}
 	view := policy.Pool{Loads: loads, Usable: usable}
 	var ch policy.Choice
-	switch p.policy {
-	case PolicyCacheAware:
+	switch p.kind {
+	case kindCacheAware:
 		ch = p.cache.Pick(q.prompt(), policy.UnitByte, view)
 		if ch.Reason == policy.ReasonPrefixMatch || ch.Reason == policy.ReasonSmallestTree {
 			p.matchRatio.Update(ch.MatchRatio)
 		}
-	case PolicyPrefixHash:
+	case kindPrefixHash:
 		ch = p.hash.Pick(p.ring, q.prompt(), view)
 	default:
 		ch = p.pickByKey(q, view)
@@ -74,7 +74,7 @@ func (q *clientRequest) header(name []byte) []byte {
 // X-SMG-Target-Worker names a consistent_hashing worker outright.
 func (p *Pool) pickByKey(q *clientRequest, view policy.Pool) policy.Choice {
 	key := q.header(headerRoutingKey)
-	if p.policy == PolicyManual {
+	if p.kind == kindManual {
 		return p.sticky.Pick(string(key), p.now(), view)
 	}
 	for _, h := range sessionHeaders {
@@ -98,7 +98,7 @@ var sessionHeaders = [][]byte{[]byte("Authorization"), []byte("X-Forwarded-For")
 // evict another prefix there). The mean still moves within a second when
 // a worker is overloaded for real.
 func (p *Pool) routedLoad(b *Backend) int {
-	if p.policy == PolicyPrefixHash {
+	if p.kind == kindPrefixHash {
 		return int((b.meanInflight.Load() + 500) / 1000)
 	}
 	return int(b.inflight.Load())

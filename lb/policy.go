@@ -78,14 +78,42 @@ func checkDPPolicy(p string) error {
 	return nil
 }
 
-// routed reports whether p's policy is one of package route's, which weigh
-// the request itself: its prompt, or its routing key.
-func (p *Pool) routed() bool {
-	switch p.policy {
-	case PolicyCacheAware, PolicyPrefixHash, PolicyConsistentHashing, PolicyManual:
-		return true
+// policyKind is a policy's name resolved once, so that the request path
+// switches on a small integer. The kinds from kindRouted on are package
+// policy's, which weigh the request itself: its prompt, or its routing key.
+type policyKind uint8
+
+const (
+	kindRandom policyKind = iota
+	kindRoundRobin
+	kindPowerOfTwo
+	kindLeastLoad
+	kindRouted // the policies below route by the request
+	kindCacheAware
+	kindPrefixHash
+	kindConsistentHashing
+	kindManual
+)
+
+// kindOf resolves a policy's name, one of Policies().
+func kindOf(name string) policyKind {
+	switch name {
+	case PolicyRoundRobin:
+		return kindRoundRobin
+	case PolicyPowerOfTwo:
+		return kindPowerOfTwo
+	case PolicyLeastLoad:
+		return kindLeastLoad
+	case PolicyCacheAware:
+		return kindCacheAware
+	case PolicyPrefixHash:
+		return kindPrefixHash
+	case PolicyConsistentHashing:
+		return kindConsistentHashing
+	case PolicyManual:
+		return kindManual
 	}
-	return false
+	return kindRandom
 }
 
 // weighsLoads reports whether policy reads the workers' reported loads.

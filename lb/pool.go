@@ -17,8 +17,10 @@ import (
 // them. Its backends are fixed after construction; it is safe for
 // concurrent use.
 type Pool struct {
-	role     string
-	policy   string
+	role   string
+	policy string
+	// kind is policy resolved once, for the request path's switch.
+	kind     policyKind
 	backends []*Backend
 	// next is round_robin's position.
 	next atomic.Uint32
@@ -57,26 +59,28 @@ func (p *Pool) pick(exclude []*Backend, rank int, q *clientRequest) *Backend {
 	if n == 0 {
 		return nil
 	}
-	if p.routed() {
+	if p.kind >= kindRouted {
 		return p.pickRouted(exclude, rank, q)
 	}
-	p.others.Inc()
 	if n == 1 {
 		if b := p.backends[0]; p.usable(b, exclude, rank) {
 			return b
 		}
 		return nil
 	}
-	start := rand.IntN(n)
-	switch p.policy {
-	case PolicyRoundRobin:
+	var start int
+	switch p.kind {
+	case kindRoundRobin:
 		start = int(p.next.Add(1)-1) % n
-	case PolicyPowerOfTwo:
+	case kindLeastLoad:
+		return p.pickLeastLoaded(exclude, rank)
+	case kindPowerOfTwo:
 		if b := p.pickLessLoaded(exclude, rank); b != nil {
 			return b
 		}
-	case PolicyLeastLoad:
-		return p.pickLeastLoaded(exclude, rank)
+		fallthrough
+	default:
+		start = rand.IntN(n)
 	}
 	for i := range n {
 		if b := p.backends[(start+i)%n]; p.usable(b, exclude, rank) {

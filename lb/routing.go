@@ -35,16 +35,18 @@ func (pool *Pool) setPolicy(cfg *Config, ms *metrics.Set, log zerolog.Logger) {
 		pool.sticky.SetWorkers(names)
 	}
 	pool.now = cfg.Now
-	labels := fmt.Sprintf(`role=%q,policy=%q`, pool.role, pool.policy)
-	for _, r := range policy.Reasons() {
-		pool.decisions = append(pool.decisions, ms.NewCounter(fmt.Sprintf(`pdlb_routing_decisions_total{%s,reason=%q}`, labels, r)))
+	pool.kind = kindOf(pool.policy)
+	if pool.kind >= kindRouted {
+		labels := fmt.Sprintf(`role=%q,policy=%q`, pool.role, pool.policy)
+		for _, r := range policy.Reasons() {
+			pool.decisions = append(pool.decisions, ms.NewCounter(fmt.Sprintf(`pdlb_routing_decisions_total{%s,reason=%q}`, labels, r)))
+		}
 	}
-	pool.others = ms.NewCounter(fmt.Sprintf(`pdlb_routing_decisions_total{%s,reason=%q}`, labels, pool.policy))
 	if pool.cache != nil {
 		pool.matchRatio = ms.NewHistogram(fmt.Sprintf(`pdlb_cache_aware_match_ratio{role=%q}`, pool.role))
 		for i, b := range pool.backends {
 			ms.NewGauge(fmt.Sprintf(`pdlb_cache_aware_tree_bytes{role=%q,backend=%q}`, pool.role, b.addr), func() float64 {
-				return float64(pool.cache.Size(i, policy.UnitByte) + pool.cache.Size(i, policy.UnitToken))
+				return float64(pool.cache.Size(i, policy.UnitByte)) // lb's keys are bytes (bootstrap's routing key)
 			})
 		}
 	}
