@@ -78,7 +78,7 @@ func (s *Server) buildLoads() {
 		Targets:   targets,
 		Interval:  s.cfg.LoadCheckInterval,
 		Timeout:   min(s.cfg.LoadCheckInterval, 5*time.Second),
-		Dial:      s.link.dialer.Dial,
+		Dial:      s.link.dialer.DialTimeout,
 		TLSConfig: s.cfg.WorkerTLS,
 		Own: func(addr string) int64 {
 			if b := byAddr[addr]; b != nil {

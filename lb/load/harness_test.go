@@ -104,7 +104,7 @@ func newNetwork() *network {
 	return &network{lns: map[string]*fasthttputil.InmemoryListener{}, stops: map[string]func(){}}
 }
 
-func (nw *network) dial(addr string) (net.Conn, error) {
+func (nw *network) dial(addr string, _ time.Duration) (net.Conn, error) {
 	nw.mu.Lock()
 	ln := nw.lns[addr]
 	nw.mu.Unlock()

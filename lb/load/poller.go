@@ -48,9 +48,10 @@ type Config struct {
 	// there before /v1/loads is asked again, in case it was upgraded;
 	// 0 means 1 min.
 	Recheck time.Duration
-	// Dial connects to a worker; nil means TCP (IPv4 and IPv6). Tests
+	// Dial connects to a worker within the time it is given (what is
+	// left of the poll's Timeout); nil means TCP (IPv4 and IPv6). Tests
 	// set it to in-memory listeners.
-	Dial fasthttp.DialFunc
+	Dial fasthttp.DialFuncWithTimeout
 	// TLSConfig configures the polls of TLS targets; nil means Go's
 	// defaults.
 	TLSConfig *tls.Config

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 const (
@@ -354,6 +357,29 @@ func TestPollRecordsOwnRequests(t *testing.T) {
 			if others, ok := s.Others(); s.Own != own[addr] || !ok || others != want {
 				t.Errorf("%s: Own %d, Others (%d, %t); want %d, (%d, true)", addr, s.Own, others, ok, own[addr], want)
 			}
+		}
+	})
+}
+
+// A worker whose dial hangs (a deleted pod's address) holds its poll no
+// longer than Timeout: the dial is given what is left of it.
+func TestHangingDialEndsWithThePoll(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		var given time.Duration
+		p := New(Config{Targets: []Target{{Addr: "blackhole:30000"}}, Timeout: time.Second,
+			Log: zerolog.New(zerolog.NewTestWriter(t)),
+			Dial: func(_ string, timeout time.Duration) (net.Conn, error) {
+				given = timeout
+				<-time.After(timeout)
+				return nil, errors.New("dial timed out")
+			}})
+		start := time.Now()
+		p.PollOnce(context.Background())
+		if took := time.Since(start); given <= 0 || given > time.Second || took > time.Second {
+			t.Fatalf("the dial was given %s and the poll took %s; want both within the 1 s Timeout", given, took)
+		}
+		if p.Get("blackhole:30000").Known() {
+			t.Fatal("a worker never reached has a known load")
 		}
 	})
 }

@@ -58,7 +58,7 @@ func newWorker(t Target, cfg *Config, now time.Time) *worker {
 			IsTLS:                     t.TLS,
 			TLSConfig:                 cfg.TLSConfig,
 			Name:                      "pdlb-load",
-			Dial:                      cfg.Dial,
+			DialTimeout:               cfg.Dial,
 			DialDualStack:             true,
 			MaxConns:                  1, // one poll in flight at most
 			MaxIdemponentCallAttempts: 1,

@@ -38,17 +38,20 @@ func (d *Dialer) Dial(addr string) (net.Conn, error) {
 	return d.tcp.DialDualStackTimeout(addr, probeDialTimeout)
 }
 
+// DialTimeout is a fasthttp.DialFuncWithTimeout: it connects to addr within
+// timeout, for calls that bound their dial (the load polls).
+func (d *Dialer) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	if d.dial != nil {
+		return d.dial(addr)
+	}
+	return d.tcp.DialDualStackTimeout(addr, timeout)
+}
+
 // DialWorker is a fasthttp.DialFuncWithTimeout for a worker's calls, which
 // Dialers runs: its connections remember their deadlines and send each
 // request with the first read of its answer (workerConn).
 func (d *Dialer) DialWorker(addr string, timeout time.Duration) (net.Conn, error) {
-	var conn net.Conn
-	var err error
-	if d.dial == nil {
-		conn, err = d.tcp.DialDualStackTimeout(addr, timeout)
-	} else {
-		conn, err = d.dial(addr)
-	}
+	conn, err := d.DialTimeout(addr, timeout)
 	if err != nil {
 		return nil, err
 	}
