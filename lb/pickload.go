@@ -68,15 +68,24 @@ func (p *Pool) pickLeastLoaded(exclude []*Backend, rank int) *Backend {
 }
 
 // rankLoadOf is the load of prefill p's DP rank r, as least_inflight
-// weighs it: pdlb's requests in flight on it (own), or the rank's reported
-// load when that is more. (The report's own share is known for the worker
-// as a whole, not per rank.)
+// weighs it: pdlb's requests in flight on it now (own) plus what others
+// had there at its last report.
 func (s *Server) rankLoadOf(p *Backend, r int, own int64) int64 {
 	if s.loads == nil {
 		return own
 	}
-	if reported, ok := s.loads.Get(p.addr).RankLoad(r); ok {
-		return max(reported, own)
+	others, _ := s.loads.Get(p.addr).RankOthers(r) // 0 when unknown
+	return own + others
+}
+
+// ownInflight is pdlb's requests in flight on b, on its DP rank rank (as
+// --prefill-dp-policy placed them), or on all of it for rank -1.
+func (b *Backend) ownInflight(rank int) int64 {
+	if rank < 0 {
+		return int64(b.inflight.Load())
 	}
-	return own
+	if l := b.ranks.Load(); l != nil && rank < len(l.inflight) {
+		return int64(l.inflight[rank].Load())
+	}
+	return 0
 }

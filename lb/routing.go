@@ -80,9 +80,9 @@ func (s *Server) buildLoads() {
 		Timeout:   min(s.cfg.LoadCheckInterval, 5*time.Second),
 		Dial:      s.link.dialer.DialTimeout,
 		TLSConfig: s.cfg.WorkerTLS,
-		Own: func(addr string) int64 {
+		Own: func(addr string, rank int) int64 {
 			if b := byAddr[addr]; b != nil {
-				return int64(b.inflight.Load())
+				return b.ownInflight(rank)
 			}
 			return 0
 		},

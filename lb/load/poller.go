@@ -56,11 +56,12 @@ type Config struct {
 	// defaults.
 	TLSConfig *tls.Config
 	// Own, when set, counts the caller's own requests in flight on the
-	// worker at addr. It is read as each answer arrives (Snapshot.Own):
-	// the load a worker reports counts them too, and a caller that adds
-	// its count now to what others had then (Snapshot.Others) is not
+	// worker at addr, on its DP rank rank, or on all of it for rank -1.
+	// It is read as each answer arrives (Snapshot.Own, Rank.Own): the load
+	// a worker reports counts them too, and a caller that adds its count
+	// now to what others had then (Snapshot.Others, RankOthers) is not
 	// misled for a whole interval by requests of its own that have ended.
-	Own func(addr string) int64
+	Own func(addr string, rank int) int64
 	// Log receives one line when a worker's load becomes known or
 	// unknown, or its route changes, and, at debug level, one per failed
 	// poll. New adds the field component=load.
@@ -240,7 +241,10 @@ func (p *Poller) poll(ctx context.Context, w *worker) {
 	}
 	var own int64
 	if p.cfg.Own != nil {
-		own = p.cfg.Own(w.Addr)
+		own = p.cfg.Own(w.Addr, -1)
+		for i := range ranks {
+			ranks[i].Own = p.cfg.Own(w.Addr, ranks[i].DPRank)
+		}
 	}
 	w.publish(ranks, route, err, time.Now(), own)
 	if w.stopped.Load() {

@@ -350,12 +350,20 @@ func TestPollRecordsOwnRequests(t *testing.T) {
 		nw.serve(t, "b:30000", ok(loadsAnswer(loadsEntry(0, 3, 0, 10, 20))), nil)
 		own := map[string]int64{"a:30000": 3, "b:30000": 1}
 		p := newPoller(t, nw, Config{Targets: []Target{{Addr: "a:30000"}, {Addr: "b:30000"}},
-			Own: func(addr string) int64 { return own[addr] }})
+			Own: func(addr string, rank int) int64 {
+				if rank > 0 {
+					return 100 // no such rank: never read
+				}
+				return own[addr] // the one rank is the whole worker
+			}})
 		p.PollOnce(context.Background())
 		for addr, want := range map[string]int64{"a:30000": 0, "b:30000": 2} {
 			s := p.Get(addr)
 			if others, ok := s.Others(); s.Own != own[addr] || !ok || others != want {
 				t.Errorf("%s: Own %d, Others (%d, %t); want %d, (%d, true)", addr, s.Own, others, ok, own[addr], want)
+			}
+			if others, ok := s.RankOthers(0); !ok || others != want {
+				t.Errorf("%s: RankOthers(0) (%d, %t); want (%d, true)", addr, others, ok, want)
 			}
 		}
 	})

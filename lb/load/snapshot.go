@@ -57,6 +57,8 @@ type Rank struct {
 	// TokenUsage is UsedTokens / MaxTokens as the worker computed it
 	// (token_usage), or Unknown.
 	TokenUsage float64
+	// Own is Config.Own's count on this rank as the answer arrived.
+	Own int64
 }
 
 // Snapshot is what a Poller knows of one worker's load at one time. It is
@@ -161,4 +163,14 @@ func (s *Snapshot) RankLoad(dp int) (int64, bool) {
 		return 0, false
 	}
 	return r.Reqs, true
+}
+
+// RankOthers is Others for DP rank dp: its load less the caller's own
+// requests on it as the answer arrived (Rank.Own), at least 0.
+func (s *Snapshot) RankOthers(dp int) (int64, bool) {
+	r, ok := s.Rank(dp)
+	if !ok || r.Reqs == Unknown {
+		return 0, false
+	}
+	return max(r.Reqs-r.Own, 0), true
 }

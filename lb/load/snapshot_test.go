@@ -74,4 +74,10 @@ func TestSnapshotOthers(t *testing.T) {
 	// make it larger than what the worker counted.
 	f("own ahead of the report", &Snapshot{Ranks: []Rank{{Reqs: 1}}, Own: 4}, 0, true)
 	f("unknown", &Snapshot{Ranks: []Rank{{Reqs: Unknown}}, Own: 1}, 0, false)
+	two := &Snapshot{Ranks: []Rank{{DPRank: 0, Reqs: 5, Own: 1}, {DPRank: 1, Reqs: 2, Own: 4}}}
+	for dp, want := range []int64{4, 0} {
+		if got, ok := two.RankOthers(dp); !ok || got != want {
+			t.Errorf("RankOthers(%d) got (%d, %t); want (%d, true)", dp, got, ok, want)
+		}
+	}
 }
