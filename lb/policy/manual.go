@@ -31,6 +31,11 @@ func DefaultManual() ManualConfig {
 	return ManualConfig{MaxIdle: 4 * time.Hour, Assignment: AssignRandom}
 }
 
+// MaxManualKeys bounds the routing keys a Manual remembers at once; a new
+// key beyond it is placed as a request without a key is, and remembered
+// once Evict has made room.
+const MaxManualKeys = 1 << 16
+
 // stickyCandidates is how many workers a key remembers (SMG's
 // MAX_CANDIDATE_WORKERS): the one it moved to and the one before, which it
 // returns to when that one is usable again.
@@ -100,6 +105,11 @@ func (m *Manual) Pick(key string, now time.Time, p Pool) Choice {
 	}
 	reason := ReasonStickyMoved
 	if s == nil {
+		if len(m.keys) >= MaxManualKeys {
+			// Keys come from clients: a flood of new ones must not grow
+			// the map, nor the lock's hold in Evict, without bound.
+			return m.assign(p, ReasonNewKey)
+		}
 		s = &sticky{used: now}
 		m.keys[key] = s
 		reason = ReasonNewKey

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"strconv"
 	"testing"
 	"time"
 )
@@ -109,5 +110,29 @@ func TestManualEvict(t *testing.T) {
 	}
 	if got := m.Pick("old", t0, p); got.Reason != ReasonNewKey {
 		t.Fatalf("evicted key: got %s; want new_key", got.Reason)
+	}
+}
+
+// Keys come from clients: beyond MaxManualKeys a new key is placed but not
+// remembered, until Evict makes room.
+func TestManualKeysAreBounded(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	m := newManual(t, AssignRandom, []string{"a", "b"})
+	all := Pool{Loads: []int{0, 0}}
+	for i := range MaxManualKeys + 10 {
+		if ch := m.Pick("key-"+strconv.Itoa(i), t0, all); ch.Worker < 0 {
+			t.Fatalf("key %d was not placed", i)
+		}
+	}
+	if n := len(m.keys); n != MaxManualKeys {
+		t.Fatalf("%d keys remembered; want at most %d", n, MaxManualKeys)
+	}
+	if ch := m.Pick("key-"+strconv.Itoa(MaxManualKeys+5), t0, all); ch.Reason != ReasonNewKey {
+		t.Fatalf("a key beyond the bound was remembered: %s", ch.Reason)
+	}
+	m.Evict(t0.Add(2 * time.Hour))
+	m.Pick("late", t0.Add(2*time.Hour), all)
+	if ch := m.Pick("late", t0.Add(2*time.Hour), all); ch.Reason != ReasonStickyHit {
+		t.Fatalf("after Evict, a new key was not remembered: %s", ch.Reason)
 	}
 }
