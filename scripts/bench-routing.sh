@@ -96,10 +96,10 @@ row() {
 		pdlb $((base + 2)) prefix_hash
 		start relay "$TEMP_DIR/relay.log" "$PDLB" relay --listen "127.0.0.1:$base" \
 			--to "127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))"
-		measure "$name" "http://127.0.0.1:$base" "$route" "$((base + 1)),$((base + 2))" "${extra[@]}"
+		measure "$name" "http://127.0.0.1:$base" "$route" "$((base + 1)),$((base + 2))" ${extra[@]+"${extra[@]}"}
 	else
 		pdlb $((base + 1)) "$policy"
-		measure "$name" "http://127.0.0.1:$((base + 1))" "$route" "$((base + 1))" "${extra[@]}"
+		measure "$name" "http://127.0.0.1:$((base + 1))" "$route" "$((base + 1))" ${extra[@]+"${extra[@]}"}
 	fi
 	cleanup
 	PIDS=()

@@ -96,6 +96,9 @@ func (cl *Canceller) ReadBy(t time.Time) {
 // call with reason. (The clock is read only when needed: the call is
 // usually over.)
 func (cl *Canceller) CapRead(d time.Duration, reason error) {
+	if reason == nil {
+		panic("BUG: wire.Canceller.CapRead needs the error a call capped fails with")
+	}
 	cl.mu.Lock()
 	if !cl.over {
 		cl.limit, cl.limitReason = time.Now().Add(d), reason

@@ -14,6 +14,7 @@ import (
 // of file descriptors, say, under a flood of connections) is tried again
 // after a pause, as Go's net/http does: fasthttp would take it for the
 // listener's end and stop serving.
+// Every field must be set.
 type Listener struct {
 	net.Listener
 	Log    *zerolog.Logger
