@@ -19,9 +19,12 @@
 // SGLang's first-request bug are described in package bootstrap. The
 // sockets and the HTTP/1.1 framing under fasthttp (worker legs with their
 // deadlines and cancellation, client connections and their budget, the
-// dialer, chunk framing) are package lb/wire's: lb keeps the PD logic,
-// that is pairing, policies, retries, relay semantics, logprob merging,
-// fallback, errors and metrics.
+// dialer, chunk framing) are package lb/wire's; the routing policies'
+// algorithms (cache_aware's tree, the hash ring, manual's keys) package
+// lb/policy's; the polls of the workers' reported loads package lb/load's.
+// lb keeps the PD logic, that is pairing, the pools and their policies'
+// inputs, retries, relay semantics, logprob merging, fallback, errors and
+// metrics.
 //
 // # How a request flows
 //
@@ -33,8 +36,8 @@
 //     NaN, Infinity and -Infinity (which Python clients write for
 //     float("inf")) are taken and passed on.
 //  2. The mode is decided: PD, or decode-only (see Decode-only traffic).
-//  3. A prefill and a decode are picked by their pools' policies, among
-//     the workers that have the DP rank the request names. The request is
+//  3. A prefill and a decode are picked by their pools' policies (see
+//     Routing), among the workers that have the DP rank the request names. The request is
 //     placed on a prefill DP rank when it names one or
 //     --prefill-dp-policy picks one; it then waits for its pair's
 //     warm-up. A policy's request whose pair cannot be warmed, or whose
@@ -463,11 +466,28 @@
 //     worker refused the DP rank pdlb's registry gave it.
 //   - pdlb_dp_policy_unplaced_total: requests --prefill-dp-policy could not
 //     place, their pair not being warm.
+//   - pdlb_routing_decisions_total{role,policy,reason} (package policy's
+//     picks), pdlb_cache_aware_match_ratio{role},
+//     pdlb_cache_aware_tree_bytes{role,backend},
+//     pdlb_backend_reported_load{role,backend} (NaN when unknown).
 //   - pdlb_decode_only_total{reason}: requests that skipped remote prefill,
 //     by why (no_prefill, no_decode, short_prompt, header): sent to a
 //     fallback worker or a decode prefilling locally, not those that found
 //     neither (a 503).
 //   - The process metrics (process_resident_memory_bytes, ...).
+//
+// # Routing
+//
+// A pool picks by its policy: random (mini_lb's), round_robin,
+// power_of_two and least_load (by load), or package policy's cache_aware,
+// prefix_hash, consistent_hashing and manual (by the prompt, as
+// bootstrap's Request.RoutingKey finds it, or X-SMG-Routing-Key). A
+// worker's load is pdlb's requests in flight on it plus, where its reports
+// are polled (package load), others' at the last report; prefix_hash's
+// bound takes the in-flight count averaged over about a second. What
+// cache_aware believes a worker holds is forgotten once its cache is known
+// emptied (a restart's sign, a return from down, /flush_cache). Each
+// routed pick is a "routed" line at debug level.
 //
 // # SGLang's source
 //
