@@ -151,8 +151,10 @@ func TestSharedPrefixRoutingKeys(t *testing.T) {
 // a prompt finds its system prompt's words cached when an earlier one had
 // it. Each word is a token. It records what it answered.
 type prefixCache struct {
-	route          string
-	stream         bool
+	route  string
+	stream bool
+	// forgets makes a cache that keeps nothing: every prompt misses.
+	forgets        bool
 	mu             sync.Mutex
 	seen           map[string]bool
 	keys           map[string]string // system prompt → routing key
@@ -186,7 +188,7 @@ func (pc *prefixCache) handle(ctx *fasthttp.RequestCtx) {
 	if pc.seen[system] {
 		cached = len(strings.Fields(system))
 	}
-	pc.seen[system] = true
+	pc.seen[system] = !pc.forgets
 	key := string(ctx.Request.Header.Peek(RoutingKeyHeader))
 	if k, ok := pc.keys[system]; ok && k != key {
 		cached = -1 // a group that changed keys: no answer can count
@@ -353,14 +355,10 @@ func TestSharedPrefixReportText(t *testing.T) {
 // gets every request once, and the table compares their hit rates.
 func TestSharedPrefixCompare(t *testing.T) {
 	hot := &prefixCache{route: RouteGenerate, seen: map[string]bool{}, keys: map[string]string{}}
-	cold := &prefixCache{route: RouteGenerate, seen: map[string]bool{}, keys: map[string]string{}}
-	forget := func(ctx *fasthttp.RequestCtx) { // a cache that keeps nothing
-		cold.handle(ctx)
-		cold.mu.Lock()
-		clear(cold.seen)
-		cold.mu.Unlock()
-	}
-	targets, cfg := serveTargets(t, []string{"hot", "cold"}, hot.handle, forget)
+	// A cache that keeps nothing; forgetting after each answer instead
+	// let a second request in flight find the first one's prompt.
+	cold := &prefixCache{route: RouteGenerate, forgets: true, seen: map[string]bool{}, keys: map[string]string{}}
+	targets, cfg := serveTargets(t, []string{"hot", "cold"}, hot.handle, cold.handle)
 	s := smallGSP()
 	cfg.SharedPrefix, cfg.Concurrency, cfg.Round = &s, 2, minRound
 	c, err := Compare(t.Context(), cfg, targets)
