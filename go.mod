@@ -6,6 +6,7 @@ require (
 	github.com/VictoriaMetrics/metrics v1.45.0
 	github.com/alecthomas/kong v1.17.0
 	github.com/mattn/go-isatty v0.0.20
+	github.com/miekg/dns v1.1.73
 	github.com/rs/zerolog v1.35.1
 	github.com/tidwall/gjson v1.20.2
 	github.com/valyala/fasthttp v1.78.0
@@ -16,7 +17,6 @@ require (
 require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
-	github.com/miekg/dns v1.1.73 // indirect
 	github.com/molecule-man/go-brrr v1.3.1 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.3.0 // indirect
