@@ -26,15 +26,7 @@ type zone struct {
 func newZone(t *testing.T) *zone {
 	t.Helper()
 	z := &zone{records: map[string][]dns.RR{}}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("cannot listen on udp: %s", err)
-	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		pc.Close()
-		t.Fatalf("cannot listen on tcp: %s", err)
-	}
+	pc, ln := listenUDPAndTCP(t)
 	z.addr = pc.LocalAddr().String()
 	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: z}, {Listener: ln, Handler: z}} {
 		started := make(chan struct{})
@@ -44,6 +36,28 @@ func newZone(t *testing.T) *zone {
 		t.Cleanup(func() { srv.Shutdown() })
 	}
 	return z
+}
+
+// listenUDPAndTCP listens on one ephemeral port of 127.0.0.1 for both
+// UDP and TCP, as a DNS server does. The UDP port is free for TCP only
+// most of the time: another one is drawn when it is not.
+func listenUDPAndTCP(t *testing.T) (net.PacketConn, net.Listener) {
+	t.Helper()
+	var lastErr error
+	for range 20 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("cannot listen on udp: %s", err)
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln
+		}
+		pc.Close()
+		lastErr = err
+	}
+	t.Fatalf("cannot listen on tcp beside udp: %s", lastErr)
+	return nil, nil
 }
 
 // set replaces every record of name with rrs, given in zone-file syntax
@@ -100,5 +114,14 @@ func (z *zone) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		}
 	}
 	z.mu.Unlock()
+	if _, ok := w.LocalAddr().(*net.UDPAddr); ok {
+		// What a real server does with an answer too large for UDP: cut
+		// it, set TC, and let the client ask again over TCP.
+		size := dns.MinMsgSize
+		if opt := req.IsEdns0(); opt != nil {
+			size = int(opt.UDPSize())
+		}
+		m.Truncate(size)
+	}
 	w.WriteMsg(m)
 }

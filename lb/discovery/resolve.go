@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -145,10 +144,13 @@ func isNotFound(err error) bool {
 // wrap names the server really asked: with Config.Server set, Go's
 // resolver still names the system's server in its errors.
 func (s *Source) wrap(err error) error {
-	if s.cfg.Server == "" {
+	var dnsErr *net.DNSError
+	if s.cfg.Server == "" || !errors.As(err, &dnsErr) {
 		return err
 	}
-	return fmt.Errorf("asking %s: %w", s.cfg.Server, err)
+	e := *dnsErr
+	e.Server = s.cfg.Server
+	return &e
 }
 
 // compareWorkers orders workers by role, then URL: the order of Change and

@@ -1,6 +1,8 @@
 package discovery
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -87,5 +89,41 @@ func TestNoSRVRecordOfTheName(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		s, rec := newSource(t, z, Config{Prefill: []string{"p.pdlb.test"}})
 		refresh(t, s, rec, Change{Added: workers(Prefill, "http://10.0.0.1:80")})
+	})
+}
+
+// Two names of a role that give one address give one worker, as the first
+// name has it, and no change at the next refresh though the second name
+// has no bootstrap port for it.
+func TestOneAddressTwoNames(t *testing.T) {
+	z := newZone(t)
+	z.set(t, "p.pdlb.test", "A 10.0.0.1")
+	z.set(t, "_bootstrap._tcp.p.pdlb.test", "SRV 0 0 8998 p.pdlb.test.")
+	z.set(t, "q.pdlb.test", "A 10.0.0.1")
+	bubble(t, func(t *testing.T) {
+		s, rec := newSource(t, z, Config{Prefill: []string{"p.pdlb.test:30000", "q.pdlb.test:30000"}})
+		want := []Worker{{Role: Prefill, URL: "http://10.0.0.1:30000", BootstrapPort: 8998}}
+		refresh(t, s, rec, Change{Added: want})
+		refresh(t, s, rec, Change{})
+		checkWorkers(t, s, want)
+	})
+}
+
+// An answer too large for UDP comes truncated, and Go's resolver asks
+// again over TCP: every address is a worker.
+func TestLargeAnswerOverTCP(t *testing.T) {
+	z := newZone(t)
+	var rrs, urls []string
+	for i := range 200 {
+		ip := fmt.Sprintf("10.0.%d.%d", i/100, i%100+1)
+		rrs = append(rrs, "A "+ip)
+		urls = append(urls, "http://"+ip+":30000")
+	}
+	z.set(t, "d.pdlb.test", rrs...)
+	bubble(t, func(t *testing.T) {
+		s, rec := newSource(t, z, Config{Decode: []string{"d.pdlb.test:30000"}})
+		want := workers(Decode, urls...)
+		slices.SortFunc(want, compareWorkers)
+		refresh(t, s, rec, Change{Added: want})
 	})
 }
