@@ -45,6 +45,7 @@ func TestParseName(t *testing.T) {
 	f("10.0.0.1:30000", "10.0.0.1", 30000)
 	f("fd00::1", "fd00::1", 80)
 	f("[fd00::1]:30000", "fd00::1", 30000)
+	f("::ffff:10.0.0.1", "::ffff:10.0.0.1", 80)
 }
 
 // The defaults are the flags' and sglang_router's.

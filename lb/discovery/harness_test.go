@@ -25,7 +25,7 @@ type recorder struct {
 
 func (r *recorder) onChange(c Change) { r.changes = append(r.changes, c) }
 
-// last returns the change delivered last, or none, and forgets them all,
+// take returns the changes delivered since the last take and forgets them,
 // so that the next check sees only what follows.
 func (r *recorder) take() []Change {
 	c := r.changes

@@ -3,6 +3,7 @@ package discovery
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 )
@@ -62,6 +63,6 @@ func parseName(role Role, spec string, defaultPort int) (name, error) {
 }
 
 func isBareIPv6(s string) bool {
-	ip := net.ParseIP(s)
-	return ip != nil && ip.To4() == nil
+	a, err := netip.ParseAddr(s)
+	return err == nil && a.Is6()
 }

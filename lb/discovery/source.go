@@ -85,14 +85,20 @@ func (s *Source) Run(ctx context.Context) {
 // or whose answer is empty after a non-empty one counts as answering its
 // last good workers; a worker missing from every answer for RemoveAfter is
 // removed.
+//
+// A refresh whose ctx is done before it ends (the owner shutting down)
+// changes nothing, rather than count and log the lookups it cut short.
 func (s *Source) Refresh(ctx context.Context) {
 	s.round.Lock()
 	defer s.round.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+	lookupCtx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
 	defer cancel()
 	var seen []Worker
 	for i, n := range s.names {
-		ws, err := s.resolve(ctx, n)
+		ws, err := s.resolve(lookupCtx, n)
+		if ctx.Err() != nil {
+			return
+		}
 		seen = append(seen, s.take(n, &s.states[i], ws, err)...)
 	}
 	c := s.set.update(seen, time.Now(), s.cfg.RemoveAfter)

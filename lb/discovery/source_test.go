@@ -137,3 +137,22 @@ func TestRunEveryInterval(t *testing.T) {
 		<-done
 	})
 }
+
+// A refresh cut short by its caller's context (shutdown) changes, counts
+// and logs nothing.
+func TestRefreshCancelled(t *testing.T) {
+	z := newZone(t)
+	z.set(t, "d.pdlb.test", "A 10.0.0.1")
+	bubble(t, func(t *testing.T) {
+		kept := metrics.NewSet().NewCounter(`pdlb_dns_kept_total`)
+		s, rec := newSource(t, z, Config{Decode: []string{"d.pdlb.test"}, Kept: kept})
+		refresh(t, s, rec, Change{Added: workers(Decode, "http://10.0.0.1:80")})
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		z.set(t, "d.pdlb.test", "A 10.0.0.2")
+		s.Refresh(ctx)
+		if got := rec.take(); len(got) != 0 || kept.Get() != 0 {
+			t.Fatalf("got changes %+v and %d kept; want none", got, kept.Get())
+		}
+	})
+}
