@@ -12,8 +12,8 @@ import (
 
 // Defaults for the zero fields of Config: those of the issue's
 // --dns-refresh-secs and --dns-remove-after-secs, and, for the worker
-// port, sglang_router's --service-discovery-port (router_args.py, see
-// ROUTING.md §5).
+// port, sglang_router's --service-discovery-port (RouterArgs in
+// sgl-router/py_src/sglang_router/router_args.py, SGLang).
 const (
 	defaultInterval    = 5 * time.Second
 	defaultRemoveAfter = 30 * time.Second
