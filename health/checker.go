@@ -200,7 +200,10 @@ func (c *Checker) Add(t Target) int {
 func (c *Checker) Remove(i int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := c.target(i)
+	t := (*c.targets.Load())[i]
+	if t == nil {
+		panic("BUG: health: Remove of a removed target " + strconv.Itoa(i))
+	}
 	t.removed.Store(true)
 	all := slices.Clone(*c.targets.Load())
 	all[i] = nil
@@ -208,12 +211,16 @@ func (c *Checker) Remove(i int) {
 	t.hc.CloseIdleConnections()
 }
 
-// target returns target i, panicking if there is none.
+// removedTarget stands for a removed target: Unknown, no error.
+var removedTarget = &target{}
+
+// target returns target i, removedTarget if it was removed, and panics if i
+// is out of range.
 func (c *Checker) target(i int) *target {
 	if t := (*c.targets.Load())[i]; t != nil {
 		return t
 	}
-	panic("health: no target " + strconv.Itoa(i))
+	return removedTarget
 }
 
 func (cfg Config) withDefaults() Config {
@@ -264,14 +271,15 @@ func newTarget(t Target, cfg *Config) *target {
 }
 
 // State returns what c knows of target i. It is lock-free, cheap enough
-// for the request path, and panics if i is not a target's index.
+// for the request path; Unknown for a removed target, whose reader may have
+// read its index before Remove. It panics if i is out of range.
 func (c *Checker) State(i int) State {
 	return State(c.target(i).state.Load())
 }
 
 // LastError returns why the most recent probe of target i failed, or ""
-// if it succeeded or none has completed yet. It panics if i is not a
-// target's index.
+// if it succeeded, none has completed yet, or the target was removed. It
+// panics if i is out of range.
 func (c *Checker) LastError(i int) string {
 	if p := c.target(i).lastErr.Load(); p != nil {
 		return *p
