@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -118,14 +119,19 @@ type Config struct {
 	Log zerolog.Logger
 }
 
-// Checker probes a fixed set of targets and tracks their States with rise
-// and fall thresholds. Create it with NewChecker; the zero value is not
-// usable. All its methods are safe for concurrent use. Rounds of probes,
-// whether started by CheckOnce or by Run, never overlap: a round waits for
-// the previous one to finish.
+// Checker probes a set of targets and tracks their States with rise and
+// fall thresholds. Targets come with NewChecker, and join and leave with Add
+// and Remove. Create it with NewChecker; the zero value is not usable. All
+// its methods are safe for concurrent use. Rounds of probes, whether
+// started by CheckOnce or by Run, never overlap: a round waits for the
+// previous one to finish.
 type Checker struct {
-	cfg     Config
-	targets []*target
+	cfg Config
+	// targets is indexed by target index, nil where a target was removed;
+	// replaced whole on every change (copy on write) under mu, so a round
+	// and State read it without a lock.
+	targets atomic.Pointer[[]*target]
+	mu      sync.Mutex
 	// round holds one token while a round is in progress; a channel rather
 	// than a mutex so that CheckOnce can give up waiting when its context
 	// ends.
@@ -149,6 +155,9 @@ type target struct {
 	// serialised, so they need no atomic.
 	streak  int
 	starved bool
+	// removed is set by Remove: a probe of the round in flight then
+	// reports nothing.
+	removed atomic.Bool
 }
 
 // NewChecker returns a Checker for targets, which it copies; target i is
@@ -157,15 +166,61 @@ type target struct {
 func NewChecker(cfg Config, targets []Target) *Checker {
 	cfg = cfg.withDefaults()
 	cfg.Log = cfg.Log.With().Str("component", "health").Logger()
-	c := &Checker{
-		cfg:     cfg,
-		targets: make([]*target, len(targets)),
-		round:   make(chan struct{}, 1),
-	}
+	c := &Checker{cfg: cfg, round: make(chan struct{}, 1)}
+	all := make([]*target, len(targets))
 	for i, t := range targets {
-		c.targets[i] = newTarget(t, &cfg)
+		all[i] = newTarget(t, &cfg)
 	}
+	c.targets.Store(&all)
 	return c
+}
+
+// Add starts probing t from the next round, Unknown until then, and returns
+// its index: the lowest index of a removed target, else the next one.
+func (c *Checker) Add(t Target) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := *c.targets.Load()
+	i := slices.Index(old, nil)
+	all := slices.Clone(old)
+	if i < 0 {
+		i = len(all)
+		all = append(all, nil)
+	}
+	all[i] = newTarget(t, &c.cfg)
+	c.targets.Store(&all)
+	return i
+}
+
+// Remove stops probing target i and drops its idle connections; its
+// index may be given to a later Add. A probe of it in flight finishes and
+// reports nothing (no OnChange, no OnProbe) unless its result was being
+// applied as Remove was called. It panics if i is not a
+// target's index.
+func (c *Checker) Remove(i int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := (*c.targets.Load())[i]
+	if t == nil {
+		panic("BUG: health: Remove of a removed target " + strconv.Itoa(i))
+	}
+	t.removed.Store(true)
+	all := slices.Clone(*c.targets.Load())
+	all[i] = nil
+	c.targets.Store(&all)
+	t.hc.CloseIdleConnections()
+}
+
+// removedTarget stands for a removed target: Unknown, no error.
+var removedTarget = &target{}
+
+// target returns target i, removedTarget if it was removed, and panics if i
+// is out of range.
+func (c *Checker) target(i int) *target {
+	if t := (*c.targets.Load())[i]; t != nil {
+		return t
+	}
+	return removedTarget
 }
 
 func (cfg Config) withDefaults() Config {
@@ -216,15 +271,17 @@ func newTarget(t Target, cfg *Config) *target {
 }
 
 // State returns what c knows of target i. It is lock-free, cheap enough
-// for the request path, and panics if i is out of range.
+// for the request path; Unknown for a removed target, whose reader may have
+// read its index before Remove. It panics if i is out of range.
 func (c *Checker) State(i int) State {
-	return State(c.targets[i].state.Load())
+	return State(c.target(i).state.Load())
 }
 
 // LastError returns why the most recent probe of target i failed, or ""
-// if it succeeded or none has completed yet. It panics if i is out of range.
+// if it succeeded, none has completed yet, or the target was removed. It
+// panics if i is out of range.
 func (c *Checker) LastError(i int) string {
-	if p := c.targets[i].lastErr.Load(); p != nil {
+	if p := c.target(i).lastErr.Load(); p != nil {
 		return *p
 	}
 	return ""
@@ -257,8 +314,10 @@ func (c *Checker) CheckOnce(ctx context.Context) {
 	defer func() { <-c.round }()
 
 	var wg sync.WaitGroup
-	for _, t := range c.targets {
-		wg.Go(func() { c.check(ctx, t) })
+	for _, t := range *c.targets.Load() {
+		if t != nil {
+			wg.Go(func() { c.check(ctx, t) })
+		}
 	}
 	wg.Wait()
 }
@@ -285,8 +344,10 @@ func (c *Checker) run(stop <-chan struct{}, tick <-chan time.Time) {
 	<-stop
 	cancel()
 	<-done
-	for _, t := range c.targets {
-		t.hc.CloseIdleConnections()
+	for _, t := range *c.targets.Load() {
+		if t != nil {
+			t.hc.CloseIdleConnections()
+		}
 	}
 }
 
@@ -306,7 +367,7 @@ func (c *Checker) loop(ctx context.Context, tick <-chan time.Time) {
 // way the result says nothing of t, whose state stays as it was.
 func (c *Checker) check(ctx context.Context, t *target) {
 	err := c.probe(ctx, t)
-	if ended(ctx) {
+	if ended(ctx) || t.removed.Load() {
 		return
 	}
 	if OutOfResources(err) {

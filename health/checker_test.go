@@ -530,7 +530,7 @@ func TestNewChecker(t *testing.T) {
 	}
 	f := func(i int, wantURI string) {
 		t.Helper()
-		tg := c.targets[i]
+		tg := (*c.targets.Load())[i]
 		if tg.uri != wantURI {
 			t.Errorf("uri got %q; want %q", tg.uri, wantURI)
 		}
@@ -583,7 +583,7 @@ func TestOnProbeReportsFailuresUnderTheThreshold(t *testing.T) {
 	for i, s := range steps {
 		b.status.Store(int32(s.status))
 		starved.Store(s.starved)
-		c.targets[0].hc.CloseIdleConnections() // so that each probe dials
+		(*c.targets.Load())[0].hc.CloseIdleConnections() // so that each probe dials
 		checkOnce(t, context.Background(), c)
 		var got []string
 		for _, err := range drainErrors(probes) {

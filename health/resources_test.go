@@ -80,7 +80,7 @@ func TestProbeOutOfDescriptorsChangesNothing(t *testing.T) {
 	wantChange(t, changes, Up)
 
 	starved.Store(true)
-	c.targets[0].hc.CloseIdleConnections() // so the next probe dials
+	(*c.targets.Load())[0].hc.CloseIdleConnections() // so the next probe dials
 	checkOnce(t, context.Background(), c)
 	want(Up, 1, 0) // Fall is 1: one counted failure would take it down
 	if got := drain(changes); len(got) != 0 {

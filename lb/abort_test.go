@@ -311,7 +311,7 @@ func TestAbortsInFlightAreBounded(t *testing.T) {
 		})
 		h.backend("prefill-0:30000", func(*fasthttp.RequestCtx) {})
 		srv := h.start(defaultConfig())
-		d := srv.decodes.backends[0]
+		d := srv.decodes.backends()[0]
 		for i := range 20 {
 			srv.abortRequest(d, "r-"+strconv.Itoa(i))
 		}

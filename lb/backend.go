@@ -33,9 +33,18 @@ const (
 // every request and safe for concurrent use; never copy it.
 type Backend struct {
 	role string
-	// index is the backend's place in its pool, and for a prefill its
-	// target in the bootstrap registry.
+	// index is a prefill's target in the bootstrap registry.
 	index int
+	// slot is the backend's index in its pool's slots (membership.go):
+	// package policy's worker index, stable while it is a member.
+	slot int
+	// probe is its target in the health checker, -1 when not checked.
+	probe int
+	// leaving is set once the backend is removed: it takes no new
+	// request, even through a pick that read the pool before (drain).
+	leaving atomic.Bool
+	// series are the names of its metrics, unregistered after its drain.
+	series []string
 	// url is the worker URL as configured, without a trailing slash.
 	url  string
 	addr string
@@ -181,6 +190,8 @@ func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.
 	b := &Backend{
 		role:          role,
 		index:         index,
+		slot:          index,
+		probe:         -1,
 		url:           strings.TrimSuffix(rawURL, "/"),
 		addr:          w.addr,
 		bootstrapHost: bootstrap.Host(w.host),
@@ -217,28 +228,37 @@ func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.
 		RetryIfErr:                    wire.RetryStaleConn,
 	}
 	b.hc.DialTimeout = wire.NewDialers(link.dialer.DialWorker, cfg.ConnectTimeout, link.quit).Dial
-	labels := fmt.Sprintf(`role=%q,backend=%q`, role, w.addr)
-	b.requests = ms.NewCounter(`pdlb_backend_requests_total{` + labels + `}`)
-	b.errors = ms.NewCounter(`pdlb_backend_errors_total{` + labels + `}`)
-	ms.NewGauge(`pdlb_backend_inflight{`+labels+`}`, func() float64 { return float64(b.inflight.Load()) })
-	ms.NewGauge(`pdlb_backend_up{`+labels+`}`, func() float64 {
+	labels := b.labels()
+	b.requests = ms.NewCounter(b.series1(`pdlb_backend_requests_total{` + labels + `}`))
+	b.errors = ms.NewCounter(b.series1(`pdlb_backend_errors_total{` + labels + `}`))
+	ms.NewGauge(b.series1(`pdlb_backend_inflight{`+labels+`}`), func() float64 { return float64(b.inflight.Load()) })
+	ms.NewGauge(b.series1(`pdlb_backend_up{`+labels+`}`), func() float64 {
 		if b.available() {
 			return 1
 		}
 		return 0
 	})
 	if b.breaker != nil {
-		b.ejections = ms.NewCounter(`pdlb_backend_ejections_total{` + labels + `}`)
+		b.ejections = ms.NewCounter(b.series1(`pdlb_backend_ejections_total{` + labels + `}`))
 	}
 	return b, nil
+}
+
+// labels are the labels of b's metric series.
+func (b *Backend) labels() string { return fmt.Sprintf(`role=%q,backend=%q`, b.role, b.addr) }
+
+// series1 records name as one of b's metric series, and returns it.
+func (b *Backend) series1(name string) string {
+	b.series = append(b.series, name)
+	return name
 }
 
 // available reports whether b may be selected for new requests: not known
 // down by active checks (a worker not yet probed counts as up, so pdlb
 // serves from its first instant), not ejected by its breaker, and for a
-// prefill, with a reachable bootstrap server.
+// prefill, with a reachable bootstrap server; and not removed.
 func (b *Backend) available() bool {
-	return health.State(b.health.Load()) != health.Down && !b.bootstrapDown.Load() &&
+	return health.State(b.health.Load()) != health.Down && !b.bootstrapDown.Load() && !b.leaving.Load() &&
 		(b.breaker == nil || b.breaker.Allow())
 }
 
@@ -360,6 +380,6 @@ func (b *Backend) rankLoad(st *bootstrap.State) *rankLoad {
 // they are misses there.
 func (b *Backend) forgetPrefixes() {
 	if b.prefixes != nil {
-		b.prefixes.RemoveWorker(b.index)
+		b.prefixes.RemoveWorker(b.slot)
 	}
 }

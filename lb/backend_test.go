@@ -11,14 +11,13 @@ import (
 
 func testPool(policy string, n int) *Pool {
 	p := &Pool{role: roleDecode, policy: policy}
-	for i := range n {
-		addr := string(rune('a' + i))
-		b := &Backend{role: roleDecode, addr: addr, url: "http://" + addr}
-		p.backends = append(p.backends, b)
-	}
 	cfg := Config{PrefillPolicy: policy}
 	cfg.setDefaults()
 	p.setPolicy(&cfg, metrics.NewSet(), zerolog.Nop())
+	for i := range n {
+		addr := string(rune('a' + i))
+		p.join(&Backend{role: roleDecode, addr: addr, url: "http://" + addr})
+	}
 	return p
 }
 
@@ -31,7 +30,7 @@ func TestRoundRobinCycles(t *testing.T) {
 	if got != "abcabc" {
 		t.Fatalf("got %q; want abcabc", got)
 	}
-	p.backends[1].health.Store(int32(health.Down))
+	p.backends()[1].health.Store(int32(health.Down))
 	got = ""
 	for range 4 {
 		got += p.pick(nil, -1, nil).addr
@@ -49,7 +48,7 @@ func TestRandomReachesEveryBackend(t *testing.T) {
 		for range 4000 {
 			seen[p.pick(nil, -1, nil).addr]++
 		}
-		for _, b := range p.backends {
+		for _, b := range p.backends() {
 			if n := seen[b.addr]; n < 600 {
 				t.Fatalf("%s: %s picked %d times in 4000; want about 1000", policy, b.addr, n)
 			}
@@ -59,7 +58,7 @@ func TestRandomReachesEveryBackend(t *testing.T) {
 
 func TestPowerOfTwoAvoidsTheBusy(t *testing.T) {
 	p := testPool(PolicyPowerOfTwo, 2)
-	p.backends[0].inflight.Store(10)
+	p.backends()[0].inflight.Store(10)
 	for range 100 {
 		if b := p.pick(nil, -1, nil); b.addr != "b" {
 			t.Fatalf("picked the busy backend %s", b.addr)
@@ -73,7 +72,7 @@ func TestNothingAvailable(t *testing.T) {
 	for _, policy := range Policies() {
 		for _, n := range []int{1, 3} {
 			p := testPool(policy, n)
-			for _, b := range p.backends {
+			for _, b := range p.backends() {
 				b.health.Store(int32(health.Down))
 			}
 			if b := p.pick(nil, -1, nil); b != nil {
@@ -120,17 +119,17 @@ func TestParseWorkerURL(t *testing.T) {
 func TestPickSkipsExcluded(t *testing.T) {
 	for _, policy := range Policies() {
 		p := testPool(policy, 3)
-		exclude := []*Backend{p.backends[0], p.backends[2]}
+		exclude := []*Backend{p.backends()[0], p.backends()[2]}
 		for range 20 {
-			if b := p.pick(exclude, -1, nil); b != p.backends[1] {
+			if b := p.pick(exclude, -1, nil); b != p.backends()[1] {
 				t.Fatalf("%s: picked %v; want b, the only one not excluded", policy, b)
 			}
 		}
-		if b := p.pick(p.backends, -1, nil); b != nil {
+		if b := p.pick(p.backends(), -1, nil); b != nil {
 			t.Fatalf("%s: picked %s with every backend excluded", policy, b.addr)
 		}
 	}
-	if b := (&Pool{}).pick(nil, -1, nil); b != nil {
+	if b := testPool(PolicyRandom, 0).pick(nil, -1, nil); b != nil {
 		t.Fatalf("an empty pool picked %v", b)
 	}
 }
@@ -141,7 +140,7 @@ func TestPickOnlyWhereTheRankExists(t *testing.T) {
 	for _, policy := range Policies() {
 		p := testPool(policy, 4)
 		for i, n := range []int32{1, 4, 2, 4} {
-			p.backends[i].dpSize.Store(n)
+			p.backends()[i].dpSize.Store(n)
 		}
 		seen := map[string]int{}
 		for range 400 {
@@ -153,14 +152,14 @@ func TestPickOnlyWhereTheRankExists(t *testing.T) {
 		if b := p.pick(nil, 4, nil); b != nil {
 			t.Fatalf("%s: picked %s for rank 4, which no backend has", policy, b.addr)
 		}
-		p.backends[2].dpSize.Store(0) // unknown: it may have the rank
-		if b := p.pick([]*Backend{p.backends[1], p.backends[3]}, 3, nil); b != p.backends[2] {
+		p.backends()[2].dpSize.Store(0) // unknown: it may have the rank
+		if b := p.pick([]*Backend{p.backends()[1], p.backends()[3]}, 3, nil); b != p.backends()[2] {
 			t.Fatalf("%s: picked %v; want c, whose dp_size is unknown", policy, b)
 		}
 	}
 	p := testPool(PolicyRoundRobin, 4)
 	for i, n := range []int32{1, 2, 1, 2} {
-		p.backends[i].dpSize.Store(n)
+		p.backends()[i].dpSize.Store(n)
 	}
 	var got string
 	for range 4 {

@@ -427,7 +427,7 @@ func TestUnmergeableAnswerIsAnError(t *testing.T) {
 		srv := h.start(cfg)
 		got := make(chan reply, 1)
 		go func() { got <- h.post("/generate", `{"text": "a", "return_logprob": true}`) }()
-		d := srv.decodes.backends[0]
+		d := srv.decodes.backends()[0]
 		waitFor(t, "the decode's call to end", func() bool { return d.requests.Get() == 1 && d.inflight.Load() == 0 })
 		close(decoded)
 		r := <-got

@@ -202,6 +202,11 @@ type Config struct {
 	// carrying disagg_prefill_dp_rank then go out without waiting for a warm
 	// pair.
 	NoPrewarm bool
+	// DrainTimeout bounds how long a removed worker's requests and streams
+	// in flight may finish before it is torn down (membership.go;
+	// --drain-timeout-secs). Zero means 180 s, the default shutdown grace
+	// period.
+	DrainTimeout time.Duration
 	// WarmupTimeout bounds one pair warm-up, and a request's wait for it
 	// (a 503 after). Zero means 30 s.
 	WarmupTimeout time.Duration

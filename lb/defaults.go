@@ -52,6 +52,9 @@ func (c *Config) setRoutingDefaults() {
 // setTimeoutDefaults defaults the timeouts of generations, clients, the
 // queue and worker connections.
 func (c *Config) setTimeoutDefaults() {
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 180 * time.Second
+	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 1800 * time.Second
 	}

@@ -61,8 +61,8 @@ func (h *harness) mixedDP(cfg Config) (prefills, decodes []*fake.Server) {
 	cfg.NoPrewarm = false
 	srv := h.start(cfg)
 	deadline := time.Now().Add(10 * time.Second)
-	for _, p := range srv.prefills.backends {
-		for _, d := range srv.decodes.backends {
+	for _, p := range srv.prefills.backends() {
+		for _, d := range srv.decodes.backends() {
 			if err := srv.warm.ensure(srv.warm.pair(p, d), deadline, nil); err != nil {
 				h.t.Fatal(err)
 			}
@@ -299,7 +299,7 @@ func TestRefusedRanksShareOneRead(t *testing.T) {
 		ctx.SetBodyString(`{"dp_size": 2}`)
 	})
 	srv := h.start(defaultConfig())
-	d := srv.decodes.backends[0]
+	d := srv.decodes.backends()[0]
 	seen := d.dpReads.Load()
 	var wg sync.WaitGroup
 	for range 8 {
@@ -325,7 +325,7 @@ func TestRoutedRankOnMultiItemRequests(t *testing.T) {
 		h.waitBootstrap()
 		// The hint needs a warm pair (a decode with the first-request bug would
 		// fail it otherwise); these requests do not wait for one.
-		pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
+		pr := srv.warm.pair(srv.prefills.backends()[0], srv.decodes.backends()[0])
 		waitFor(t, "the pair to be warm", func() bool { return srv.warm.isWarm(pr) })
 		for _, req := range []struct {
 			path, body string
@@ -364,18 +364,18 @@ func TestDecodeRestartedWithMoreRanks(t *testing.T) {
 		if r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 0}`); r.status != fasthttp.StatusOK {
 			t.Fatalf("got %d %s", r.status, r.body)
 		}
-		if n := srv.decodes.backends[0].dpSize.Load(); n != 1 {
+		if n := srv.decodes.backends()[0].dpSize.Load(); n != 1 {
 			t.Fatalf("pdlb knows the decode's dp_size as %d; want 1", n)
 		}
 		ahead.Add(int64(dpRereadInterval)) // since the warm-up read it
-		reads := srv.decodes.backends[0].dpReads.Load()
+		reads := srv.decodes.backends()[0].dpReads.Load()
 		for range 3 {
 			if r := h.post("/generate", `{"text": "a", "routed_dp_rank": 3}`); r.status != fasthttp.StatusBadRequest {
 				t.Fatalf("got %d %s; want a 400, no decode having rank 3", r.status, r.body)
 			}
 		}
 		// Bad ranks make one read a dpRereadInterval, not one each.
-		if n := srv.decodes.backends[0].dpReads.Load() - reads; n != 1 {
+		if n := srv.decodes.backends()[0].dpReads.Load() - reads; n != 1 {
 			t.Fatalf("3 bad ranks made %d reads of the decode; want 1", n)
 		}
 		_ = d.Close()
@@ -404,7 +404,7 @@ func TestDownPrefillRanksAreUnknown(t *testing.T) {
 			t.Fatalf("got %d %s; want a 400, the prefill having 2 ranks", r.status, r.body)
 		}
 		_ = p.Close()
-		waitFor(t, "the prefill's ranks to be unknown", func() bool { return srv.prefills.backends[0].dpSize.Load() == 0 })
+		waitFor(t, "the prefill's ranks to be unknown", func() bool { return srv.prefills.backends()[0].dpSize.Load() == 0 })
 		if r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 3}`); r.status != fasthttp.StatusOK {
 			t.Fatalf("with the prefill down: got %d %s; want the fallback's answer", r.status, r.body)
 		}

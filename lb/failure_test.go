@@ -220,7 +220,7 @@ func TestNoBackendGives503(t *testing.T) {
 		h := newHarness(t)
 		h.pair(fake.Config{}, fake.Config{})
 		srv := h.start(defaultConfig())
-		srv.decodes.backends[0].health.Store(int32(health.Down))
+		srv.decodes.backends()[0].health.Store(int32(health.Down))
 		r := h.post("/generate", `{"text": "a"}`)
 		if r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(string(r.body), "no decode backend is available") {
 			t.Fatalf("got %d %s; want a 503 naming the empty pool", r.status, r.body)

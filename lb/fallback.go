@@ -96,7 +96,7 @@ func (s *Server) serveDecodeOnly(q *clientRequest, why decodeOnly) {
 		x.local = local
 		// A decode that refuses local prefill is worth another attempt
 		// only where there is another place to go.
-		x.mayRetry = attempt < s.cfg.MaxRetries && (!local || len(s.fallbacks.backends) > 0)
+		x.mayRetry = attempt < s.cfg.MaxRetries && (!local || len(s.fallbacks.backends()) > 0)
 		x.body = decodeOnlyBody(x.body[:0], q, local)
 		x.decode.prepare(q.ctx, b, x.body, q.deadline, q.id)
 		out := x.serve(q)
@@ -153,7 +153,7 @@ func (s *Server) pickDecodeOnly(q *clientRequest, why decodeOnly) (b *Backend, l
 func (s *Server) localPrefillUnsupported(d *Backend) {
 	if s.noLocalPrefill.CompareAndSwap(false, true) {
 		now := "decode-only traffic now goes to the fallback pool"
-		if len(s.fallbacks.backends) == 0 {
+		if len(s.fallbacks.backends()) == 0 {
 			now = "decode-only traffic now gets a 503, as no fallback pool is configured (--fallback)"
 		}
 		d.log.Error().Msg("the decode refused a local-prefill request for lacking a bootstrap room: it does not support " +
@@ -173,7 +173,7 @@ func (s *Server) nowhereToGo(q *clientRequest, why decodeOnly) *answerError {
 	default:
 		msg = "the request is decode-only (" + why.String() + ")"
 	}
-	if len(s.fallbacks.backends) == 0 {
+	if len(s.fallbacks.backends()) == 0 {
 		msg += ", and no fallback backend is configured (--fallback)"
 	} else {
 		msg += ", and no fallback backend is available" + s.whyPoolOut(s.fallbacks)

@@ -334,7 +334,7 @@ func (h *harness) waitBootstrap() {
 // prefills must not race.
 func (h *harness) waitFirstReads() {
 	h.t.Helper()
-	for i := range h.srv.prefills.backends {
+	for i := range h.srv.prefills.backends() {
 		settled(h.tt(), fmt.Sprintf("the registry's first read of prefill %d", i), func() bool {
 			st := h.srv.registry.State(i)
 			return st.Ready || !st.Updated.IsZero()

@@ -27,22 +27,8 @@ func (s *Server) buildChecker(log zerolog.Logger) {
 	all := s.allBackends()
 	targets := make([]health.Target, len(all))
 	for i, b := range all {
-		targets[i] = health.Target{
-			Name: b.role + " " + b.addr,
-			Addr: b.addr,
-			Path: hc.Path,
-			TLS:  b.hc.IsTLS,
-			OnChange: func(st health.State) {
-				if health.State(b.health.Swap(int32(st))) == health.Down && st == health.Up {
-					// Back from down, maybe restarted with empty caches,
-					// even if it went down through timeouts, which are no
-					// sign: its pairs are cold, and the probe that brought
-					// it back warms them (probed, which runs next).
-					suspectRestart(b)
-				}
-			},
-			OnProbe: func(err error) { s.probed(b, err) },
-		}
+		targets[i] = s.healthTarget(b)
+		b.probe = i
 	}
 	s.checker = health.NewChecker(health.Config{
 		Interval: hc.Interval,
@@ -58,6 +44,26 @@ func (s *Server) buildChecker(log zerolog.Logger) {
 	}, targets)
 }
 
+// healthTarget is b's target in the health checker.
+func (s *Server) healthTarget(b *Backend) health.Target {
+	return health.Target{
+		Name: b.role + " " + b.addr,
+		Addr: b.addr,
+		Path: s.cfg.HealthCheck.Path,
+		TLS:  b.hc.IsTLS,
+		OnChange: func(st health.State) {
+			if health.State(b.health.Swap(int32(st))) == health.Down && st == health.Up {
+				// Back from down, maybe restarted with empty caches,
+				// even if it went down through timeouts, which are no
+				// sign: its pairs are cold, and the probe that brought
+				// it back warms them (probed, which runs next).
+				suspectRestart(b)
+			}
+		},
+		OnProbe: func(err error) { s.probed(b, err) },
+	}
+}
+
 // followBootstrap keeps a prefill out of selection while its bootstrap
 // server cannot be reached or is not fully registered: no KV transfer can
 // go through it. Before its first refresh, a prefill counts as up.
@@ -65,7 +71,7 @@ func (s *Server) followBootstrap(i int, st *bootstrap.State) {
 	if s.cfg.HealthCheck.Disable {
 		return
 	}
-	b := s.prefills.backends[i]
+	b := s.prefills.backends()[i]
 	down := !st.Ready && !st.Updated.IsZero()
 	if b.bootstrapDown.Swap(down) != down && down {
 		b.log.Warn().Str("error", st.Err).Msg("taking the prefill out of selection: its bootstrap server is not ready")
@@ -86,8 +92,9 @@ type poolStatus struct {
 func (s *Server) serveReadiness(ctx *fasthttp.RequestCtx) {
 	checked := s.checker != nil
 	count := func(p *Pool) poolStatus {
-		ps := poolStatus{Workers: len(p.backends)}
-		for _, b := range p.backends {
+		ws := p.backends()
+		ps := poolStatus{Workers: len(ws)}
+		for _, b := range ws {
 			if b.confirmed(checked) {
 				ps.Ready++
 			}
@@ -99,8 +106,20 @@ func (s *Server) serveReadiness(ctx *fasthttp.RequestCtx) {
 		Prefill  poolStatus `json:"prefill"`
 		Decode   poolStatus `json:"decode"`
 		Fallback poolStatus `json:"fallback"`
+		// Missing says what pdlb lacks to serve, when it is not ready:
+		// "a ready prefill", "a ready decode", "or a ready fallback".
+		Missing []string `json:"missing,omitempty"`
 	}{Prefill: count(s.prefills), Decode: count(s.decodes), Fallback: count(s.fallbacks)}
 	out.Ready = out.Prefill.Ready > 0 && out.Decode.Ready > 0 || out.Fallback.Ready > 0
+	if !out.Ready {
+		if out.Prefill.Ready == 0 {
+			out.Missing = append(out.Missing, "a ready prefill")
+		}
+		if out.Decode.Ready == 0 {
+			out.Missing = append(out.Missing, "a ready decode")
+		}
+		out.Missing = append(out.Missing, "or a ready fallback")
+	}
 	body, _ := json.Marshal(out)
 	ctx.SetContentType("application/json")
 	if !out.Ready {
@@ -152,17 +171,10 @@ func (s *Server) whyOut(b *Backend) string {
 
 // probeError is why b's last health probe failed, "" if it did not.
 func (s *Server) probeError(b *Backend) string {
-	if s.checker == nil {
+	if s.checker == nil || b.probe < 0 || b.leaving.Load() {
 		return ""
 	}
-	i := b.index // the checker's targets are allBackends
-	switch b.role {
-	case roleDecode:
-		i += len(s.prefills.backends)
-	case roleFallback:
-		i += len(s.prefills.backends) + len(s.decodes.backends)
-	}
-	return s.checker.LastError(i)
+	return s.checker.LastError(b.probe)
 }
 
 // maxWhyOut bounds the workers a 503 names, so that a large pool does not
@@ -173,9 +185,13 @@ const maxWhyOut = 3
 // or "" when none is (they failed this request instead, which the answer
 // says apart).
 func (s *Server) whyPoolOut(p *Pool) string {
+	ws := p.backends()
+	if len(ws) == 0 {
+		return " (the " + p.role + " pool has no workers)"
+	}
 	var b strings.Builder
 	n := 0
-	for _, w := range p.backends {
+	for _, w := range ws {
 		why := s.whyOut(w)
 		if why == "" {
 			continue

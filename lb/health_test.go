@@ -97,7 +97,7 @@ func TestActiveChecksTakeWorkersOutAndBack(t *testing.T) {
 		srv := h.start(cfg)
 		waitFirstRound(t, srv)
 		srv.checkOnce(5 * time.Second)
-		d1 := srv.decodes.backends[1]
+		d1 := srv.decodes.backends()[1]
 		if health.State(d1.health.Load()) != health.Down || d1.available() {
 			t.Fatalf("the sick decode is %v; want down and out of selection", health.State(d1.health.Load()))
 		}
@@ -302,7 +302,7 @@ func TestEmptyPoolSaysWhy(t *testing.T) {
 // A worker not yet probed may be picked, but does not make pdlb ready.
 func TestUnprobedWorkersAreUsableButNotReady(t *testing.T) {
 	p := testPool(PolicyRandom, 1)
-	b := p.backends[0]
+	b := p.backends()[0]
 	if !b.available() || b.confirmed(true) || !b.confirmed(false) {
 		t.Fatalf("an unprobed worker: available %v, confirmed %v", b.available(), b.confirmed(true))
 	}

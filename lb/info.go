@@ -134,10 +134,10 @@ type backendStatus struct {
 
 // allBackends lists every worker: prefills, then decodes, then fallbacks.
 func (s *Server) allBackends() []*Backend {
-	all := make([]*Backend, 0, len(s.prefills.backends)+len(s.decodes.backends)+len(s.fallbacks.backends))
-	all = append(all, s.prefills.backends...)
-	all = append(all, s.decodes.backends...)
-	return append(all, s.fallbacks.backends...)
+	all := make([]*Backend, 0, len(s.prefills.backends())+len(s.decodes.backends())+len(s.fallbacks.backends()))
+	all = append(all, s.prefills.backends()...)
+	all = append(all, s.decodes.backends()...)
+	return append(all, s.fallbacks.backends()...)
 }
 
 // serveFanOut sends the call to every worker, and answers with every
@@ -269,7 +269,7 @@ func (s *Server) serveFlushCache(ctx *fasthttp.RequestCtx) {
 func (s *Server) serveServerInfo(ctx *fasthttp.RequestCtx) {
 	answers := fanOut(s.allBackends(), controlCall{method: fasthttp.MethodGet, uri: "/server_info",
 		timeout: controlTimeout, clientAuth: clientAuthorization(ctx)})
-	np, nd := len(s.prefills.backends), len(s.decodes.backends)
+	np, nd := len(s.prefills.backends()), len(s.decodes.backends())
 	prefills, decodes, fallbacks := answers[:np], answers[np:np+nd], answers[np+nd:]
 	var states []byte
 	for i := range decodes {
@@ -361,7 +361,7 @@ func isSecret(key string) bool {
 // that health checks find down.
 func (s *Server) proxyFromPrefill(ctx *fasthttp.RequestCtx, uri string) {
 	var last answer
-	for _, b := range s.prefills.backends {
+	for _, b := range s.prefills.backends() {
 		if b.markedDown() {
 			if last.backend == nil { // said only if no prefill is asked
 				last = answer{backend: b, err: errMarkedDown}
@@ -415,7 +415,7 @@ func (s *Server) serveBootstrap(ctx *fasthttp.RequestCtx) {
 		PrefillDPPolicy string            `json:"prefill_dp_policy"`
 		Prefills        []bootstrapStatus `json:"prefills"`
 	}{Prewarm: s.warm != nil, PrefillDPPolicy: s.cfg.PrefillDPPolicy}
-	for i, b := range s.prefills.backends {
+	for i, b := range s.prefills.backends() {
 		st := s.registry.State(i)
 		bs := bootstrapStatus{
 			URL: b.url, Bootstrap: net.JoinHostPort(b.host, strconv.Itoa(st.Port)), Ready: st.Ready,
@@ -427,7 +427,7 @@ func (s *Server) serveBootstrap(ctx *fasthttp.RequestCtx) {
 			bs.Info = &info
 		}
 		if s.warm != nil {
-			bs.Pairs = s.warm.status(i)
+			bs.Pairs = s.warm.status(b)
 		}
 		out.Prefills = append(out.Prefills, bs)
 	}

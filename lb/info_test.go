@@ -209,7 +209,7 @@ func TestControlRoutesSkipWorkersMarkedDown(t *testing.T) {
 		cfg.Prefill = append(cfg.Prefill, PrefillSpec{URL: "http://prefill-1:30000", BootstrapPort: 8999})
 		cfg.OpenOperatorRoutes = true // mini_lb's open control routes, which this test calls
 		srv := h.start(cfg)
-		srv.prefills.backends[0].health.Store(int32(health.Down))
+		srv.prefills.backends()[0].health.Store(int32(health.Down))
 		for _, c := range []struct {
 			method, path string
 			status       int
@@ -230,7 +230,7 @@ func TestControlRoutesSkipWorkersMarkedDown(t *testing.T) {
 			t.Fatalf("the prefill marked down was asked %d times", n)
 		}
 		// With no prefill up, the info routes say so at once.
-		srv.prefills.backends[1].health.Store(int32(health.Down))
+		srv.prefills.backends()[1].health.Store(int32(health.Down))
 		if r := h.do("GET", "/v1/models", ""); r.status != fasthttp.StatusServiceUnavailable ||
 			!strings.Contains(gjson.GetBytes(r.body, "error.message").String(), "down by its health checks") {
 			t.Fatalf("/v1/models with every prefill down: got %d %s; want a 503 saying so", r.status, r.body)

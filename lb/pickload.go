@@ -24,14 +24,14 @@ func (p *Pool) loadOf(b *Backend) int64 {
 
 // pickLessLoaded draws two distinct backends and returns the one with the
 // lower load, or nil if neither is usable.
-func (p *Pool) pickLessLoaded(exclude []*Backend, rank int) *Backend {
-	n := len(p.backends)
+func (p *Pool) pickLessLoaded(bs, exclude []*Backend, rank int) *Backend {
+	n := len(bs)
 	i := rand.IntN(n)
 	j := rand.IntN(n - 1)
 	if j >= i {
 		j++
 	}
-	a, b := p.backends[i], p.backends[j]
+	a, b := bs[i], bs[j]
 	switch {
 	case !p.usable(a, exclude, rank):
 		if p.usable(b, exclude, rank) {
@@ -50,13 +50,13 @@ func (p *Pool) pickLessLoaded(exclude []*Backend, rank int) *Backend {
 // pickLeastLoaded returns the usable backend with the lowest load, the
 // first of them from a random start when several tie, or nil if none is
 // usable.
-func (p *Pool) pickLeastLoaded(exclude []*Backend, rank int) *Backend {
-	n := len(p.backends)
+func (p *Pool) pickLeastLoaded(bs, exclude []*Backend, rank int) *Backend {
+	n := len(bs)
 	start := rand.IntN(n)
 	var best *Backend
 	var bestLoad int64
 	for i := range n {
-		b := p.backends[(start+i)%n]
+		b := bs[(start+i)%n]
 		if !p.usable(b, exclude, rank) {
 			continue
 		}

@@ -18,11 +18,11 @@ const maxStackPool = 32
 // pickRouted picks with one of package policy's policies, which weigh the
 // request q (nil for none) and each backend's requests in flight. Usable
 // backends are as pick says.
-func (p *Pool) pickRouted(exclude []*Backend, rank int, q *clientRequest) *Backend {
+func (p *Pool) pickRouted(m *members, exclude []*Backend, rank int, q *clientRequest) *Backend {
 	var loadBuf [maxStackPool]int
 	var usableBuf [maxStackPool]bool
 	loads, usable := loadBuf[:0], usableBuf[:0]
-	for _, b := range p.backends {
+	for _, b := range m.slots {
 		loads = append(loads, p.routedLoad(b))
 		usable = append(usable, p.usable(b, exclude, rank))
 	}
@@ -35,15 +35,15 @@ func (p *Pool) pickRouted(exclude []*Backend, rank int, q *clientRequest) *Backe
 			p.matchRatio.Update(ch.MatchRatio)
 		}
 	case kindPrefixHash:
-		ch = p.hash.Pick(p.ring, q.prompt(), view)
+		ch = p.hash.Pick(m.ring, q.prompt(), view)
 	default:
-		ch = p.pickByKey(q, view)
+		ch = p.pickByKey(m.ring, q, view)
 	}
 	p.decisions[ch.Reason].Inc()
 	if ch.Worker < 0 {
 		return nil
 	}
-	b := p.backends[ch.Worker]
+	b := m.slots[ch.Worker]
 	if q != nil {
 		p.log.Debug().Bytes("request_id", q.id).Str("role", p.role).Str("backend", b.addr).
 			Str("policy", p.policy).Stringer("reason", ch.Reason).Float64("match_ratio", ch.MatchRatio).Msg("routed")
@@ -72,7 +72,7 @@ func (q *clientRequest) header(name []byte) []byte {
 // X-SMG-Routing-Key, or for consistent_hashing, as sglang_router, the first
 // of Authorization, X-Forwarded-For and Cookie a request without it sends.
 // X-SMG-Target-Worker names a consistent_hashing worker outright.
-func (p *Pool) pickByKey(q *clientRequest, view policy.Pool) policy.Choice {
+func (p *Pool) pickByKey(ring *policy.Ring, q *clientRequest, view policy.Pool) policy.Choice {
 	key := q.header(headerRoutingKey)
 	if p.kind == kindManual {
 		return p.sticky.Pick(string(key), p.now(), view)
@@ -83,7 +83,7 @@ func (p *Pool) pickByKey(q *clientRequest, view policy.Pool) policy.Choice {
 		}
 		key = q.header(h)
 	}
-	return policy.ConsistentHash(p.ring, string(q.header(headerTargetWorker)), key, view)
+	return policy.ConsistentHash(ring, string(q.header(headerTargetWorker)), key, view)
 }
 
 // sessionHeaders stand for a routing key a request lacks, in order.
@@ -98,6 +98,9 @@ var sessionHeaders = [][]byte{[]byte("Authorization"), []byte("X-Forwarded-For")
 // evict another prefix there). The mean still moves within a second when
 // a worker is overloaded for real.
 func (p *Pool) routedLoad(b *Backend) int {
+	if b == nil { // an empty slot, never usable
+		return 0
+	}
 	if p.kind == kindPrefixHash {
 		return int((b.meanInflight.Load() + 500) / 1000)
 	}

@@ -271,12 +271,12 @@ func (s *Server) recheckPrefill(p *Backend, seen *bootstrap.State, deadline time
 func (s *Server) pickPrefill(q *clientRequest) *Backend {
 	waitsForWarmth := q.info.PrefillDPRank.Set && s.warm != nil
 	var notReady []*Backend
-	for _, b := range s.prefills.backends {
+	for _, b := range s.prefills.backends() {
 		if st := s.registry.State(b.index); !st.Ready && (st.Updated.IsZero() || waitsForWarmth) {
 			notReady = append(notReady, b)
 		}
 	}
-	if len(notReady) > 0 && len(notReady) < len(s.prefills.backends) {
+	if len(notReady) > 0 && len(notReady) < len(s.prefills.backends()) {
 		exclude := append(append(notReady, q.unreachable...), q.failed...)
 		if ready := s.prefills.pick(exclude, q.prefillRank, q); ready != nil {
 			return ready
@@ -296,7 +296,7 @@ func (s *Server) relearnDecodes(q *clientRequest) bool {
 		return false
 	}
 	read := false
-	for _, d := range s.decodes.backends {
+	for _, d := range s.decodes.backends() {
 		n := int(d.dpSize.Load())
 		if n == 0 || q.decodeRank < n || s.cfg.Now().Sub(time.Unix(0, d.dpReadAt.Load())) < dpRereadInterval {
 			continue

@@ -53,7 +53,7 @@ func TestOutOfDescriptorsIsNotTheWorkersFault(t *testing.T) {
 				cfg.Breaker = BreakerConfig{Threshold: 1, MinBackoff: time.Hour}
 				srv := h.start(cfg)
 				waitFirstRound(t, srv)
-				workers := append(srv.prefills.backends[:1:1], srv.decodes.backends[0])
+				workers := append(srv.prefills.backends()[:1:1], srv.decodes.backends()[0])
 				var epochs []uint64
 				for _, b := range workers {
 					epochs = append(epochs, b.epoch.Load())
@@ -110,7 +110,7 @@ func TestBootstrapReadOutOfDescriptorsKeepsThePrefill(t *testing.T) {
 		if err := srv.registry.Refresh(ctx, 0); !health.OutOfResources(err) {
 			t.Fatalf("got %v; want the registry's read to fail for want of descriptors", err)
 		}
-		if p := srv.prefills.backends[0]; !srv.registry.State(0).Ready || !p.available() {
+		if p := srv.prefills.backends()[0]; !srv.registry.State(0).Ready || !p.available() {
 			t.Fatalf("the prefill is out of selection (%s); want it kept", srv.whyOut(p))
 		}
 		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {

@@ -113,15 +113,8 @@ func (s *Server) reread(b *Backend) {
 // failedRetryAfter, as one would have while b was away. A pair whose
 // warm-up runs is warmed again when it ends (startAfresh).
 func (w *warmer) rewarm(b *Backend) {
-	switch b.role {
-	case rolePrefill:
-		for _, pr := range w.pairs[b.index] {
-			w.rewarmPair(pr)
-		}
-	case roleDecode:
-		for _, row := range w.pairs {
-			w.rewarmPair(row[b.index])
-		}
+	for _, pr := range w.pairsOf(b) {
+		w.rewarmPair(pr)
 	}
 }
 

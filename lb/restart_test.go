@@ -101,7 +101,7 @@ func (h *harness) startWarm(t *testing.T, cfg Config) (*Server, *pair) {
 	if srv.checker != nil {
 		srv.checkOnce(5 * time.Second) // after the first round, the workers are up
 	}
-	pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
+	pr := srv.warm.pair(srv.prefills.backends()[0], srv.decodes.backends()[0])
 	waitFor(t, "the pair to be warm", func() bool { return srv.warm.isWarm(pr) })
 	return srv, pr
 }
@@ -132,7 +132,7 @@ func TestFailedProbeMakesPairsCold(t *testing.T) {
 				cfg.HealthCheck.Timeout = tt.timeout
 			}
 			srv, pr := h.warmPair(t, cfg)
-			d := srv.decodes.backends[0]
+			d := srv.decodes.backends()[0]
 			if err := h.decode.SetFault(tt.fault); err != nil {
 				t.Fatal(err)
 			}
@@ -179,7 +179,7 @@ func TestRefusedCallMakesPairsCold(t *testing.T) {
 				cfg.BootstrapRefresh = time.Hour
 				cfg.DisableRetries = true
 				srv, pr := h.warmPair(t, cfg)
-				srv.decodes.backends[0].hc.CloseIdleConnections() // so that the next call dials
+				srv.decodes.backends()[0].hc.CloseIdleConnections() // so that the next call dials
 				fail.Store(true)
 				if r := h.post("/generate", `{"text": "a"}`); r.status == fasthttp.StatusOK {
 					t.Fatalf("got %d %s; want the dial's failure", r.status, r.body)
@@ -206,7 +206,7 @@ func TestDecodeRestartUnderTheFallThreshold(t *testing.T) {
 			inBubble(t, func(t *testing.T) {
 				h := newHarness(t)
 				srv, pr := h.warmPair(t, restartConfig())
-				d := srv.decodes.backends[0]
+				d := srv.decodes.backends()[0]
 				// Requests leave pooled connections to the decode, which die
 				// with it.
 				for range 4 {
@@ -332,7 +332,7 @@ func TestStreamDroppedByTheDecodeMakesPairsCold(t *testing.T) {
 				cfg := restartConfig()
 				cfg.StreamIdleTimeout = tt.idle
 				srv, pr := h.warmPair(t, cfg)
-				d := srv.decodes.backends[0]
+				d := srv.decodes.backends()[0]
 				epoch := d.epoch.Load()
 				if err := h.decode.SetFault(tt.fault); err != nil {
 					t.Fatal(err)
@@ -385,7 +385,7 @@ func TestDecodeBackFromDownIsWarmedAtOnce(t *testing.T) {
 		cfg.HealthCheck.Timeout = 250 * time.Millisecond
 		cfg.HealthCheck.Fall, cfg.HealthCheck.Rise = 1, 1
 		srv, pr := h.warmPair(t, cfg)
-		d := srv.decodes.backends[0]
+		d := srv.decodes.backends()[0]
 		if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultHang, Health: true}); err != nil {
 			t.Fatal(err)
 		}
@@ -420,7 +420,7 @@ func TestRewarmWhileAWarmupRuns(t *testing.T) {
 	inBubble(t, func(t *testing.T) {
 		h := newHarness(t)
 		srv, pr := h.warmPair(t, restartConfig())
-		d := srv.decodes.backends[0]
+		d := srv.decodes.backends()[0]
 		if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
 			t.Fatal(err)
 		}
@@ -468,7 +468,7 @@ func TestStaleConnToARestartedDecodeWaitsForTheWarmup(t *testing.T) {
 					t.Fatal(err)
 				}
 				h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true, KVTimeout: 5 * time.Second})
-				prefill := srv.prefills.backends[0]
+				prefill := srv.prefills.backends()[0]
 				for i := range 2 {
 					r := h.post("/generate", body)
 					if r.status != fasthttp.StatusOK || strings.Contains(string(r.body), `"error"`) {
@@ -498,7 +498,7 @@ func TestStaleConnToARestartedDecodeWaitsForTheWarmup(t *testing.T) {
 						t.Errorf("%s is %s; want %s", name, got, want)
 					}
 				}
-				if !prefill.available() || !srv.decodes.backends[0].available() {
+				if !prefill.available() || !srv.decodes.backends()[0].available() {
 					t.Error("a worker is out of selection")
 				}
 			})
@@ -519,7 +519,7 @@ func TestStaleConnToAGoneDecodeTriesAnother(t *testing.T) {
 		cfg.Decode = append(cfg.Decode, "http://decode-1:30011")
 		cfg.DecodePolicy = PolicyRoundRobin
 		srv, _ := h.startWarm(t, cfg)
-		otherPair := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[1])
+		otherPair := srv.warm.pair(srv.prefills.backends()[0], srv.decodes.backends()[1])
 		waitFor(t, "the other pair to be warm", func() bool { return srv.warm.isWarm(otherPair) })
 		for range 4 { // pooled connections to both decodes
 			if r := h.post("/generate", seedRequest); r.status != fasthttp.StatusOK {

@@ -14,26 +14,20 @@ import (
 
 // setPolicy gives pool the state its policy keeps, as cfg sets it up, and
 // its counters in ms.
+// Its workers join later (Pool.join).
 func (pool *Pool) setPolicy(cfg *Config, ms *metrics.Set, log zerolog.Logger) {
-	names := make([]string, len(pool.backends))
-	for i, b := range pool.backends {
-		names[i] = b.url
-	}
 	switch pool.policy {
 	case PolicyCacheAware:
 		pool.cache = policy.NewCacheAware(cfg.CacheAware)
-		for _, b := range pool.backends {
-			b.prefixes = pool.cache
-		}
 	case PolicyPrefixHash, PolicyConsistentHashing:
-		pool.ring = policy.NewRing(names)
 		pool.hash = policy.DefaultPrefixHash()
 		pool.hash.Tokens = cfg.PrefixHashTokens
 	case PolicyManual:
 		// Config.Validate has refused an assignment mode NewManual would.
 		pool.sticky, _ = policy.NewManual(cfg.Manual)
-		pool.sticky.SetWorkers(names)
 	}
+	pool.ms = ms
+	pool.publish(nil, nil)
 	pool.now = cfg.Now
 	pool.kind = kindOf(pool.policy)
 	if pool.kind >= kindRouted {
@@ -44,11 +38,6 @@ func (pool *Pool) setPolicy(cfg *Config, ms *metrics.Set, log zerolog.Logger) {
 	}
 	if pool.cache != nil {
 		pool.matchRatio = ms.NewHistogram(fmt.Sprintf(`pdlb_cache_aware_match_ratio{role=%q}`, pool.role))
-		for i, b := range pool.backends {
-			ms.NewGauge(fmt.Sprintf(`pdlb_cache_aware_tree_bytes{role=%q,backend=%q}`, pool.role, b.addr), func() float64 {
-				return float64(pool.cache.Size(i, policy.UnitByte)) // lb's keys are bytes (bootstrap's routing key)
-			})
-		}
 	}
 	pool.log = log
 }
@@ -66,22 +55,13 @@ func (s *Server) buildLoads() {
 	if len(polled) == 0 {
 		return
 	}
-	var targets []load.Target
-	byAddr := map[string]*Backend{}
-	for _, p := range polled {
-		for _, b := range p.backends {
-			targets = append(targets, load.Target{Addr: b.addr, TLS: b.hc.IsTLS, Authorization: s.workerAuthorization()})
-			byAddr[b.addr] = b
-		}
-	}
 	s.loads = load.New(load.Config{
-		Targets:   targets,
 		Interval:  s.cfg.LoadCheckInterval,
 		Timeout:   min(s.cfg.LoadCheckInterval, 5*time.Second),
 		Dial:      s.link.dialer.DialTimeout,
 		TLSConfig: s.cfg.WorkerTLS,
 		Own: func(addr string, rank int) int64 {
-			if b := byAddr[addr]; b != nil {
+			if b := s.polledBackend(addr); b != nil {
 				return b.ownInflight(rank)
 			}
 			return 0
@@ -90,16 +70,40 @@ func (s *Server) buildLoads() {
 	})
 	for _, p := range polled {
 		p.loads = s.loads
-		for _, b := range p.backends {
-			labels := fmt.Sprintf(`role=%q,backend=%q`, p.role, b.addr)
-			s.ms.NewGauge(`pdlb_backend_reported_load{`+labels+`}`, func() float64 {
-				if l, ok := s.loads.Get(b.addr).Load(); ok {
-					return float64(l)
-				}
-				return math.NaN()
-			})
+		for _, b := range p.backends() {
+			s.pollLoad(p, b)
 		}
 	}
+}
+
+// pollLoad has the poller follow b's load, when p's policy weighs loads.
+func (s *Server) pollLoad(p *Pool, b *Backend) {
+	if p.loads == nil {
+		return
+	}
+	p.loads.Add(load.Target{Addr: b.addr, TLS: b.hc.IsTLS, Authorization: s.workerAuthorization()})
+	s.ms.NewGauge(b.series1(`pdlb_backend_reported_load{`+b.labels()+`}`), func() float64 {
+		if l, ok := s.loads.Get(b.addr).Load(); ok {
+			return float64(l)
+		}
+		return math.NaN()
+	})
+}
+
+// polledBackend returns the member of a polled pool at addr, nil if none.
+// The poller asks it once per worker and round, off the request path.
+func (s *Server) polledBackend(addr string) *Backend {
+	for _, p := range []*Pool{s.prefills, s.decodes, s.fallbacks} {
+		if p.loads == nil {
+			continue
+		}
+		for _, b := range p.backends() {
+			if b.addr == addr {
+				return b
+			}
+		}
+	}
+	return nil
 }
 
 // runRouting starts what the policies need in the background: the load
@@ -154,7 +158,7 @@ const (
 // count now: an exponential average with a time constant of loadWindow.
 func (p *Pool) smoothLoads() {
 	const weight = int64(loadWindow / loadSample)
-	for _, b := range p.backends {
+	for _, b := range p.backends() {
 		now := int64(b.inflight.Load()) * 1000
 		mean := b.meanInflight.Load()
 		b.meanInflight.Store(mean + (now-mean)/weight)

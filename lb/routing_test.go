@@ -160,7 +160,7 @@ func TestRoutedPoliciesSkipAWorkerThatLeft(t *testing.T) {
 				if owner < 0 {
 					t.Fatalf("one request went to %v", first)
 				}
-				srv.prefills.backends[owner].health.Store(int32(health.Down))
+				srv.prefills.backends()[owner].health.Store(int32(health.Down))
 				for range 3 {
 					if r := h.post("/generate", body, key...); r.status != fasthttp.StatusOK {
 						t.Fatalf("with prefill %d down: got %d %s", owner, r.status, r.body)
@@ -169,7 +169,7 @@ func TestRoutedPoliciesSkipAWorkerThatLeft(t *testing.T) {
 				if got := served(); got[owner] != first[owner] {
 					t.Fatalf("prefill %d, down, still got requests: %v", owner, got)
 				}
-				srv.prefills.backends[owner].health.Store(int32(health.Up))
+				srv.prefills.backends()[owner].health.Store(int32(health.Up))
 				before := served()
 				for range 3 {
 					r := h.post("/generate", body, key...)
@@ -264,7 +264,7 @@ func TestRoutedPoliciesRunTheirBackgroundWork(t *testing.T) {
 				time.Sleep(2 * time.Minute) // on the bubble's clock: past every period
 				settled(t, "the background work", func() bool { return true })
 				if c := srv.prefills.cache; c != nil {
-					for i := range srv.prefills.backends {
+					for i := range srv.prefills.backends() {
 						if size := c.Size(i, policy.UnitByte); size > 10 {
 							t.Fatalf("prefill %d's tree holds %d bytes after the eviction interval; want at most 10", i, size)
 						}
@@ -296,7 +296,7 @@ func TestCacheAwareForgetsAnEmptiedCache(t *testing.T) {
 	if owner < 0 || tree.Size(owner, policy.UnitByte) == 0 {
 		t.Fatalf("the prompt went to prefill %d, whose tree holds %d bytes", owner, tree.Size(max(owner, 0), policy.UnitByte))
 	}
-	suspectRestart(srv.prefills.backends[owner])
+	suspectRestart(srv.prefills.backends()[owner])
 	if n := tree.Size(owner, policy.UnitByte); n != 0 {
 		t.Fatalf("after a sign of a restart, prefill %d's tree still holds %d bytes", owner, n)
 	}
@@ -304,7 +304,7 @@ func TestCacheAwareForgetsAnEmptiedCache(t *testing.T) {
 	if r := h.post("/flush_cache", "", "Authorization", "Bearer admin-key"); r.status != fasthttp.StatusOK {
 		t.Fatalf("/flush_cache got %d %s", r.status, r.body)
 	}
-	for i := range srv.prefills.backends {
+	for i := range srv.prefills.backends() {
 		if n := tree.Size(i, policy.UnitByte); n != 0 {
 			t.Fatalf("after /flush_cache, prefill %d's tree still holds %d bytes", i, n)
 		}

@@ -35,6 +35,11 @@ type Server struct {
 	prefills  *Pool
 	decodes   *Pool
 	fallbacks *Pool
+	// membersMu serialises the changes of the pools (membership.go);
+	// draining holds the removed workers not yet torn down, by role and
+	// URL.
+	membersMu sync.Mutex
+	draining  map[string]*Backend
 	srv       *fasthttp.Server
 	// admin are the listeners of ServeAdmin.
 	adminMu sync.Mutex
@@ -113,6 +118,8 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		newRoom: cfg.NewRoom,
 		cut:     make(chan struct{}),
 		began:   cfg.Now(),
+
+		draining: map[string]*Backend{},
 	}
 	s.access = s.log.Level(zerolog.InfoLevel)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -206,14 +213,14 @@ func (s *Server) buildPools() error {
 // the policy named name.
 func (s *Server) newPool(role, name string, urls []string) (*Pool, error) {
 	pool := &Pool{role: role, policy: name}
+	pool.setPolicy(&s.cfg, s.ms, s.log)
 	for i, u := range urls {
 		b, err := newBackend(role, i, u, &s.cfg, s.ms, s.log, s.link)
 		if err != nil {
 			return nil, fmt.Errorf("invalid %s URL: %w", role, err)
 		}
-		pool.backends = append(pool.backends, b)
+		pool.join(b)
 	}
-	pool.setPolicy(&s.cfg, s.ms, s.log)
 	return pool, nil
 }
 
@@ -249,8 +256,8 @@ func (s *Server) Metrics() *metrics.Set { return s.ms }
 // background work on first use.
 func (s *Server) Serve(ln net.Listener) error {
 	s.startOnce.Do(s.startBackground)
-	s.log.Info().Str("addr", ln.Addr().String()).Int("prefill", len(s.prefills.backends)).
-		Int("decode", len(s.decodes.backends)).Int("max_connections", s.conns.Max()).Msg("serving")
+	s.log.Info().Str("addr", ln.Addr().String()).Int("prefill", len(s.prefills.backends())).
+		Int("decode", len(s.decodes.backends())).Int("max_connections", s.conns.Max()).Msg("serving")
 	return s.srv.Serve(wire.Listener{Listener: ln, Log: &s.log, Budget: s.conns, Steps: s.link.steps,
 		OutOfResources: health.OutOfResources})
 }
@@ -317,8 +324,8 @@ func (s *Server) startBackground() {
 // buildRegistry sets up the bootstrap registry of the prefills. When one
 // becomes ready or changes, its pairs are warmed (again).
 func (s *Server) buildRegistry(log zerolog.Logger) {
-	targets := make([]bootstrap.Target, len(s.prefills.backends))
-	for i, b := range s.prefills.backends {
+	targets := make([]bootstrap.Target, len(s.prefills.backends()))
+	for i, b := range s.prefills.backends() {
 		targets[i] = bootstrap.Target{APIAddr: b.addr, Host: b.host, Port: s.cfg.Prefill[i].BootstrapPort, TLS: b.hc.IsTLS}
 	}
 	s.registry = bootstrap.NewRegistry(bootstrap.Config{
@@ -335,16 +342,16 @@ func (s *Server) buildRegistry(log zerolog.Logger) {
 			switch {
 			case st.Ready:
 				// Selection reads it from here (Backend.takes).
-				s.prefills.backends[i].dpSize.Store(int32(st.Info.DPSize))
+				s.prefills.backends()[i].dpSize.Store(int32(st.Info.DPSize))
 			case !st.Updated.IsZero():
 				// Down, or registering anew: it may come back with
 				// other ranks, so none of its old ones is a reason to
 				// refuse a request.
-				s.prefills.backends[i].dpSize.Store(0)
+				s.prefills.backends()[i].dpSize.Store(0)
 			}
 			s.followBootstrap(i, st)
 			if s.warm != nil && st.Ready {
-				s.warm.prewarm(i)
+				s.warm.prewarm(s.prefills.backends()[i])
 			}
 		},
 	})

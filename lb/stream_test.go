@@ -785,7 +785,7 @@ func TestPrefillFailingOnceTheDecodeStreamsLeavesTheStream(t *testing.T) {
 				close(failPrefill)
 				// The prefill's failure is counted just before it would cancel
 				// its peer; the decode's last events are held until then.
-				prefill := srv.prefills.backends[0]
+				prefill := srv.prefills.backends()[0]
 				synctest.Wait()
 				if prefill.errors.Get() == 0 {
 					t.Fatal("pdlb did not see the prefill fail")

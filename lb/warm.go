@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -38,12 +39,22 @@ const warmupBody = `{"input_ids":[1],"sampling_params":{"max_new_tokens":1,"temp
 
 // warmer keeps the pairs warm. It is nil when warm-up is turned off.
 type warmer struct {
-	s       *Server
-	pairs   [][]*pair // [prefill index][decode index]
+	s *Server
+	// pairs are the pairs of the pools' members, replaced whole when a
+	// worker joins or leaves (copy on write, under pairsMu): the request
+	// path looks its pair up without a lock.
+	pairs   atomic.Pointer[pairTable]
+	pairsMu sync.Mutex
 	timeout time.Duration
 
 	ok, failed *metrics.Counter
 }
+
+// pairTable holds the pairs by prefill and decode; never modified once
+// published.
+type pairTable map[pairKey]*pair
+
+type pairKey struct{ p, d *Backend }
 
 // pair is the warm-up state of one prefill × decode pair.
 type pair struct {
@@ -75,20 +86,18 @@ func newWarmer(s *Server) *warmer {
 		ok:      s.ms.NewCounter(`pdlb_warmups_total{result="ok"}`),
 		failed:  s.ms.NewCounter(`pdlb_warmups_total{result="failed"}`),
 	}
-	for _, p := range s.prefills.backends {
-		row := make([]*pair, len(s.decodes.backends))
-		for j, d := range s.decodes.backends {
-			row[j] = &pair{p: p, d: d}
+	t := pairTable{}
+	for _, p := range s.prefills.backends() {
+		for _, d := range s.decodes.backends() {
+			t[pairKey{p, d}] = &pair{p: p, d: d}
 		}
-		w.pairs = append(w.pairs, row)
 	}
+	w.pairs.Store(&t)
 	s.ms.NewGauge(`pdlb_warm_pairs`, func() float64 {
 		n := 0
-		for _, row := range w.pairs {
-			for _, pr := range row {
-				if w.isWarm(pr) {
-					n++
-				}
+		for _, pr := range *w.pairs.Load() {
+			if w.isWarm(pr) {
+				n++
 			}
 		}
 		return float64(n)
@@ -96,7 +105,69 @@ func newWarmer(s *Server) *warmer {
 	return w
 }
 
-func (w *warmer) pair(p, d *Backend) *pair { return w.pairs[p.index][d.index] }
+// pair returns the pair of p and d. A pair of a worker that left since
+// the request read its pool is a cold one of its own, which nothing keeps.
+func (w *warmer) pair(p, d *Backend) *pair {
+	if pr := (*w.pairs.Load())[pairKey{p, d}]; pr != nil {
+		return pr
+	}
+	return &pair{p: p, d: d}
+}
+
+// pairsOf returns b's pairs: a prefill's in its decodes' order, a
+// decode's in its prefills'.
+func (w *warmer) pairsOf(b *Backend) []*pair {
+	t := *w.pairs.Load()
+	var out []*pair
+	if b.role == rolePrefill {
+		for _, d := range w.s.decodes.backends() {
+			if pr := t[pairKey{b, d}]; pr != nil {
+				out = append(out, pr)
+			}
+		}
+		return out
+	}
+	for _, p := range w.s.prefills.backends() {
+		if pr := t[pairKey{p, b}]; pr != nil {
+			out = append(out, pr)
+		}
+	}
+	return out
+}
+
+// join gives b, which joined its pool, its pairs with the other pool's
+// members, kept if it had them (taken back while it drained); leave
+// drops them. Only prefills and decodes have pairs.
+func (w *warmer) join(b *Backend)  { w.change(b, true) }
+func (w *warmer) leave(b *Backend) { w.change(b, false) }
+
+func (w *warmer) change(b *Backend, joins bool) {
+	var others []*Backend
+	switch b.role {
+	case rolePrefill:
+		others = w.s.decodes.backends()
+	case roleDecode:
+		others = w.s.prefills.backends()
+	default:
+		return
+	}
+	w.pairsMu.Lock()
+	defer w.pairsMu.Unlock()
+	t := maps.Clone(*w.pairs.Load())
+	if !joins {
+		maps.DeleteFunc(t, func(k pairKey, _ *pair) bool { return k.p == b || k.d == b })
+	}
+	for _, o := range others {
+		k := pairKey{b, o}
+		if b.role == roleDecode {
+			k = pairKey{o, b}
+		}
+		if _, ok := t[k]; joins && !ok {
+			t[k] = &pair{p: k.p, d: k.d}
+		}
+	}
+	w.pairs.Store(&t)
+}
 
 // isWarm reports whether pr was warmed for the prefill and decode as they
 // are now.
@@ -243,9 +314,9 @@ func (w *warmer) run(pr *pair, done chan struct{}) {
 	}
 }
 
-// prewarm starts warming every pair of prefill i.
-func (w *warmer) prewarm(i int) {
-	for _, pr := range w.pairs[i] {
+// prewarm starts warming every pair of prefill p.
+func (w *warmer) prewarm(p *Backend) {
+	for _, pr := range w.pairsOf(p) {
 		if !w.isWarm(pr) {
 			w.start(pr)
 		}
@@ -265,11 +336,9 @@ func (w *warmer) keepWarm(interval time.Duration, done <-chan struct{}) {
 		case <-done:
 			return
 		}
-		for _, row := range w.pairs {
-			for _, pr := range row {
-				if w.s.registry.State(pr.p.index).Ready && pr.p.available() && pr.d.available() {
-					w.warmSoon(pr)
-				}
+		for _, pr := range *w.pairs.Load() {
+			if w.s.registry.State(pr.p.index).Ready && pr.p.available() && pr.d.available() {
+				w.warmSoon(pr)
 			}
 		}
 	}
@@ -360,9 +429,10 @@ type pairStatus struct {
 	Error    string     `json:"error,omitempty"`
 }
 
-func (w *warmer) status(i int) []pairStatus {
-	out := make([]pairStatus, 0, len(w.pairs[i]))
-	for _, pr := range w.pairs[i] {
+func (w *warmer) status(p *Backend) []pairStatus {
+	prs := w.pairsOf(p)
+	out := make([]pairStatus, 0, len(prs))
+	for _, pr := range prs {
 		ps := pairStatus{Decode: pr.d.url, Warm: w.isWarm(pr)}
 		if wm := pr.warmth.Load(); wm != nil {
 			at := wm.at

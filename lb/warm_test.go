@@ -356,7 +356,7 @@ func TestPairWarmedAgainAfterADecodeRestart(t *testing.T) {
 		cfg.BootstrapRefresh = 20 * time.Millisecond
 		srv := h.start(cfg)
 		h.waitBootstrap()
-		pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
+		pr := srv.warm.pair(srv.prefills.backends()[0], srv.decodes.backends()[0])
 		waitFor(t, "the pair to be warm", func() bool { return srv.warm.isWarm(pr) })
 		_ = d.Close()
 		h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true})
@@ -380,7 +380,7 @@ func TestDPPolicyOnAFailingPair(t *testing.T) {
 		cfg.WarmupTimeout = 50 * time.Millisecond // shorter than a prefill
 		srv := h.start(cfg)
 		h.waitBootstrap()
-		pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
+		pr := srv.warm.pair(srv.prefills.backends()[0], srv.decodes.backends()[0])
 		waitFor(t, "the startup warm-up to fail", func() bool {
 			pr.mu.Lock()
 			defer pr.mu.Unlock()
@@ -416,15 +416,15 @@ func TestPairWarmedAgainWhenItsDecodeIsBackUp(t *testing.T) {
 		cfg.HealthCheck = HealthCheckConfig{Interval: 20 * time.Millisecond, Timeout: time.Second, Rise: 1, Fall: 1}
 		srv := h.start(cfg)
 		h.waitBootstrap()
-		pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
+		pr := srv.warm.pair(srv.prefills.backends()[0], srv.decodes.backends()[0])
 		waitFor(t, "the pair to be warm", func() bool { return srv.warm.isWarm(pr) })
 		for _, b := range srv.allBackends() {
 			b.hc.CloseIdleConnections() // no pooled connection is left to drop
 		}
 		_ = d.Close()
-		waitFor(t, "the decode to be down", func() bool { return !srv.decodes.backends[0].available() })
+		waitFor(t, "the decode to be down", func() bool { return !srv.decodes.backends()[0].available() })
 		h.decode = h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, DPSize: 4, Tokens: 4, FirstRequestBug: true})
-		waitFor(t, "the pair to be warm again", func() bool { return srv.decodes.backends[0].available() && srv.warm.isWarm(pr) })
+		waitFor(t, "the pair to be warm again", func() bool { return srv.decodes.backends()[0].available() && srv.warm.isWarm(pr) })
 		if r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 1}`); r.status != fasthttp.StatusOK {
 			t.Fatalf("got %d %s", r.status, r.body)
 		}
@@ -443,7 +443,7 @@ func TestWarmupFailureNamesThePrefill(t *testing.T) {
 		h.pair(fake.Config{APIKey: "workers-key"}, fake.Config{})
 		srv := h.start(warmConfig())
 		h.waitBootstrap()
-		pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
+		pr := srv.warm.pair(srv.prefills.backends()[0], srv.decodes.backends()[0])
 		var err error
 		waitFor(t, "the startup warm-up to fail", func() bool {
 			pr.mu.Lock()
@@ -469,7 +469,7 @@ func TestWarmupWhosePrefillWasAbortedIsNoWarmth(t *testing.T) {
 		}
 		srv := h.start(warmConfig())
 		h.waitBootstrap()
-		pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
+		pr := srv.warm.pair(srv.prefills.backends()[0], srv.decodes.backends()[0])
 		waitFor(t, "the warm-up to be held", func() bool { return d.Stats().FaultsInjected > 0 && p.Stats().InFlight > 0 })
 		cl := &fasthttp.HostClient{Addr: "prefill-0:30000", Dial: h.nw.Dial}
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
@@ -506,7 +506,7 @@ func TestClientLeavingDuringTheWarmupWaitEndsTheRequest(t *testing.T) {
 		}
 		srv := h.start(warmConfig()) // the startup warm-up is held by the decode
 		h.waitBootstrap()
-		pr := srv.warm.pair(srv.prefills.backends[0], srv.decodes.backends[0])
+		pr := srv.warm.pair(srv.prefills.backends()[0], srv.decodes.backends()[0])
 		waitFor(t, "the warm-up to be held", func() bool { return d.Stats().FaultsInjected > 0 })
 		conn, err := h.nw.Dial("pdlb:8000")
 		if err != nil {

@@ -74,14 +74,17 @@ func NewManual(cfg ManualConfig) (*Manual, error) {
 }
 
 // SetWorkers names the pool's workers: worker i of later picks is
-// names[i]. Keys keep their workers by name across calls.
+// names[i], and "" stands for no worker at i (a pool's empty slot). Keys
+// keep their workers by name across calls.
 func (m *Manual) SetWorkers(names []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.names = append(m.names[:0], names...)
 	clear(m.index)
 	for w, name := range names {
-		m.index[name] = w
+		if name != "" {
+			m.index[name] = w
+		}
 	}
 }
 

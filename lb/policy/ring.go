@@ -21,7 +21,9 @@ const VirtualNodes = 150
 // one when the pool changes, and may share it between goroutines.
 type Ring struct {
 	points []point
-	n      int
+	// n is how many workers the ring holds; span is len(names), the
+	// bound of their indexes.
+	n, span int
 }
 
 // point is one virtual node: a position and the worker it stands for, as
@@ -33,11 +35,17 @@ type point struct {
 }
 
 // NewRing places workers named names (worker i is names[i]) on a ring,
-// VirtualNodes points each. Names must be distinct.
+// VirtualNodes points each. Names must be distinct, but for "", which
+// stands for no worker at that index (a pool's empty slot) and places no
+// points: the ring of a pool with holes is the ring of its workers alone.
 func NewRing(names []string) *Ring {
-	r := &Ring{points: make([]point, 0, len(names)*VirtualNodes), n: len(names)}
+	r := &Ring{points: make([]point, 0, len(names)*VirtualNodes), n: len(names), span: len(names)}
 	var buf []byte
 	for w, name := range names {
+		if name == "" {
+			r.n--
+			continue
+		}
 		for v := range VirtualNodes {
 			buf = strconv.AppendInt(append(append(buf[:0], name...), '#'), int64(v), 10)
 			sum := sha256.Sum256(buf)
@@ -80,8 +88,8 @@ func (r *Ring) walk(h uint64, visit func(w int) bool) {
 	}
 	var small [4]uint64 // a bit per worker, on the stack for pools up to 256
 	seen := small[:]
-	if r.n > 256 {
-		seen = make([]uint64, (r.n+63)/64)
+	if r.span > 256 {
+		seen = make([]uint64, (r.span+63)/64)
 	}
 	start, _ := slices.BinarySearchFunc(r.points, h, func(p point, h uint64) int { return cmp.Compare(p.pos, h) })
 	left := r.n

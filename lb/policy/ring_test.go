@@ -186,3 +186,35 @@ func TestConsistentHashNoKey(t *testing.T) {
 		t.Errorf("nothing usable: got %+v; want %+v", got, none)
 	}
 }
+
+// A ring with empty slots ("" names) sends every key to the worker the ring
+// of its workers alone sends it to: a pool whose worker left keeps its
+// slot empty, and must route as a replica that never had the worker does
+// (issue 23).
+func TestRingEmptySlots(t *testing.T) {
+	names := workerNames(300) // beyond the walk's stack bitmap
+	holed := append([]string(nil), names...)
+	var compact []string
+	for i := range holed {
+		if i%3 == 1 {
+			holed[i] = ""
+		} else {
+			compact = append(compact, names[i])
+		}
+	}
+	a, b := NewRing(holed), NewRing(compact)
+	if a.Len() != len(compact) {
+		t.Fatalf("Len: got %d; want %d", a.Len(), len(compact))
+	}
+	usable := make([]bool, len(holed))
+	for i, n := range holed {
+		usable[i] = n != ""
+	}
+	for i := range 2000 {
+		wa := ConsistentHash(a, "", testKey(i), Pool{Loads: make([]int, len(holed)), Usable: usable}).Worker
+		wb := ConsistentHash(b, "", testKey(i), Pool{Loads: make([]int, len(compact))}).Worker
+		if holed[wa] != compact[wb] {
+			t.Fatalf("key %d: %q on the ring with holes, %q on the compact one", i, holed[wa], compact[wb])
+		}
+	}
+}

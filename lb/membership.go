@@ -1,0 +1,308 @@
+package lb
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"pdlb/lb/policy"
+)
+
+// Membership: workers that come and go (issue 23 §1).
+//
+// Every change of a pool's workers, whatever its source (the command line
+// at start, the worker API, DNS discovery), goes through one path:
+// Server.addWorker and Server.removeWorker. Nothing else changes a pool.
+//
+// A pool's workers are an immutable members value behind an atomic
+// pointer, replaced whole on every change (copy on write, under the pool's
+// changeMu). A pick loads it once and sees one consistent pool; it takes
+// no lock and allocates nothing, as before. members holds the workers
+// twice: backends, in the order they joined, for iteration and the simple
+// policies; and slots, by Backend.slot, with nil where a worker left, for
+// package policy, whose worker index is the slot. A slot is stable for
+// as long as its worker is a member: cache_aware's trees, manual's names
+// and X-SMG-Target-Worker all count on it. A worker that joins takes the
+// lowest empty slot, after cache_aware forgot what the slot's last worker
+// was sent (CacheAware.AddWorker). The hash ring of prefix_hash and
+// consistent_hashing is part of members, rebuilt from the workers' URLs on
+// every change: a worker is placed by its URL, never its slot, so replicas
+// that saw different histories still agree (policy.NewRing ignores empty
+// slots).
+//
+// Beside the pool, each subsystem knows a worker by an identity of its
+// own, taken when it joins and given back when it leaves: the health
+// checker's target (Backend.probe, health.Checker.Add/Remove), the load
+// poller's address (load.Poller.Add/Remove), and for a prefill the
+// bootstrap registry's target (Backend.index). Warm pairs are kept by
+// prefill and decode (warmer.pairs).
+//
+// A worker added is health-checked from the checker's next round; it
+// takes plain traffic at once (a worker not yet probed counts as up, as at
+// startup) unless a probe finds it down. A prefill's bootstrap info is
+// learned by the registry, and its pairs warmed, before a request that
+// needs warmth (one naming a DP rank) goes through it: such requests wait
+// for their pair (warmer.ensure), as they do at startup.
+//
+// A worker removed is marked leaving first, so that no pick takes it,
+// even one that read the pool before (Backend.available); then it leaves
+// members, and the policies forget it. Its requests and streams in flight
+// go on: the drain waits until none is left, up to Config.DrainTimeout,
+// then closes its idle connections, and unregisters its metric series and
+// health target. A worker added again while it drains is the same
+// Backend, taken back: nothing of it was torn down, and clients see no
+// change (remove then re-add is a no-op). Added again after its drain, it
+// is a new Backend with fresh series.
+//
+// The connection budget's limit is derived once, at New, from the workers
+// given at start; workers added later do not raise it.
+
+// members is one immutable view of a pool's workers; never modify one.
+type members struct {
+	// backends are the workers, in the order they joined.
+	backends []*Backend
+	// slots are the workers by Backend.slot, nil where none is: the worker
+	// index of package policy's views.
+	slots []*Backend
+	// ring places the workers for prefix_hash and consistent_hashing; nil
+	// under the other policies.
+	ring *policy.Ring
+}
+
+// publish makes backends and slots p's members, with the policies' state
+// that follows them. changeMu is held, or p is not shared yet.
+func (p *Pool) publish(backends, slots []*Backend) {
+	m := &members{backends: backends, slots: slots}
+	if p.policy == PolicyPrefixHash || p.policy == PolicyConsistentHashing {
+		m.ring = policy.NewRing(slotNames(slots))
+	}
+	if p.sticky != nil {
+		p.sticky.SetWorkers(slotNames(slots))
+	}
+	p.members.Store(m)
+}
+
+// slotNames are the URLs of slots' workers, "" for an empty slot.
+func slotNames(slots []*Backend) []string {
+	names := make([]string, len(slots))
+	for i, b := range slots {
+		if b != nil {
+			names[i] = b.url
+		}
+	}
+	return names
+}
+
+// join makes b a member of p, at the lowest empty slot.
+func (p *Pool) join(b *Backend) {
+	p.changeMu.Lock()
+	defer p.changeMu.Unlock()
+	m := p.members.Load()
+	slots := slices.Clone(m.slots)
+	b.slot = slices.Index(slots, nil)
+	if b.slot < 0 {
+		b.slot = len(slots)
+		slots = append(slots, nil)
+	}
+	slots[b.slot] = b
+	if p.cache != nil {
+		p.cache.AddWorker(b.slot)
+		b.prefixes = p.cache
+		if !slices.Contains(b.series, treeSeries(b)) { // not when taken back
+			p.ms.NewGauge(b.series1(treeSeries(b)), func() float64 {
+				return float64(p.cache.Size(b.slot, policy.UnitByte)) // lb's keys are bytes (bootstrap's routing key)
+			})
+		}
+	}
+	p.publish(append(slices.Clone(m.backends), b), slots)
+}
+
+// treeSeries is the name of b's cache_aware tree size series.
+func treeSeries(b *Backend) string {
+	return fmt.Sprintf(`pdlb_cache_aware_tree_bytes{role=%q,backend=%q}`, b.role, b.addr)
+}
+
+// leave takes b out of p's members and its policies' state. b must be
+// marked leaving first, so that no pick of the members before takes it.
+func (p *Pool) leave(b *Backend) {
+	p.changeMu.Lock()
+	defer p.changeMu.Unlock()
+	m := p.members.Load()
+	slots := slices.Clone(m.slots)
+	slots[b.slot] = nil
+	// Empty slots at the end are dropped: a pool emptied is empty.
+	for len(slots) > 0 && slots[len(slots)-1] == nil {
+		slots = slots[:len(slots)-1]
+	}
+	backends := slices.DeleteFunc(slices.Clone(m.backends), func(o *Backend) bool { return o == b })
+	p.publish(backends, slots)
+	if p.cache != nil {
+		p.cache.RemoveWorker(b.slot)
+	}
+}
+
+// find returns p's member whose URL is url, nil if none.
+func (p *Pool) find(url string) *Backend {
+	for _, b := range p.backends() {
+		if b.url == url {
+			return b
+		}
+	}
+	return nil
+}
+
+// pool returns the pool of role, nil for an unknown role.
+func (s *Server) pool(role string) *Pool {
+	switch role {
+	case rolePrefill:
+		return s.prefills
+	case roleDecode:
+		return s.decodes
+	case roleFallback:
+		return s.fallbacks
+	}
+	return nil
+}
+
+// addWorker adds the worker spec to the pool of role (rolePrefill,
+// roleDecode or roleFallback; spec.BootstrapPort counts for a prefill
+// only) and returns its backend. Adding a member again changes nothing;
+// adding one that drains takes it back (see Membership above).
+func (s *Server) addWorker(role string, spec PrefillSpec) (*Backend, error) {
+	p := s.pool(role)
+	if p == nil {
+		return nil, fmt.Errorf("unknown worker role %q", role)
+	}
+	if role == rolePrefill {
+		// The bootstrap registry and the warm pairs do not follow prefills
+		// that join at run time yet (issue 23).
+		return nil, fmt.Errorf("cannot add prefill %s at run time yet", spec.URL)
+	}
+	s.membersMu.Lock()
+	defer s.membersMu.Unlock()
+	if b := p.find(trimURL(spec.URL)); b != nil {
+		return b, nil
+	}
+	if b := s.draining[role+" "+trimURL(spec.URL)]; b != nil {
+		delete(s.draining, role+" "+trimURL(spec.URL))
+		b.leaving.Store(false)
+		p.join(b)
+		s.joinWarm(b)
+		b.log.Info().Msg("worker taken back while it drained")
+		return b, nil
+	}
+	b, err := newBackend(role, -1, spec.URL, &s.cfg, s.ms, s.log, s.link)
+	if err != nil {
+		return nil, fmt.Errorf("invalid %s URL: %w", role, err)
+	}
+	s.check(b)
+	s.pollLoad(p, b)
+	p.join(b)
+	s.joinWarm(b)
+	b.log.Info().Msg("worker added")
+	return b, nil
+}
+
+// removeWorker takes the worker at url out of the pool of role at once,
+// and drains it in the background (see Membership above). It returns an
+// error when the pool has no such member.
+func (s *Server) removeWorker(role, url string) error {
+	p := s.pool(role)
+	if p == nil {
+		return fmt.Errorf("unknown worker role %q", role)
+	}
+	if role == rolePrefill {
+		return fmt.Errorf("cannot remove prefill %s at run time yet", url)
+	}
+	s.membersMu.Lock()
+	defer s.membersMu.Unlock()
+	b := p.find(trimURL(url))
+	if b == nil {
+		return fmt.Errorf("no %s worker %s", role, url)
+	}
+	b.leaving.Store(true)
+	p.leave(b)
+	s.leaveWarm(b)
+	s.draining[role+" "+b.url] = b
+	b.log.Info().Int32("inflight", b.inflight.Load()).Msg("worker removed: draining")
+	s.bg.Add(1)
+	go s.drain(p, b)
+	return nil
+}
+
+// trimURL is a worker URL as backends keep it.
+func trimURL(url string) string {
+	for len(url) > 0 && url[len(url)-1] == '/' {
+		url = url[:len(url)-1]
+	}
+	return url
+}
+
+// drainPoll is how often a drain looks at a removed worker's requests in
+// flight. A drain is no hot path; Shutdown's waits poll too.
+const drainPoll = 10 * time.Millisecond
+
+// drain waits until removed b has no request in flight, up to
+// Config.DrainTimeout or shutdown, then tears it down, unless it was taken
+// back meanwhile.
+func (s *Server) drain(p *Pool, b *Backend) {
+	defer s.bg.Done()
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.DrainTimeout)
+	defer cancel()
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for b.inflight.Load() > 0 && b.leaving.Load() {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			b.log.Warn().Int32("inflight", b.inflight.Load()).Msg("drain timeout: tearing the worker down with requests in flight")
+			s.teardown(p, b)
+			return
+		}
+	}
+	s.teardown(p, b)
+}
+
+// teardown ends removed b for good: its health target, load polls, idle
+// connections and metric series go. A b taken back is left as it is.
+func (s *Server) teardown(p *Pool, b *Backend) {
+	s.membersMu.Lock()
+	defer s.membersMu.Unlock()
+	key := b.role + " " + b.url
+	if s.draining[key] != b {
+		return // taken back
+	}
+	delete(s.draining, key)
+	if b.probe >= 0 {
+		s.checker.Remove(b.probe)
+	}
+	if p.loads != nil && s.polledBackend(b.addr) == nil {
+		p.loads.Remove(b.addr)
+	}
+	b.hc.CloseIdleConnections()
+	for _, name := range b.series {
+		s.ms.UnregisterMetric(name)
+	}
+	b.log.Info().Msg("worker drained and gone")
+}
+
+// check has the health checker probe b, when checks run.
+func (s *Server) check(b *Backend) {
+	if s.checker != nil {
+		b.probe = s.checker.Add(s.healthTarget(b))
+	}
+}
+
+// joinWarm and leaveWarm keep the warm pairs of b, when warm-up is on.
+func (s *Server) joinWarm(b *Backend) {
+	if s.warm != nil {
+		s.warm.join(b)
+	}
+}
+
+func (s *Server) leaveWarm(b *Backend) {
+	if s.warm != nil {
+		s.warm.leave(b)
+	}
+}
