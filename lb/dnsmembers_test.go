@@ -320,3 +320,30 @@ func TestValidateDNSWorkers(t *testing.T) {
 		})
 	}
 }
+
+// A name that stops answering keeps its decodes, however long, and each
+// answer not taken is counted: a DNS outage never empties a pool.
+func TestDNSOutageKeepsDecodes(t *testing.T) {
+	z := newDNSZone(t)
+	z.set("d.pdlb.test", "10.0.0.1")
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 5 * time.Second})
+		h.fake("10.0.0.1:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 5 * time.Second})
+		cfg := dnsDecodes(z, "d.pdlb.test:30010")
+		srv := h.start(cfg)
+		synctest.Wait()
+		z.set("d.pdlb.test") // NXDOMAIN from now on
+		time.Sleep(cfg.DNS.RemoveAfter + cfg.DNS.Refresh)
+		synctest.Wait()
+		if got := decodeURLs(srv); !slices.Equal(got, []string{"http://10.0.0.1:30010"}) {
+			t.Fatalf("after an outage of RemoveAfter: got decodes %q; want the last found kept", got)
+		}
+		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+			t.Errorf("during the outage: got %d %s; want 200", r.status, r.body)
+		}
+		if got := h.metric("pdlb_dns_kept_total"); got == "" || got == "0" {
+			t.Errorf("got pdlb_dns_kept_total %q; want the answers not taken counted", got)
+		}
+	})
+}
