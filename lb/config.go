@@ -28,10 +28,15 @@ type PrefillSpec struct {
 // Config is everything an lb.Server needs. The zero value of each optional
 // field means its documented default.
 type Config struct {
-	// Prefill lists the prefill workers; at least one is required.
+	// Prefill lists the prefill workers; at least one is required, unless
+	// DNS names prefills.
 	Prefill []PrefillSpec
-	// Decode lists the decode workers' URLs; at least one is required.
+	// Decode lists the decode workers' URLs; at least one is required,
+	// unless DNS names decodes.
 	Decode []string
+	// DNS names workers found in DNS, who join and leave at run time
+	// (dnsmembers.go). The zero value finds none.
+	DNS DNSConfig
 	// APIKey, when set, is sglang_router's --api-key: pdlb sends it to the
 	// workers ("Authorization: Bearer <key>") on every call it makes, and
 	// requires it of clients on the generate routes, /flush_cache and
@@ -313,11 +318,15 @@ func (c *Config) Validate() error {
 // checkWorkers refuses a pool left empty, a worker's URL or bootstrap
 // port that is not one, and a worker listed twice.
 func (c *Config) checkWorkers() error {
-	if len(c.Prefill) == 0 {
-		return fmt.Errorf("at least one prefill worker is required (--prefill URL)")
+	// A pool DNS fills may start empty (issue 23 §1).
+	if len(c.Prefill) == 0 && len(c.DNS.Prefill) == 0 {
+		return fmt.Errorf("at least one prefill worker is required (--prefill URL, or --prefill-dns NAME)")
 	}
-	if len(c.Decode) == 0 {
-		return fmt.Errorf("at least one decode worker is required (--decode URL)")
+	if len(c.Decode) == 0 && len(c.DNS.Decode) == 0 {
+		return fmt.Errorf("at least one decode worker is required (--decode URL, or --decode-dns NAME)")
+	}
+	if err := c.DNS.check(); err != nil {
+		return err
 	}
 	for _, p := range c.Prefill {
 		if _, err := parseWorkerURL(p.URL); err != nil {

@@ -96,6 +96,9 @@ type Server struct {
 	// loads polls the workers' reported loads; nil when no policy weighs
 	// them.
 	loads *load.Poller
+	// dns finds workers in DNS (dnsmembers.go); nil when Config.DNS names
+	// none.
+	dns *dnsMembers
 
 	// ctx ends background work when Shutdown cancels it; bg waits for it.
 	ctx       context.Context
@@ -151,6 +154,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	s.buildRoutes()
 	s.buildRegistry(log)
 	s.buildChecker(log)
+	if err := s.buildDiscovery(log); err != nil {
+		return nil, err
+	}
 	if !cfg.NoPrewarm {
 		s.warm = newWarmer(s)
 	}
@@ -319,6 +325,7 @@ func (s *Server) startBackground() {
 			s.warm.keepWarm(s.cfg.BootstrapRefresh, s.ctx.Done())
 		}()
 	}
+	s.runDiscovery()
 }
 
 // buildRegistry sets up the bootstrap registry of the prefills. When one

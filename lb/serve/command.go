@@ -22,6 +22,7 @@ type Command struct {
 	Prefill  prefillFlags `help:"A prefill worker URL, optionally followed by its bootstrap port or 'none'; repeat for more. Without a port pdlb asks the worker's /server_info, and sends null until it knows." placeholder:"URL [PORT]" group:"workers"`
 	Decode   []string     `help:"A decode worker URL; repeat for more (or list them with commas)." placeholder:"URL" sep:"," group:"workers"`
 	Fallback []string     `help:"An aggregated (non-PD) SGLang worker for decode-only traffic, which gets the client's body unchanged; repeat for more (or list them with commas)." placeholder:"URL" sep:"," group:"workers"`
+	dnsFlags `embed:""`
 
 	Host        string `help:"Address to listen on." default:"0.0.0.0" group:"listen"`
 	Port        int    `help:"Port to listen on." default:"30000" type:"port" group:"listen"`
@@ -60,6 +61,7 @@ type Command struct {
 	ConnectTimeoutSecs      float64 `help:"Longest a new connection to a worker may take; a worker that does not accept in time counts as unreachable, and the request goes to another." default:"5" group:"timeouts"`
 	PoolIdleTimeoutSecs     float64 `help:"Close pooled worker connections idle this long; keep it below the workers' 5 s keep-alive." default:"4" group:"timeouts"`
 	ShutdownGracePeriodSecs int     `help:"On SIGTERM, how long in-flight requests and streams may finish before pdlb exits." default:"180" group:"timeouts"`
+	DrainTimeoutSecs        int     `help:"How long the requests and streams in flight on a worker removed at run time (gone from DNS) may finish before its connections close; 0: --shutdown-grace-period-secs." default:"0" group:"timeouts"`
 
 	DisableHealthCheck      bool   `help:"No active health checks: every worker counts as up, and a prefill whose bootstrap server cannot be reached stays selectable." group:"health"`
 	HealthCheckEndpoint     string `help:"Path probed with GET on every worker." default:"/health" group:"health"`
@@ -146,6 +148,12 @@ func (c *Command) Validate() error {
 	}
 	if c.PDMinPromptTokens < 0 {
 		return errors.New("--pd-min-prompt-tokens cannot be negative")
+	}
+	if c.DrainTimeoutSecs < 0 || c.ShutdownGracePeriodSecs < 0 {
+		return errors.New("--drain-timeout-secs and --shutdown-grace-period-secs cannot be negative")
+	}
+	if err := c.dnsFlags.validate(); err != nil {
+		return err
 	}
 	return c.checkRouting()
 }

@@ -103,6 +103,10 @@ func (c *Command) lbConfig() lb.Config {
 		PrefillDPPolicy:       c.PrefillDPPolicy,
 		NoPrewarm:             c.NoPrewarm,
 		WarmupTimeout:         time.Duration(c.WarmupTimeoutSecs) * time.Second,
+		DNS:                   c.dnsConfig(),
+		// A worker leaving gets what a shutdown gives the whole process,
+		// unless told otherwise (issue 23 §1).
+		DrainTimeout: time.Duration(cmp.Or(c.DrainTimeoutSecs, c.ShutdownGracePeriodSecs)) * time.Second,
 	}
 }
 
