@@ -97,6 +97,10 @@
 //     of its parallel info, every rank's address, readiness, last error),
 //     and which decode × prefill pairs are warm.
 //   - GET /metrics: Prometheus text (see Metrics).
+//   - /workers: sglang_router's worker API (workerapi.go). POST a spec
+//     (url; worker_type prefill, decode or regular: the fallback pool;
+//     bootstrap_port; api_key); GET each worker's health, breaker, dp_size,
+//     warmth, load, drain; GET, DELETE (drain) /workers/{worker_id}.
 //
 // The routes that ask workers give each 30 s to answer (/flush_cache its
 // ?timeout= more), and skip a worker that health checks find down: its
@@ -105,11 +109,10 @@
 // Every error pdlb produces itself is JSON: {"error": {"message", "type",
 // "code"}}, written by writeError with a reason from errors.go. Each
 // response carries an X-Request-Id: the client's, taken from the headers
-// --request-id-headers names when it is 1 to 128 printable ASCII
-// characters, or a new one. It is also sent to both workers as their only
-// X-Request-Id. A header whose name is not an RFC 9110 token ("X Evil:")
-// gets a 400. A chunked body's trailer fields are dropped, never
-// forwarded.
+// --request-id-headers names when it is 1 to 128 printable ASCII characters,
+// or a new one. It is also sent to both workers as their only X-Request-Id.
+// A header whose name is not an RFC 9110 token ("X Evil:") gets a 400. A
+// chunked body's trailer fields are dropped, never forwarded.
 //
 // A client that closes its connection while it waits, for a slot or for
 // its answer, has both calls cancelled and is logged with status 499. If
@@ -120,18 +123,18 @@
 //
 // # Operator routes
 //
-// /flush_cache, /bootstrap and /abort_request without a single rid act on
-// every client's requests, so they are for operators. With
-// --admin-api-key KEY they need "Authorization: Bearer KEY" on every
+// /flush_cache, /bootstrap, /abort_request without a single rid and the
+// worker API act on every client's requests, so they are for operators.
+// With --admin-api-key KEY they need "Authorization: Bearer KEY" on every
 // listener (401 without it); the key also opens the client routes that
 // --api-key guards. Without it they answer only on the --prometheus-port
 // and --pprof-addr listeners, and to loopback clients not forwarded by a
 // proxy (Forwarded, X-Forwarded-For, X-Real-Ip). Others get a 403 saying
-// how to enable them. --mini-lb keeps mini_lb's open routes when no admin
-// key is set, with a warning at start. The admin listeners bind 0.0.0.0
-// unless --prometheus-host says otherwise: keep them private, or set the
-// key. Behind a service mesh whose sidecar connects from loopback, set the
-// key.
+// how to enable them. --mini-lb keeps mini_lb's open routes (not the worker
+// API) when no admin key is set, with a warning at start. The admin
+// listeners bind 0.0.0.0 unless --prometheus-host says otherwise: keep them
+// private, or set the key. Behind a service mesh whose sidecar connects
+// from loopback, set the key.
 //
 // # Differences from mini_lb
 //
@@ -209,9 +212,8 @@
 //     request holds a buffer that large, which at thousands of streams is
 //     memory). Each is a flag.
 //
-// Not supported: the newest mini_lb's POST /pd_role_switch, which moves a
-// worker between the prefill and decode pools at run time. pdlb's pools
-// are fixed at start, so it answers 404.
+// Not supported: the newest mini_lb's POST /pd_role_switch (404); move a
+// worker between pools with DELETE and POST /workers instead.
 //
 // # Decode-only traffic
 //
@@ -289,19 +291,18 @@
 // of its pool out, with no fallback to go to, is answered as it is, not
 // retried into a 503.
 //
-// A request that fails before anything has reached the client is sent
-// again with a fresh room to a fresh pair, avoiding the workers that
-// failed it, until it has had --retry-max-retries attempts. Such failures
-// are: a worker that cannot be reached, a connection reset, a 5xx from
-// either leg, a stream whose first event is an error, and a prefill's 200
-// answer that a 5xx failure or an abort without a status ended (as a
-// prefill shutting down answers). Both workers of the pair are avoided
-// when the decode reports a failed KV transfer (KVTransferError: its
-// prefill died or cannot be reached). There is no retry once the client
-// has received bytes, nor after a 4xx (but for a refused DP rank, see
-// package bootstrap). Out of attempts, a worker's failed answer goes to
-// the client as it is, with a warning in the log naming its role, worker,
-// status and request ID.
+// A request that fails before anything has reached the client is sent again
+// with a fresh room to a fresh pair, avoiding the workers that failed it,
+// until it has had --retry-max-retries attempts. Such failures are: a worker
+// that cannot be reached, a connection reset, a 5xx from either leg, a
+// stream whose first event is an error, and a prefill's 200 answer that a
+// 5xx failure or an abort without a status ended (as a prefill shutting down
+// answers). Both workers of the pair are avoided when the decode reports a
+// failed KV transfer (KVTransferError: its prefill died or cannot be
+// reached). There is no retry once the client has received bytes, nor after
+// a 4xx (but for a refused DP rank, see package bootstrap). Out of attempts,
+// a worker's failed answer goes to the client as it is, with a warning in
+// the log naming its role, worker, status and request ID.
 //
 // A pooled connection that a worker dropped is detected on use, and the
 // request is resent once on a new connection, so the first request after
@@ -405,10 +406,9 @@
 //
 // With --access-log, each request ends with a "request" line: request_id,
 // route, status, took (not known for a request pdlb could not read whole),
-// the workers it went to (prefill and decode, or fallback, or decode
-// alone), stream, and pdlb's error if it answered one. It covers pdlb's
-// own refusals and the control routes, and is written at info level
-// whatever --log-level.
+// the workers it went to (prefill and decode, or fallback, or decode alone),
+// stream, and pdlb's error if it answered one. It covers pdlb's own refusals
+// and the control routes, and is written at info level whatever --log-level.
 //
 // Durations are milliseconds, as numbers with a fraction: took (the
 // request's time in pdlb, a stream's to its end), grace (the shutdown's

@@ -27,7 +27,7 @@ type operatorRule func(ctx *fasthttp.RequestCtx) bool
 // A new operator route (such as a worker API) is one line here.
 func operatorRuleOf(path string) operatorRule {
 	switch path {
-	case "/flush_cache", "/bootstrap":
+	case "/flush_cache", "/bootstrap", workersPath, workerPath:
 		return everyRequest
 	case "/abort_request":
 		// A client may abort its own request, by its rid.
@@ -102,7 +102,9 @@ func (s *Server) permit(ctx *fasthttp.RequestCtx, rt *route, requestID []byte, s
 			}
 			s.unauthorized(ctx, rt, requestID, start, what+" is for operators: send the header 'Authorization: Bearer <key>' with pdlb's --admin-api-key")
 			return false
-		case !s.cfg.OpenOperatorRoutes && !adminListener && !fromLoopback(ctx):
+		case !(s.cfg.OpenOperatorRoutes && !isWorkerRoute(rt.path)) && !adminListener && !fromLoopback(ctx):
+			// --mini-lb opens mini_lb's routes, never the worker API,
+			// which moves traffic (issue 23 §2).
 			s.refuse(ctx, rt, rt.path, requestID, start, fasthttp.StatusForbidden, reasonForbidden, forOperatorsOnly(ctx, what))
 			return false
 		}

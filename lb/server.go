@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -242,6 +243,10 @@ func (s *Server) buildRoutes() {
 		"/model_info", "/get_model_info", "/v1/models", "/metrics", "/bootstrap", "/readiness", "/liveness"} {
 		s.routes[p] = newRoute(s.ms, p, fasthttp.MethodGet, false)
 	}
+	for _, p := range []string{workersPath, workerPath} {
+		s.routes[p] = newRoute(s.ms, p, workerMethods(p), false)
+	}
+	s.routes[workersPath].readsBody = true // a POST's worker spec
 	s.notFound = newRoute(s.ms, "other", "", false)
 	s.unread = newRoute(s.ms, "unread", "", false)
 }
@@ -285,7 +290,7 @@ func (s *Server) ServeAdmin(ln net.Listener, pprof bool) error {
 		ReadBufferSize: s.cfg.MaxHeaderSize, MaxRequestBodySize: maxControlBody, Concurrency: adminMaxConnections,
 		Handler: func(ctx *fasthttp.RequestCtx) {
 			path := ctx.Path()
-			if op := s.routes[string(path)]; op != nil && op.forOperators != nil {
+			if op := s.routeOf(path); op != nil && op.forOperators != nil {
 				s.serve(ctx, op, true)
 				return
 			}
@@ -378,7 +383,30 @@ func (s *Server) bootstrapPort(p *Backend) int {
 
 // handle routes a request. Unknown paths and wrong methods get JSON errors.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	s.serve(ctx, s.routes[string(ctx.Path())], false)
+	s.serve(ctx, s.routeOf(ctx.Path()), false)
+}
+
+// routeOf is the route of path, nil for none: every /workers/{worker_id}
+// is one route.
+func (s *Server) routeOf(path []byte) *route {
+	if rt := s.routes[string(path)]; rt != nil || !bytes.HasPrefix(path, []byte(workersPath+"/")) {
+		return rt
+	}
+	return s.routes[workerPath]
+}
+
+// allows reports whether a request of method is rt's: one of the methods
+// rt.method lists, or HEAD where GET is.
+// It allocates nothing: every request asks.
+func (rt *route) allows(method []byte, head bool) bool {
+	for rest, more := rt.method, true; more; {
+		var m string
+		m, rest, more = strings.Cut(rest, ", ")
+		if m == string(method) || (head && m == fasthttp.MethodGet) {
+			return true
+		}
+	}
+	return false
 }
 
 // serve answers a request for rt, nil for a path pdlb does not serve;
@@ -407,15 +435,18 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, rt *route, adminListener bool) 
 	if !s.permit(ctx, rt, requestID, start, adminListener) {
 		return
 	}
-	method := ctx.Method()
-	if string(method) != rt.method && !(rt.method == fasthttp.MethodGet && ctx.IsHead()) {
+	if !rt.allows(ctx.Method(), ctx.IsHead()) {
 		s.methodNotAllowed(ctx, rt, requestID, start)
 		return
 	}
 	if rt.generate {
 		s.serveGenerate(ctx, rt, requestID, start)
 	} else {
-		s.serveControl(ctx, rt)
+		if isWorkerRoute(rt.path) {
+			s.serveWorkers(ctx, rt)
+		} else {
+			s.serveControl(ctx, rt)
+		}
 		if !rt.readsBody {
 			closeUnread(ctx)
 		}
