@@ -228,6 +228,12 @@ func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.
 		RetryIfErr:                    wire.RetryStaleConn,
 	}
 	b.hc.DialTimeout = wire.NewDialers(link.dialer.DialWorker, cfg.ConnectTimeout, link.quit).Dial
+	b.registerSeries(ms)
+	return b, nil
+}
+
+// registerSeries makes b's metric series in ms.
+func (b *Backend) registerSeries(ms *metrics.Set) {
 	labels := b.labels()
 	b.requests = ms.NewCounter(b.series1(`pdlb_backend_requests_total{` + labels + `}`))
 	b.errors = ms.NewCounter(b.series1(`pdlb_backend_errors_total{` + labels + `}`))
@@ -241,7 +247,6 @@ func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.
 	if b.breaker != nil {
 		b.ejections = ms.NewCounter(b.series1(`pdlb_backend_ejections_total{` + labels + `}`))
 	}
-	return b, nil
 }
 
 // labels are the labels of b's metric series.
