@@ -98,17 +98,7 @@ func (s *Snapshot) Known() bool {
 // not say. The caller then falls back to its own count of requests in
 // flight.
 func (s *Snapshot) Load() (int64, bool) {
-	if !s.Known() {
-		return 0, false
-	}
-	var sum int64
-	for i := range s.Ranks {
-		if s.Ranks[i].Reqs == Unknown {
-			return 0, false
-		}
-		sum += s.Ranks[i].Reqs
-	}
-	return sum, true
+	return s.sum(func(r *Rank) int64 { return r.Reqs })
 }
 
 // Others returns the requests running and waiting on the worker that were
@@ -125,17 +115,25 @@ func (s *Snapshot) Others() (int64, bool) {
 // Tokens returns the tokens in use and queued on the worker (TotalTokens
 // summed over its ranks), and false when it is unknown.
 func (s *Snapshot) Tokens() (int64, bool) {
+	return s.sum(func(r *Rank) int64 { return r.TotalTokens })
+}
+
+// sum adds up a count of every rank, and reports false when the load is
+// unknown or a rank did not say: a partial sum would make the worker look
+// lighter than it is.
+func (s *Snapshot) sum(count func(*Rank) int64) (int64, bool) {
 	if !s.Known() {
 		return 0, false
 	}
-	var sum int64
+	var total int64
 	for i := range s.Ranks {
-		if s.Ranks[i].TotalTokens == Unknown {
+		n := count(&s.Ranks[i])
+		if n == Unknown {
 			return 0, false
 		}
-		sum += s.Ranks[i].TotalTokens
+		total += n
 	}
-	return sum, true
+	return total, true
 }
 
 // Rank returns the report of DP rank dp, and false if s has none.
