@@ -169,7 +169,7 @@ func (r *Registry) publish(t *target, prev, st *State) {
 	t.logTransition(prev, st)
 	// The first refresh is news too: a target that has never been ready
 	// is now known not to be.
-	if (st.Generation != prev.Generation || prev.Updated.IsZero()) && r.cfg.OnChange != nil {
+	if (st.Generation != prev.Generation || prev.Updated.IsZero()) && r.cfg.OnChange != nil && !t.removed() {
 		r.cfg.OnChange(t.i, st)
 	}
 }
