@@ -90,6 +90,11 @@ type Server struct {
 	// pairs warm, nil when warm-up is off.
 	registry *bootstrap.Registry
 	warm     *warmer
+	// byIndex are the prefills by registry index (Backend.index), the
+	// draining ones included, for the registry's callbacks. indexMu
+	// guards it, and is held while a prefill joins (membership.go).
+	indexMu sync.Mutex
+	byIndex map[int]*Backend
 	// checker probes every worker; nil when active checks are off.
 	checker *health.Checker
 	// loads polls the workers' reported loads; nil when no policy weighs
@@ -315,8 +320,10 @@ func (s *Server) startBackground() {
 // becomes ready or changes, its pairs are warmed (again).
 func (s *Server) buildRegistry(log zerolog.Logger) {
 	targets := make([]bootstrap.Target, len(s.prefills.backends()))
+	s.byIndex = make(map[int]*Backend, len(targets))
 	for i, b := range s.prefills.backends() {
-		targets[i] = bootstrap.Target{APIAddr: b.addr, Host: b.host, Port: s.cfg.Prefill[i].BootstrapPort, TLS: b.hc.IsTLS}
+		targets[i] = registryTarget(b, s.cfg.Prefill[i].BootstrapPort)
+		s.byIndex[b.index] = b
 	}
 	s.registry = bootstrap.NewRegistry(bootstrap.Config{
 		Targets:         targets,
@@ -329,22 +336,32 @@ func (s *Server) buildRegistry(log zerolog.Logger) {
 		Log:             log.With().Str("component", "bootstrap").Logger(),
 		Now:             s.cfg.Now,
 		OnChange: func(i int, st *bootstrap.State) {
+			b := s.registered(i)
+			if b == nil {
+				return // gone for good
+			}
 			switch {
 			case st.Ready:
 				// Selection reads it from here (Backend.takes).
-				s.prefills.backends()[i].dpSize.Store(int32(st.Info.DPSize))
+				b.dpSize.Store(int32(st.Info.DPSize))
 			case !st.Updated.IsZero():
 				// Down, or registering anew: it may come back with
 				// other ranks, so none of its old ones is a reason to
 				// refuse a request.
-				s.prefills.backends()[i].dpSize.Store(0)
+				b.dpSize.Store(0)
 			}
-			s.followBootstrap(i, st)
+			s.followBootstrap(b, st)
 			if s.warm != nil && st.Ready {
-				s.warm.prewarm(s.prefills.backends()[i])
+				s.warm.prewarm(b)
 			}
 		},
 	})
+}
+
+// registryTarget is prefill b's target in the bootstrap registry, port its
+// bootstrap port (0: learned from its /server_info, else the default).
+func registryTarget(b *Backend, port int) bootstrap.Target {
+	return bootstrap.Target{APIAddr: b.addr, Host: b.host, Port: port, TLS: b.hc.IsTLS}
 }
 
 // bootstrapPort is the bootstrap_port sent for prefill p: the one given on
