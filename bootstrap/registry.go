@@ -192,11 +192,13 @@ type target struct {
 	refreshes *metrics.Counter
 	failures  *metrics.Counter
 	label     string        // of its metric series
+	port      atomic.Int32  // the port given: Target.Port, or SetPort's
 	gone      chan struct{} // closed by Remove
 	stop      func()        // ends its loop in Run; nil if none runs; guarded by Registry.mu
 
 	mu          sync.Mutex // serialises refreshes; guards the fields below
 	client      *Client    // of the bootstrap server last tried
+	given       int        // the port given as the last refresh began
 	learned     int        // port from /server_info or DefaultPort; 0 = ask again
 	learnedFrom string
 }
@@ -219,7 +221,8 @@ func NewRegistry(cfg Config) *Registry {
 }
 
 func (r *Registry) newTarget(i int, tc Target) *target {
-	t := &target{i: i, cfg: tc, poke: make(chan struct{}, 1), gone: make(chan struct{})}
+	t := &target{i: i, cfg: tc, poke: make(chan struct{}, 1), gone: make(chan struct{}), given: tc.Port}
+	t.port.Store(int32(tc.Port))
 	t.host = strings.TrimSuffix(strings.TrimPrefix(tc.Host, "["), "]")
 	if t.host == "" {
 		t.host, _, _ = net.SplitHostPort(tc.APIAddr)

@@ -79,6 +79,21 @@ func (r *Registry) Remove(i int) {
 	t.log.Info().Msg("no longer following the prefill's bootstrap server")
 }
 
+// SetPort changes the bootstrap port target i is given (0: unknown, asked
+// from /server_info), for a prefill that came back on another port, and
+// reports whether it changed. The next refresh, at once while Run runs,
+// reads the prefill there: its State keeps the old port until then, and
+// gets a new Generation if the port in use changes. It does nothing for a
+// removed target.
+func (r *Registry) SetPort(i, port int) bool {
+	t := r.target(i)
+	if t == nil || int(t.port.Swap(int32(port))) == port {
+		return false
+	}
+	r.Poke(i)
+	return true
+}
+
 // target returns target i, nil if it was removed, and panics if no target
 // ever had index i.
 func (r *Registry) target(i int) *target { return (*r.targets.Load())[i] }

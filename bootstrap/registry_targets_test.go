@@ -178,3 +178,30 @@ func TestRegistryRemoveSharedSeries(t *testing.T) {
 	}()
 	r.Remove(second)
 }
+
+// TestRegistrySetPort moves a target to another given port, then to none:
+// each refresh reads the prefill where it is now told to.
+func TestRegistrySetPort(t *testing.T) {
+	nw := fake.NewNetwork()
+	startPrefill(t, nw, prefillAPI, fake.Config{DPSize: 2, BootstrapAddr: "prefill-0:9100"})
+	r := newRegistry(nw, Config{Targets: []Target{{APIAddr: prefillAPI, Port: DefaultPort}}})
+	if err := r.Refresh(testContext(t), 0); err == nil {
+		t.Fatal("got no error from a port nothing listens on")
+	}
+	if !r.SetPort(0, 9100) || r.SetPort(0, 9100) {
+		t.Fatal("SetPort did not report one change, then none")
+	}
+	st := mustRefresh(t, r, 0)
+	if st.Port != 9100 || st.PortSource != PortFromCLI {
+		t.Errorf("got %+v; want port 9100 as given", st)
+	}
+	r.SetPort(0, 0)
+	again := mustRefresh(t, r, 0)
+	if again.Port != 9100 || again.PortSource != PortFromServerInfo || again.Generation != st.Generation {
+		t.Errorf("got %+v; want port 9100 from /server_info, generation %d (nothing else changed)", again, st.Generation)
+	}
+	r.Remove(0)
+	if r.SetPort(0, 1) {
+		t.Error("SetPort of a removed target reported a change")
+	}
+}

@@ -173,8 +173,8 @@ func (s *Server) pool(role string) *Pool {
 // addWorker adds the worker spec to the pool of role (rolePrefill,
 // roleDecode or roleFallback; spec.BootstrapPort counts for a prefill
 // only, 0 for unknown) and returns its backend. Adding a member again
-// changes nothing, even with another bootstrap port; adding one that
-// drains takes it back (see Membership above).
+// changes nothing but a prefill's bootstrap port; adding one that drains
+// takes it back (see Membership above).
 func (s *Server) addWorker(role string, spec PrefillSpec) (*Backend, error) {
 	p := s.pool(role)
 	if p == nil {
@@ -183,6 +183,7 @@ func (s *Server) addWorker(role string, spec PrefillSpec) (*Backend, error) {
 	s.membersMu.Lock()
 	defer s.membersMu.Unlock()
 	if b := p.find(trimURL(spec.URL)); b != nil {
+		s.repoint(b, spec.BootstrapPort)
 		return b, nil
 	}
 	if b := s.draining[role+" "+trimURL(spec.URL)]; b != nil {
@@ -190,6 +191,7 @@ func (s *Server) addWorker(role string, spec PrefillSpec) (*Backend, error) {
 		b.leaving.Store(false)
 		p.join(b)
 		s.joinWarm(b)
+		s.repoint(b, spec.BootstrapPort)
 		b.log.Info().Msg("worker taken back while it drained")
 		return b, nil
 	}
@@ -205,37 +207,6 @@ func (s *Server) addWorker(role string, spec PrefillSpec) (*Backend, error) {
 	s.joinWarm(b)
 	b.log.Info().Msg("worker added")
 	return b, nil
-}
-
-// register has the bootstrap registry follow b, when a prefill, with its
-// bootstrap port, and returns what lets the registry's callbacks run
-// again: call it once b has joined, so that the news of b (ready: warm
-// its pairs) finds it a member with its pairs. The registry reads b at
-// once, and may call back before Add returns.
-func (s *Server) register(b *Backend, port int) (joined func()) {
-	if b.role != rolePrefill {
-		return func() {}
-	}
-	s.indexMu.Lock()
-	b.index = s.registry.Add(registryTarget(b, port))
-	s.byIndex[b.index] = b
-	return s.indexMu.Unlock
-}
-
-// registered returns the prefill of registry index i, nil once it is gone
-// for good. It waits while a prefill joins (register).
-func (s *Server) registered(i int) *Backend {
-	s.indexMu.Lock()
-	defer s.indexMu.Unlock()
-	return s.byIndex[i]
-}
-
-// unregister has the registry forget prefill b, torn down.
-func (s *Server) unregister(b *Backend) {
-	s.indexMu.Lock()
-	defer s.indexMu.Unlock()
-	delete(s.byIndex, b.index)
-	s.registry.Remove(b.index)
 }
 
 // removeWorker takes the worker at url out of the pool of role at once,

@@ -349,3 +349,33 @@ func TestLastPrefillRemoved(t *testing.T) {
 		}
 	})
 }
+
+// TestPrefillBackOnAnotherPort has a prefill come back on another
+// bootstrap port, removed and added again as DNS discovery does: taken
+// back, it is read on its new port, and serves (issue 23 §1).
+func TestPrefillBackOnAnotherPort(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		p0, _ := h.pair(fake.Config{}, fake.Config{})
+		srv := h.start(defaultConfig())
+		h.waitBootstrap()
+		if err := p0.Close(); err != nil {
+			t.Fatal(err)
+		}
+		h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, BootstrapPort: 9001, KVTimeout: 5 * time.Second})
+		if err := srv.removeWorker(rolePrefill, "http://prefill-0:30000"); err != nil {
+			t.Fatal(err)
+		}
+		b, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-0:30000", BootstrapPort: 9001})
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if st := srv.registry.State(b.index); !st.Ready || st.Port != 9001 {
+			t.Fatalf("got registry state %+v; want ready on port 9001", st)
+		}
+		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+			t.Errorf("through the prefill on its new port: got %d %s; want 200", r.status, r.body)
+		}
+	})
+}
