@@ -68,23 +68,7 @@ func TestRegistryAddRemoveWhileRunning(t *testing.T) {
 		t.Errorf("got series %q; want the 4 of the added prefill, ready", got)
 	}
 
-	// A waiter on a target not ready is woken by its removal.
-	slow := r.Add(Target{APIAddr: "nowhere:30000"})
-	waited := make(chan error, 1)
-	go func() {
-		_, err := r.WaitReady(testContext(t), slow)
-		waited <- err
-	}()
-	r.Remove(slow)
-	select {
-	case err := <-waited:
-		if !errors.Is(err, ErrRemoved) {
-			t.Errorf("WaitReady of a target removed as it waited: got %v; want ErrRemoved", err)
-		}
-	case <-time.After(testDeadline):
-		t.Fatal("WaitReady did not return once its target was removed")
-	}
-
+	checkRemovalWakes(t, r, r.Add(Target{APIAddr: "nowhere:30000"}))
 	r.Remove(0)
 	checkRemoved(t, r, 0)
 	if got := seriesOf(set, prefillAPI); len(got) != 0 {
@@ -98,6 +82,26 @@ func TestRegistryAddRemoveWhileRunning(t *testing.T) {
 	// No loop is left for the removed targets; only Run waits.
 	closePrefill(t, p)
 	goleak.VerifyNone(t, append(leakOptions, before, goleak.IgnoreAnyFunction("pdlb/bootstrap.(*Registry).Run"))...)
+}
+
+// checkRemovalWakes removes target i, not ready, while WaitReady waits on
+// it, and checks that the waiter is told.
+func checkRemovalWakes(t *testing.T, r *Registry, i int) {
+	t.Helper()
+	waited := make(chan error, 1)
+	go func() {
+		_, err := r.WaitReady(testContext(t), i)
+		waited <- err
+	}()
+	r.Remove(i)
+	select {
+	case err := <-waited:
+		if !errors.Is(err, ErrRemoved) {
+			t.Errorf("WaitReady of a target removed as it waited: got %v; want ErrRemoved", err)
+		}
+	case <-time.After(testDeadline):
+		t.Fatal("WaitReady did not return once its target was removed")
+	}
 }
 
 // checkRemoved checks that removed target i answers as gone, at once.
