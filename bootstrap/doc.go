@@ -47,7 +47,8 @@
 // to one whose server has answered when there is one (a server that hangs
 // would hold the KV transfer). The request path only reads the cached
 // result. pdlb shows the registry on GET /bootstrap and in the
-// pdlb_bootstrap_* metrics.
+// pdlb_bootstrap_* metrics. Prefills join it and leave it at run time
+// (Registry.Add and Remove): one that joins is read at once.
 //
 // # DP ranks and the first-request bug
 //

@@ -42,12 +42,12 @@ func TestInconclusiveRefreshChangesNothing(t *testing.T) {
 	starved.Store(false)
 	ready := mustRefresh(t, r, 0)
 	starved.Store(true)
-	r.targets[0].closeIdleConnections()
+	r.target(0).closeIdleConnections()
 	if err := r.Refresh(testContext(t), 0); !errors.Is(err, syscall.EMFILE) {
 		t.Fatalf("got %v; want the dial's EMFILE", err)
 	}
 	if st := r.State(0); st != ready {
 		t.Fatalf("got state %+v; want the ready one kept", st)
 	}
-	r.targets[0].closeIdleConnections()
+	r.target(0).closeIdleConnections()
 }

@@ -77,8 +77,11 @@ func (r *Registry) fetch(ctx context.Context, t *target) (fetched, error) {
 // prefill's /server_info when neither the command line nor an earlier
 // refresh gave it.
 func (r *Registry) port(ctx context.Context, t *target) (int, string, error) {
-	if t.cfg.Port > 0 {
-		return t.cfg.Port, PortFromCLI, nil
+	if given := int(t.port.Load()); given != t.given {
+		t.given, t.learned, t.learnedFrom = given, 0, "" // SetPort
+	}
+	if t.given > 0 {
+		return t.given, PortFromCLI, nil
 	}
 	if t.learned > 0 {
 		return t.learned, t.learnedFrom, nil
@@ -169,7 +172,7 @@ func (r *Registry) publish(t *target, prev, st *State) {
 	t.logTransition(prev, st)
 	// The first refresh is news too: a target that has never been ready
 	// is now known not to be.
-	if (st.Generation != prev.Generation || prev.Updated.IsZero()) && r.cfg.OnChange != nil {
+	if (st.Generation != prev.Generation || prev.Updated.IsZero()) && r.cfg.OnChange != nil && !t.removed() {
 		r.cfg.OnChange(t.i, st)
 	}
 }

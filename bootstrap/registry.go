@@ -54,8 +54,8 @@ type Target struct {
 // Config configures a Registry. NewRegistry copies it; zero fields get
 // the documented defaults.
 type Config struct {
-	// Targets are the prefills to follow; index i of the Registry's
-	// methods is an index into Targets.
+	// Targets are the prefills to follow from the start, at indices 0 to
+	// len(Targets)-1 of the Registry's methods; Add follows more.
 	Targets []Target
 	// Dial connects to an address ("host:port"). Nil means TCP, over IPv4
 	// and IPv6.
@@ -94,7 +94,8 @@ type Config struct {
 	// pdlb_bootstrap_dp_size (the last known dp_size, 0 before the first
 	// ready refresh), pdlb_bootstrap_refreshes_total and
 	// pdlb_bootstrap_refresh_failures_total. Targets sharing an APIAddr
-	// share them. Nil means none are exported.
+	// share them; Remove unregisters them with the last of those. Nil
+	// means none are exported.
 	Metrics *metrics.Set
 	// Log receives state transitions (info, warn) and failed retries
 	// (debug). The zero value discards them.
@@ -158,11 +159,25 @@ type State struct {
 // Registry follows the bootstrap servers of a set of prefills: it learns
 // each one's bootstrap port, parallel info and rank addresses, and keeps
 // them fresh (see the package documentation, The registry). Create it with
-// NewRegistry; all methods are safe for concurrent use. Methods taking a
-// target index i panic unless 0 <= i < len(Config.Targets).
+// NewRegistry; the set changes with Add and Remove (registry_targets.go).
+// All methods are safe for concurrent use. Methods taking a target index i
+// panic unless Config.Targets or Add gave i; a removed index answers as a
+// target that is not ready and never will be.
 type Registry struct {
-	cfg     Config
-	targets []*target
+	cfg Config
+	// targets are the targets by index, nil where one was removed:
+	// replaced whole on every change (copy on write, under mu), read
+	// without a lock.
+	targets atomic.Pointer[[]*target]
+	// removed is the State of every removed index.
+	removed *State
+
+	mu sync.Mutex // serialises Add, Remove and Run's start and end; guards the fields below
+	// running are Run's loops; nil while Run does not run.
+	running *loops
+	// series are the metric series by label, shared by the targets of one
+	// APIAddr.
+	series map[string]*labelSeries
 }
 
 // target is the registry's view of one prefill.
@@ -176,9 +191,14 @@ type target struct {
 	poke      chan struct{} // buffered: a pending Poke
 	refreshes *metrics.Counter
 	failures  *metrics.Counter
+	label     string        // of its metric series
+	port      atomic.Int32  // the port given: Target.Port, or SetPort's
+	gone      chan struct{} // closed by Remove
+	stop      func()        // ends its loop in Run; nil if none runs; guarded by Registry.mu
 
 	mu          sync.Mutex // serialises refreshes; guards the fields below
 	client      *Client    // of the bootstrap server last tried
+	given       int        // the port given as the last refresh began
 	learned     int        // port from /server_info or DefaultPort; 0 = ask again
 	learnedFrom string
 }
@@ -187,15 +207,22 @@ type target struct {
 // until its first refresh. It contacts nothing: call Run, or Refresh.
 func NewRegistry(cfg Config) *Registry {
 	cfg = cfg.withDefaults()
-	r := &Registry{cfg: cfg, targets: make([]*target, len(cfg.Targets))}
-	for i, tc := range cfg.Targets {
-		r.targets[i] = r.newTarget(i, tc)
+	r := &Registry{
+		cfg:     cfg,
+		removed: &State{Err: "prefill removed from the registry", next: make(chan struct{})},
+		series:  map[string]*labelSeries{},
 	}
+	all := make([]*target, len(cfg.Targets))
+	for i, tc := range cfg.Targets {
+		all[i] = r.newTarget(i, tc)
+	}
+	r.targets.Store(&all)
 	return r
 }
 
 func (r *Registry) newTarget(i int, tc Target) *target {
-	t := &target{i: i, cfg: tc, poke: make(chan struct{}, 1)}
+	t := &target{i: i, cfg: tc, poke: make(chan struct{}, 1), gone: make(chan struct{}), given: tc.Port}
+	t.port.Store(int32(tc.Port))
 	t.host = strings.TrimSuffix(strings.TrimPrefix(tc.Host, "["), "]")
 	if t.host == "" {
 		t.host, _, _ = net.SplitHostPort(tc.APIAddr)
@@ -220,25 +247,8 @@ func (r *Registry) newTarget(i int, tc Target) *target {
 		st.Port, st.PortSource = tc.Port, PortFromCLI
 	}
 	t.state.Store(st)
-	t.registerMetrics(r.cfg.Metrics)
+	r.registerMetrics(t)
 	return t
-}
-
-// registerMetrics creates t's metrics in set. The gauges read t's State
-// when scraped, so only the counters are updated by refreshes.
-func (t *target) registerMetrics(set *metrics.Set) {
-	label := `{prefill="` + escapeLabel(t.cfg.APIAddr) + `"}`
-	set.GetOrCreateGauge("pdlb_bootstrap_ready"+label, func() float64 {
-		if t.state.Load().Ready {
-			return 1
-		}
-		return 0
-	})
-	set.GetOrCreateGauge("pdlb_bootstrap_dp_size"+label, func() float64 {
-		return float64(t.state.Load().Info.DPSize)
-	})
-	t.refreshes = set.GetOrCreateCounter("pdlb_bootstrap_refreshes_total" + label)
-	t.failures = set.GetOrCreateCounter("pdlb_bootstrap_refresh_failures_total" + label)
 }
 
 // escapeLabel escapes a Prometheus label value.
@@ -248,13 +258,20 @@ func escapeLabel(s string) string {
 
 // State returns the latest snapshot of target i, never nil. It takes no
 // lock and does not allocate, so the request path may call it.
-func (r *Registry) State(i int) *State { return r.targets[i].state.Load() }
+func (r *Registry) State(i int) *State {
+	if t := r.target(i); t != nil {
+		return t.state.Load()
+	}
+	return r.removed
+}
 
-// Snapshot returns the latest State of every target, in Targets order.
+// Snapshot returns the latest State of every index, in index order, the
+// removed ones' included.
 func (r *Registry) Snapshot() []*State {
-	all := make([]*State, len(r.targets))
-	for i, t := range r.targets {
-		all[i] = t.state.Load()
+	targets := *r.targets.Load()
+	all := make([]*State, len(targets))
+	for i := range targets {
+		all[i] = r.State(i)
 	}
 	return all
 }
@@ -267,7 +284,11 @@ func (r *Registry) Snapshot() []*State {
 // about the prefill. Refreshes of one target are
 // serialised; a call in flight ends by ctx's deadline or Config.Timeout.
 func (r *Registry) Refresh(ctx context.Context, i int) error {
-	return r.refresh(ctx, r.targets[i])
+	t := r.target(i)
+	if t == nil {
+		return ErrRemoved
+	}
+	return r.refresh(ctx, t)
 }
 
 // Recheck refreshes target i as Refresh does, unless a State newer than
@@ -278,7 +299,10 @@ func (r *Registry) Refresh(ctx context.Context, i int) error {
 // publishes a State, changed or not, so callers queued behind one do not
 // refresh again.
 func (r *Registry) Recheck(ctx context.Context, i int, seen *State) error {
-	t := r.targets[i]
+	t := r.target(i)
+	if t == nil {
+		return ErrRemoved
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.state.Load() != seen {
@@ -289,10 +313,15 @@ func (r *Registry) Recheck(ctx context.Context, i int, seen *State) error {
 
 // Poke asks Run to refresh target i now, for example after a request to it
 // failed. It never blocks; pokes made while one is pending merge, and a
-// poke made while Run is not running waits for it.
+// poke made while Run is not running waits for it. A removed target's
+// poke does nothing.
 func (r *Registry) Poke(i int) {
+	t := r.target(i)
+	if t == nil {
+		return
+	}
 	select {
-	case r.targets[i].poke <- struct{}{}:
+	case t.poke <- struct{}{}:
 	default:
 	}
 }
@@ -300,9 +329,14 @@ func (r *Registry) Poke(i int) {
 // WaitReady returns target i's State as soon as it is ready, at once if it
 // already is. When ctx ends first it returns the latest State, not ready,
 // and an error wrapping ctx.Err() with the target's last error. It wakes
-// only when a new State is published; any number may wait.
+// only when a new State is published; any number may wait. For a target
+// removed, before or while it waits, it returns the removed State and an
+// error wrapping ErrRemoved at once.
 func (r *Registry) WaitReady(ctx context.Context, i int) (*State, error) {
-	t := r.targets[i]
+	t := r.target(i)
+	if t == nil {
+		return r.removed, fmt.Errorf("prefill target %d: %w", i, ErrRemoved)
+	}
 	for {
 		st := t.state.Load()
 		if st.Ready {
@@ -310,6 +344,8 @@ func (r *Registry) WaitReady(ctx context.Context, i int) (*State, error) {
 		}
 		select {
 		case <-st.next:
+		case <-t.gone:
+			return r.removed, fmt.Errorf("prefill %s: %w", t.cfg.APIAddr, ErrRemoved)
 		case <-ctx.Done():
 			st = t.state.Load()
 			if st.Ready {
@@ -324,18 +360,30 @@ func (r *Registry) WaitReady(ctx context.Context, i int) (*State, error) {
 // is ready, or with backoff from RetryMin to RetryMax while it is not, and
 // at once when poked. It returns once stop is closed and every refresh it
 // started has ended (at most Config.Timeout later), leaving no goroutine
-// and no idle connection behind. Call it at most once at a time.
+// and no idle connection behind. A target added while it runs is followed
+// from then on, refreshed at once; a target removed is followed no more.
+// Call it at most once at a time.
 func (r *Registry) Run(stop <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, t := range r.targets {
-		wg.Go(func() { r.follow(ctx, t) })
+	run := &loops{ctx: ctx}
+	r.mu.Lock()
+	r.running = run
+	for _, t := range *r.targets.Load() {
+		if t != nil {
+			r.startLoop(t)
+		}
 	}
+	r.mu.Unlock()
 	<-stop
+	r.mu.Lock()
+	r.running = nil // Add starts no loop from here on
+	r.mu.Unlock()
 	cancel()
-	wg.Wait()
-	for _, t := range r.targets {
-		t.closeIdleConnections()
+	run.wg.Wait()
+	for _, t := range *r.targets.Load() {
+		if t != nil {
+			t.closeIdleConnections()
+		}
 	}
 }
 

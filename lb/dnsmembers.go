@@ -79,8 +79,7 @@ type dnsMembers struct {
 	// kept counts the answers not taken, each keeping a name's last good
 	// workers (discovery.Config.Kept). added and removed count the
 	// workers a change added and removed through the membership path;
-	// failed, those it refused (a prefill, until prefills may join at run
-	// time).
+	// failed, those it refused.
 	kept, added, removed, failed *metrics.Counter
 }
 

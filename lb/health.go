@@ -67,11 +67,10 @@ func (s *Server) healthTarget(b *Backend) health.Target {
 // followBootstrap keeps a prefill out of selection while its bootstrap
 // server cannot be reached or is not fully registered: no KV transfer can
 // go through it. Before its first refresh, a prefill counts as up.
-func (s *Server) followBootstrap(i int, st *bootstrap.State) {
+func (s *Server) followBootstrap(b *Backend, st *bootstrap.State) {
 	if s.cfg.HealthCheck.Disable {
 		return
 	}
-	b := s.prefills.backends()[i]
 	down := !st.Ready && !st.Updated.IsZero()
 	if b.bootstrapDown.Swap(down) != down && down {
 		b.log.Warn().Str("error", st.Err).Msg("taking the prefill out of selection: its bootstrap server is not ready")

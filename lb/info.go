@@ -415,8 +415,8 @@ func (s *Server) serveBootstrap(ctx *fasthttp.RequestCtx) {
 		PrefillDPPolicy string            `json:"prefill_dp_policy"`
 		Prefills        []bootstrapStatus `json:"prefills"`
 	}{Prewarm: s.warm != nil, PrefillDPPolicy: s.cfg.PrefillDPPolicy}
-	for i, b := range s.prefills.backends() {
-		st := s.registry.State(i)
+	for _, b := range s.prefills.backends() {
+		st := s.registry.State(b.index)
 		bs := bootstrapStatus{
 			URL: b.url, Bootstrap: net.JoinHostPort(b.host, strconv.Itoa(st.Port)), Ready: st.Ready,
 			Port: st.Port, PortSource: st.PortSource, Ranks: st.Ranks, Error: st.Err,

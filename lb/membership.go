@@ -35,22 +35,27 @@ import (
 // own, taken when it joins and given back when it leaves: the health
 // checker's target (Backend.probe, health.Checker.Add/Remove), the load
 // poller's address (load.Poller.Add/Remove), and for a prefill the
-// bootstrap registry's target (Backend.index). Warm pairs are kept by
-// prefill and decode (warmer.pairs).
+// bootstrap registry's target (Backend.index, never given twice, so that
+// a request in flight on a prefill gone reads it gone, not another's port;
+// the registry's callbacks find the prefill in Server.byIndex). Warm pairs
+// are kept by prefill and decode (warmer.pairs).
 //
 // A worker added is health-checked from the checker's next round; it
 // takes plain traffic at once (a worker not yet probed counts as up, as at
 // startup) unless a probe finds it down. A prefill's bootstrap info is
-// learned by the registry, and its pairs warmed, before a request that
-// needs warmth (one naming a DP rank) goes through it: such requests wait
-// for their pair (warmer.ensure), as they do at startup.
+// learned by the registry (its bootstrap port, when not given, from its
+// /server_info, as at startup), and its pairs warmed once it is ready,
+// before a request that needs warmth (one naming a DP rank) goes through
+// it: such requests wait for their pair (warmer.ensure), as they do at
+// startup. The registry's callbacks for a prefill that joins wait until
+// it is a member with its pairs (register).
 //
 // A worker removed is marked leaving first, so that no pick takes it,
 // even one that read the pool before (Backend.available); then it leaves
 // members, and the policies forget it. Its requests and streams in flight
 // go on: the drain waits until none is left, up to Config.DrainTimeout,
-// then closes its idle connections, and unregisters its metric series and
-// health target. A worker added again while it drains is the same
+// then closes its idle connections, and unregisters its metric series,
+// health target and, for a prefill, registry target. A worker added again while it drains is the same
 // Backend, taken back: nothing of it was torn down, and clients see no
 // change (remove then re-add is a no-op). Added again after its drain, it
 // is a new Backend with fresh series.
@@ -167,21 +172,18 @@ func (s *Server) pool(role string) *Pool {
 
 // addWorker adds the worker spec to the pool of role (rolePrefill,
 // roleDecode or roleFallback; spec.BootstrapPort counts for a prefill
-// only) and returns its backend. Adding a member again changes nothing;
-// adding one that drains takes it back (see Membership above).
+// only, 0 for unknown) and returns its backend. Adding a member again
+// changes nothing but a prefill's bootstrap port; adding one that drains
+// takes it back (see Membership above).
 func (s *Server) addWorker(role string, spec PrefillSpec) (*Backend, error) {
 	p := s.pool(role)
 	if p == nil {
 		return nil, fmt.Errorf("unknown worker role %q", role)
 	}
-	if role == rolePrefill {
-		// The bootstrap registry and the warm pairs do not follow prefills
-		// that join at run time yet (issue 23).
-		return nil, fmt.Errorf("cannot add prefill %s at run time yet", spec.URL)
-	}
 	s.membersMu.Lock()
 	defer s.membersMu.Unlock()
 	if b := p.find(trimURL(spec.URL)); b != nil {
+		s.repoint(b, spec.BootstrapPort)
 		return b, nil
 	}
 	if b := s.draining[role+" "+trimURL(spec.URL)]; b != nil {
@@ -189,6 +191,7 @@ func (s *Server) addWorker(role string, spec PrefillSpec) (*Backend, error) {
 		b.leaving.Store(false)
 		p.join(b)
 		s.joinWarm(b)
+		s.repoint(b, spec.BootstrapPort)
 		b.log.Info().Msg("worker taken back while it drained")
 		return b, nil
 	}
@@ -196,6 +199,8 @@ func (s *Server) addWorker(role string, spec PrefillSpec) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invalid %s URL: %w", role, err)
 	}
+	joined := s.register(b, spec.BootstrapPort)
+	defer joined()
 	s.check(b)
 	s.pollLoad(p, b)
 	p.join(b)
@@ -211,9 +216,6 @@ func (s *Server) removeWorker(role, url string) error {
 	p := s.pool(role)
 	if p == nil {
 		return fmt.Errorf("unknown worker role %q", role)
-	}
-	if role == rolePrefill {
-		return fmt.Errorf("cannot remove prefill %s at run time yet", url)
 	}
 	s.membersMu.Lock()
 	defer s.membersMu.Unlock()
@@ -279,6 +281,9 @@ func (s *Server) teardown(p *Pool, b *Backend) {
 	}
 	if p.loads != nil && s.polledBackend(b.addr) == nil {
 		p.loads.Remove(b.addr)
+	}
+	if b.role == rolePrefill {
+		s.unregister(b)
 	}
 	b.hc.CloseIdleConnections()
 	for _, name := range b.series {

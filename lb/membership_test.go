@@ -168,3 +168,214 @@ func TestRemovedDecodeDrainTimeout(t *testing.T) {
 		<-done
 	})
 }
+
+// TestPrefillsComeAndGo replaces the prefill at run time by one whose
+// bootstrap port pdlb learns from its /server_info: plain requests go
+// there, and one naming disagg_prefill_dp_rank, sent before the registry
+// has read it, waits for its pair's warm-up (the decode has the
+// first-request bug) and succeeds; a prefill added with no request has
+// its pairs warmed once ready (issue 23 §1).
+func TestPrefillsComeAndGo(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		p0, _ := h.dpPair()
+		p1 := h.fake("prefill-1:30000", fake.Config{Role: fake.RolePrefill, DPSize: 4, BootstrapPort: 9001, KVTimeout: 5 * time.Second})
+		srv := h.start(warmConfig())
+		h.waitBootstrap()
+		synctest.Wait() // prefill-0's pair is warm
+		if err := srv.removeWorker(rolePrefill, "http://prefill-0:30000"); err != nil {
+			t.Fatal(err)
+		}
+		b1, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-1:30000"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := h.post("/generate", `{"text": "a", "disagg_prefill_dp_rank": 1}`); r.status != fasthttp.StatusOK {
+			t.Fatalf("a DP request through the added prefill: got %d %s; want 200 once its pair is warm", r.status, r.body)
+		}
+		if pr := srv.warm.pair(b1, srv.decodes.backends()[0]); !srv.warm.isWarm(pr) {
+			t.Error("the added prefill's pair is not warm")
+		}
+		if st := srv.registry.State(b1.index); !st.Ready || st.Port != 9001 || st.PortSource != "server_info" {
+			t.Errorf("the added prefill's registry state: got %+v; want ready on port 9001, from /server_info", st)
+		}
+		if r := h.post("/generate", `{"text": "b"}`); r.status != fasthttp.StatusOK {
+			t.Errorf("a plain request through the added prefill: got %d %s; want 200", r.status, r.body)
+		}
+		// The warm-up's one request per decode DP rank, and the two above.
+		if got := p1.Stats().GenerateRequests; got != 4+2 {
+			t.Errorf("the added prefill got %d generations; want 6", got)
+		}
+		if got := p0.Stats().GenerateRequests; got != 4 {
+			t.Errorf("the removed prefill got %d generations; want its 4 warm-ups only", got)
+		}
+
+		// Unasked, a prefill's pairs are warmed once the registry has read it.
+		h.fake("prefill-2:30000", fake.Config{Role: fake.RolePrefill, DPSize: 4, KVTimeout: 5 * time.Second})
+		b2, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-2:30000", BootstrapPort: 8998})
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if pr := srv.warm.pair(b2, srv.decodes.backends()[0]); !srv.warm.isWarm(pr) {
+			t.Error("the pair of a prefill added at run time was not warmed once it was ready")
+		}
+	})
+}
+
+// TestRemovedPrefillDrains removes a prefill while a request is in flight
+// on it: the request finishes, no new one reaches it, its series (its
+// registry's included) go after the drain; added back, it is a new
+// backend with a new registry target (issue 23 §1).
+func TestRemovedPrefillDrains(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		const delay = 10 * time.Second
+		p0, _ := h.pair(fake.Config{PrefillDelay: delay}, fake.Config{})
+		h.fake("prefill-1:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 5 * time.Second})
+		srv := h.start(defaultConfig())
+		b0 := srv.prefills.backends()[0]
+
+		done := make(chan reply, 1)
+		go func() { r, _ := h.tryDo(fasthttp.MethodPost, "/generate", `{"text": "a"}`); done <- r }()
+		synctest.Wait()
+		if got := b0.inflight.Load(); got != 1 {
+			t.Fatalf("prefill-0 in flight: got %d; want 1", got)
+		}
+		if _, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-1:30000", BootstrapPort: 8998}); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.removeWorker(rolePrefill, "http://prefill-0:30000"); err != nil {
+			t.Fatal(err)
+		}
+		if r := h.post("/generate", `{"text": "b"}`); r.status != fasthttp.StatusOK {
+			t.Errorf("after the removal: got %d %s; want 200 from prefill-1", r.status, r.body)
+		}
+		for _, name := range []string{`backend="prefill-0:30000"`, `pdlb_bootstrap_ready{prefill="prefill-0:30000"}`} {
+			if !h.hasSeries(name) {
+				t.Errorf("the series %s went before the drain", name)
+			}
+		}
+
+		time.Sleep(delay) // the bubble's clock: the request in flight ends
+		if r := <-done; r.status != fasthttp.StatusOK {
+			t.Errorf("request in flight on the removed prefill: got %d %s; want 200", r.status, r.body)
+		}
+		time.Sleep(drainPoll)
+		synctest.Wait()
+		for _, name := range []string{`backend="prefill-0:30000"`, `prefill="prefill-0:30000"`} {
+			if h.hasSeries(name) {
+				t.Errorf("the series %s outlived the drain", name)
+			}
+		}
+		if got := p0.Stats().GenerateRequests; got != 1 {
+			t.Errorf("prefill-0 got %d generations; want 1 (none after its removal)", got)
+		}
+		if st := srv.registry.State(b0.index); st.Ready {
+			t.Errorf("the drained prefill's registry state: got %+v; want it gone", st)
+		}
+
+		again, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-0:30000", BootstrapPort: 8998})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again == b0 || again.index == b0.index {
+			t.Fatalf("prefill-0 added back after its drain: got backend %p index %d; want a new backend and index", again, again.index)
+		}
+		synctest.Wait()
+		if !srv.registry.State(again.index).Ready || !h.hasSeries(`pdlb_bootstrap_ready{prefill="prefill-0:30000"} 1`) {
+			t.Error("prefill-0 added back is not followed by the registry")
+		}
+	})
+}
+
+// TestPrefillTakenBack takes a prefill back while it drains: the same
+// backend and registry target, still ready.
+func TestPrefillTakenBack(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{PrefillDelay: time.Second}, fake.Config{})
+		srv := h.start(defaultConfig())
+		h.waitBootstrap()
+		b := srv.prefills.backends()[0]
+		done := make(chan reply, 1)
+		go func() { r, _ := h.tryDo(fasthttp.MethodPost, "/generate", `{"text": "a"}`); done <- r }()
+		synctest.Wait()
+		if err := srv.removeWorker(rolePrefill, b.url); err != nil {
+			t.Fatal(err)
+		}
+		again, err := srv.addWorker(rolePrefill, PrefillSpec{URL: b.url, BootstrapPort: 8998})
+		if err != nil || again != b {
+			t.Fatalf("got %p, %v; want the draining backend %p back", again, err, b)
+		}
+		if r := <-done; r.status != fasthttp.StatusOK {
+			t.Errorf("request in flight: got %d %s; want 200", r.status, r.body)
+		}
+		time.Sleep(drainPoll)
+		synctest.Wait()
+		if !srv.registry.State(b.index).Ready || !h.hasSeries(`pdlb_bootstrap_ready{prefill="prefill-0:30000"} 1`) {
+			t.Error("the prefill taken back lost its registry target")
+		}
+		if r := h.post("/generate", `{"text": "b"}`); r.status != fasthttp.StatusOK {
+			t.Errorf("after taking it back: got %d %s; want 200", r.status, r.body)
+		}
+	})
+}
+
+// TestLastPrefillRemoved empties the prefill pool: without a fallback
+// pool, a request gets a 503 naming the empty prefill pool; with one
+// (added at run time), it goes there.
+func TestLastPrefillRemoved(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		fb := h.fake("fallback-0:30020", fake.Config{})
+		srv := h.start(defaultConfig())
+		if err := srv.removeWorker(rolePrefill, "http://prefill-0:30000"); err != nil {
+			t.Fatal(err)
+		}
+		r := h.post("/generate", `{"text": "a"}`)
+		if r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(string(r.body), "the prefill pool has no workers") {
+			t.Errorf("no prefill, no fallback: got %d %s; want 503 naming the empty prefill pool", r.status, r.body)
+		}
+		if _, err := srv.addWorker(roleFallback, PrefillSpec{URL: "http://fallback-0:30020"}); err != nil {
+			t.Fatal(err)
+		}
+		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+			t.Errorf("no prefill, a fallback: got %d %s; want 200 from the fallback", r.status, r.body)
+		}
+		if got := fb.Stats().GenerateRequests; got != 1 {
+			t.Errorf("the fallback got %d generations; want 1", got)
+		}
+	})
+}
+
+// TestPrefillBackOnAnotherPort has a prefill come back on another
+// bootstrap port, removed and added again as DNS discovery does: taken
+// back, it is read on its new port, and serves (issue 23 §1).
+func TestPrefillBackOnAnotherPort(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		p0, _ := h.pair(fake.Config{}, fake.Config{})
+		srv := h.start(defaultConfig())
+		h.waitBootstrap()
+		if err := p0.Close(); err != nil {
+			t.Fatal(err)
+		}
+		h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, BootstrapPort: 9001, KVTimeout: 5 * time.Second})
+		if err := srv.removeWorker(rolePrefill, "http://prefill-0:30000"); err != nil {
+			t.Fatal(err)
+		}
+		b, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-0:30000", BootstrapPort: 9001})
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if st := srv.registry.State(b.index); !st.Ready || st.Port != 9001 {
+			t.Fatalf("got registry state %+v; want ready on port 9001", st)
+		}
+		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+			t.Errorf("through the prefill on its new port: got %d %s; want 200", r.status, r.body)
+		}
+	})
+}

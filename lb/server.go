@@ -90,6 +90,11 @@ type Server struct {
 	// pairs warm, nil when warm-up is off.
 	registry *bootstrap.Registry
 	warm     *warmer
+	// byIndex are the prefills by registry index (Backend.index), the
+	// draining ones included, for the registry's callbacks. indexMu
+	// guards it, and is held while a prefill joins (membership.go).
+	indexMu sync.Mutex
+	byIndex map[int]*Backend
 	// checker probes every worker; nil when active checks are off.
 	checker *health.Checker
 	// loads polls the workers' reported loads; nil when no policy weighs
@@ -309,52 +314,4 @@ func (s *Server) startBackground() {
 		}()
 	}
 	s.runDiscovery()
-}
-
-// buildRegistry sets up the bootstrap registry of the prefills. When one
-// becomes ready or changes, its pairs are warmed (again).
-func (s *Server) buildRegistry(log zerolog.Logger) {
-	targets := make([]bootstrap.Target, len(s.prefills.backends()))
-	for i, b := range s.prefills.backends() {
-		targets[i] = bootstrap.Target{APIAddr: b.addr, Host: b.host, Port: s.cfg.Prefill[i].BootstrapPort, TLS: b.hc.IsTLS}
-	}
-	s.registry = bootstrap.NewRegistry(bootstrap.Config{
-		Targets:         targets,
-		Dial:            s.link.dialer.Dial,
-		Authorization:   s.workerAuthorization(),
-		APITLS:          s.cfg.WorkerTLS,
-		RefreshInterval: s.cfg.BootstrapRefresh,
-		Inconclusive:    health.OutOfResources, // pdlb's own shortage says nothing of a prefill (issue 19)
-		Metrics:         s.ms,
-		Log:             log.With().Str("component", "bootstrap").Logger(),
-		Now:             s.cfg.Now,
-		OnChange: func(i int, st *bootstrap.State) {
-			switch {
-			case st.Ready:
-				// Selection reads it from here (Backend.takes).
-				s.prefills.backends()[i].dpSize.Store(int32(st.Info.DPSize))
-			case !st.Updated.IsZero():
-				// Down, or registering anew: it may come back with
-				// other ranks, so none of its old ones is a reason to
-				// refuse a request.
-				s.prefills.backends()[i].dpSize.Store(0)
-			}
-			s.followBootstrap(i, st)
-			if s.warm != nil && st.Ready {
-				s.warm.prewarm(s.prefills.backends()[i])
-			}
-		},
-	})
-}
-
-// bootstrapPort is the bootstrap_port sent for prefill p: the one given on
-// the command line or learned from its /server_info, or the default one
-// once the registry has reached it there; 0 (sent as null, as mini_lb
-// does) before.
-func (s *Server) bootstrapPort(p *Backend) int {
-	st := s.registry.State(p.index)
-	if st.PortSource == "default" && !st.Ready {
-		return 0
-	}
-	return st.Port
 }

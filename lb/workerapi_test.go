@@ -217,17 +217,28 @@ func TestWorkerAPIBadSpecs(t *testing.T) {
 	})
 }
 
-// TestWorkerAPIPassesMembershipErrors: adding a prefill answers the
-// membership path's error as JSON (prefills cannot join at run time yet).
-func TestWorkerAPIPassesMembershipErrors(t *testing.T) {
+// TestWorkerAPIAddsAPrefill: a prefill POSTed joins at run time, followed
+// by the bootstrap registry on the port given, and serves.
+func TestWorkerAPIAddsAPrefill(t *testing.T) {
 	inBubble(t, func(t *testing.T) {
 		h := newHarness(t)
 		h.pair(fake.Config{}, fake.Config{})
-		h.start(adminConfig())
-		r := h.post(workersPath, `{"url": "http://prefill-1:30000", "worker_type": "prefill", "bootstrap_port": 8998}`, "Authorization", adminAuth)
-		msg := gjson.GetBytes(r.body, "error.message").String()
-		if r.status != fasthttp.StatusBadRequest || !strings.Contains(msg, "cannot add worker http://prefill-1:30000: cannot add prefill") {
-			t.Errorf("POST of a prefill: got %d %s; want 400 with the membership path's error", r.status, r.body)
+		p1 := h.fake("prefill-1:30000", fake.Config{Role: fake.RolePrefill, BootstrapPort: 9001, KVTimeout: 5 * time.Second})
+		srv := h.start(adminConfig())
+		r := h.post(workersPath, `{"url": "http://prefill-1:30000", "worker_type": "prefill", "bootstrap_port": 9001}`, "Authorization", adminAuth)
+		if r.status != fasthttp.StatusAccepted {
+			t.Fatalf("POST of a prefill: got %d %s; want 202", r.status, r.body)
+		}
+		if err := srv.removeWorker(rolePrefill, "http://prefill-0:30000"); err != nil {
+			t.Fatal(err)
+		}
+		b := srv.prefills.find("http://prefill-1:30000")
+		synctest.Wait()
+		if b == nil || srv.registry.State(b.index).Port != 9001 {
+			t.Fatalf("the prefill POSTed is not followed on its bootstrap port 9001")
+		}
+		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK || p1.Stats().GenerateRequests != 1 {
+			t.Errorf("through the prefill POSTed: got %d %s; want 200", r.status, r.body)
 		}
 	})
 }
