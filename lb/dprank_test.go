@@ -94,8 +94,9 @@ func TestMixedDPSizesPlaceRanksWhereTheyExist(t *testing.T) {
 				prefills, decodes := h.mixedDP(cfg)
 				// The same request again and again goes to every worker that
 				// may take it under these policies; the others keep a prompt,
-				// or a key, on the worker that has it.
-				spreads := policy == PolicyRandom || policy == PolicyRoundRobin || policy == PolicyPowerOfTwo || policy == PolicyLeastLoad
+				// or a key, on the worker that has it, or weigh loads, which
+				// a worker's report may hold up for a poll's interval.
+				spreads := policy == PolicyRandom || policy == PolicyRoundRobin
 				const n = 60
 				for _, tc := range []struct {
 					name, path, body string
