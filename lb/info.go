@@ -132,12 +132,16 @@ type backendStatus struct {
 	Error  string `json:"error,omitempty"`
 }
 
+// pools lists the server's pools: prefills, decodes, fallbacks.
+func (s *Server) pools() [3]*Pool { return [3]*Pool{s.prefills, s.decodes, s.fallbacks} }
+
 // allBackends lists every worker: prefills, then decodes, then fallbacks.
 func (s *Server) allBackends() []*Backend {
-	all := make([]*Backend, 0, len(s.prefills.backends())+len(s.decodes.backends())+len(s.fallbacks.backends()))
-	all = append(all, s.prefills.backends()...)
-	all = append(all, s.decodes.backends()...)
-	return append(all, s.fallbacks.backends()...)
+	var all []*Backend
+	for _, p := range s.pools() {
+		all = append(all, p.backends()...)
+	}
+	return all
 }
 
 // serveFanOut sends the call to every worker, and answers with every

@@ -79,7 +79,7 @@ type members struct {
 // that follows them. changeMu is held, or p is not shared yet.
 func (p *Pool) publish(backends, slots []*Backend) {
 	m := &members{backends: backends, slots: slots}
-	if p.policy == PolicyPrefixHash || p.policy == PolicyConsistentHashing {
+	if p.kind == kindPrefixHash || p.kind == kindConsistentHashing {
 		m.ring = policy.NewRing(slotNames(slots))
 	}
 	if p.sticky != nil {

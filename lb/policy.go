@@ -116,7 +116,7 @@ func kindOf(name string) policyKind {
 	return kindRandom
 }
 
-// weighsLoads reports whether policy reads the workers' reported loads.
-func weighsLoads(policy string) bool {
-	return policy == PolicyPowerOfTwo || policy == PolicyLeastLoad
+// weighsLoads reports whether the policy reads the workers' reported loads.
+func (k policyKind) weighsLoads() bool {
+	return k == kindPowerOfTwo || k == kindLeastLoad
 }

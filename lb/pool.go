@@ -45,10 +45,9 @@ type Pool struct {
 	// now is the clock manual's keys age on (Config.Now).
 	now func() time.Time
 	log zerolog.Logger
-	// decisions counts the picks by why they were made: by policy.Reason
-	// for the policies of package policy, in others for the rest.
+	// decisions counts the picks of package policy's policies by why they
+	// were made, by policy.Reason; nil under the other policies.
 	decisions []*metrics.Counter
-	others    *metrics.Counter
 	// matchRatio is the share of cache_aware's keys its best match covered.
 	matchRatio *metrics.Histogram
 }

@@ -16,20 +16,20 @@ import (
 // its counters in ms.
 // Its workers join later (Pool.join).
 func (pool *Pool) setPolicy(cfg *Config, ms *metrics.Set, log zerolog.Logger) {
-	switch pool.policy {
-	case PolicyCacheAware:
+	pool.kind = kindOf(pool.policy)
+	switch pool.kind {
+	case kindCacheAware:
 		pool.cache = policy.NewCacheAware(cfg.CacheAware)
-	case PolicyPrefixHash, PolicyConsistentHashing:
+	case kindPrefixHash:
 		pool.hash = policy.DefaultPrefixHash()
 		pool.hash.Tokens = cfg.PrefixHashTokens
-	case PolicyManual:
+	case kindManual:
 		// Config.Validate has refused an assignment mode NewManual would.
 		pool.sticky, _ = policy.NewManual(cfg.Manual)
 	}
 	pool.ms = ms
 	pool.publish(nil, nil)
 	pool.now = cfg.Now
-	pool.kind = kindOf(pool.policy)
 	if pool.kind >= kindRouted {
 		labels := fmt.Sprintf(`role=%q,policy=%q`, pool.role, pool.policy)
 		for _, r := range policy.Reasons() {
@@ -47,8 +47,8 @@ func (pool *Pool) setPolicy(cfg *Config, ms *metrics.Set, log zerolog.Logger) {
 // least_inflight; none when no pool needs them.
 func (s *Server) buildLoads() {
 	var polled []*Pool
-	for _, p := range []*Pool{s.prefills, s.decodes, s.fallbacks} {
-		if weighsLoads(p.policy) || p == s.prefills && s.cfg.PrefillDPPolicy == DPPolicyLeastInflight {
+	for _, p := range s.pools() {
+		if p.kind.weighsLoads() || p == s.prefills && s.cfg.PrefillDPPolicy == DPPolicyLeastInflight {
 			polled = append(polled, p)
 		}
 	}
@@ -93,7 +93,7 @@ func (s *Server) pollLoad(p *Pool, b *Backend) {
 // polledBackend returns the member of a polled pool at addr, nil if none.
 // The poller asks it once per worker and round, off the request path.
 func (s *Server) polledBackend(addr string) *Backend {
-	for _, p := range []*Pool{s.prefills, s.decodes, s.fallbacks} {
+	for _, p := range s.pools() {
 		if p.loads == nil {
 			continue
 		}
@@ -116,11 +116,11 @@ func (s *Server) runRouting() {
 			s.loads.Run(s.ctx.Done())
 		}()
 	}
-	for _, p := range []*Pool{s.prefills, s.decodes, s.fallbacks} {
+	for _, p := range s.pools() {
 		switch {
 		case p.cache != nil:
 			s.every(s.cfg.CacheAware.EvictionInterval, p.cache.Evict)
-		case p.policy == PolicyPrefixHash:
+		case p.kind == kindPrefixHash:
 			s.every(loadSample, p.smoothLoads)
 		case p.sticky != nil:
 			s.every(time.Minute, func() { p.sticky.Evict(s.cfg.Now()) })
