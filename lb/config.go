@@ -445,12 +445,11 @@ func (c *Config) checkRouting() error {
 		return fmt.Errorf("cache_aware's tree size and eviction interval must be positive")
 	case c.Manual.MaxIdle < 0:
 		return fmt.Errorf("manual's idle time must not be negative")
-	case c.Manual.Assignment != "" && c.Manual.Assignment != policy.AssignRandom &&
-		c.Manual.Assignment != policy.AssignMinLoad && c.Manual.Assignment != policy.AssignMinGroup:
-		return fmt.Errorf("unknown assignment mode %q; want %s, %s or %s", c.Manual.Assignment,
-			policy.AssignRandom, policy.AssignMinLoad, policy.AssignMinGroup)
 	case c.PrefixHashTokens < 0 || c.LoadCheckInterval < 0:
 		return fmt.Errorf("the prefix hash's tokens and the load check interval must not be negative")
+	}
+	if c.Manual.Assignment != "" {
+		return policy.CheckAssignment(c.Manual.Assignment)
 	}
 	return nil
 }

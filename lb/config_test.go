@@ -117,3 +117,16 @@ func TestCacheAwareParametersComeWhole(t *testing.T) {
 		t.Errorf("a threshold without a tree size validated: %v", err)
 	}
 }
+
+// manual's assignment mode is one policy.NewManual takes.
+func TestManualAssignmentIsChecked(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Manual = policy.ManualConfig{Assignment: "nearest"}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `unknown assignment mode "nearest"`) {
+		t.Fatalf("got %v; want the unknown mode named", err)
+	}
+	cfg.Manual.Assignment = policy.AssignMinGroup
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

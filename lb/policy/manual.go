@@ -62,13 +62,21 @@ type sticky struct {
 	used    time.Time
 }
 
-// NewManual returns a policy that knows no key; it refuses an unknown
-// assignment mode.
-func NewManual(cfg ManualConfig) (*Manual, error) {
-	switch cfg.Assignment {
+// CheckAssignment refuses an assignment mode that is none of AssignRandom,
+// AssignMinLoad and AssignMinGroup.
+func CheckAssignment(mode string) error {
+	switch mode {
 	case AssignRandom, AssignMinLoad, AssignMinGroup:
-	default:
-		return nil, fmt.Errorf("unknown assignment mode %q; want %s, %s or %s", cfg.Assignment, AssignRandom, AssignMinLoad, AssignMinGroup)
+		return nil
+	}
+	return fmt.Errorf("unknown assignment mode %q; want %s, %s or %s", mode, AssignRandom, AssignMinLoad, AssignMinGroup)
+}
+
+// NewManual returns a policy that knows no key; it refuses an unknown
+// assignment mode (CheckAssignment).
+func NewManual(cfg ManualConfig) (*Manual, error) {
+	if err := CheckAssignment(cfg.Assignment); err != nil {
+		return nil, err
 	}
 	return &Manual{cfg: cfg, keys: map[string]*sticky{}, index: map[string]int{}, groups: map[string]int{}}, nil
 }
