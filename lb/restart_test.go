@@ -424,6 +424,14 @@ func TestRewarmWhileAWarmupRuns(t *testing.T) {
 		if err := h.decode.SetFault(fake.Fault{Kind: fake.FaultHang}); err != nil {
 			t.Fatal(err)
 		}
+		// A warm-up that the start's probe round set going may still run:
+		// start would hand it back, and it would end warm without asking the
+		// decode again.
+		waitFor(t, "the pair's warm-ups to end", func() bool {
+			pr.mu.Lock()
+			defer pr.mu.Unlock()
+			return pr.running == nil
+		})
 		pr.markCold()
 		srv.warm.start(pr)
 		waitFor(t, "the warm-up to be held", func() bool { return h.decode.Stats().FaultsInjected > 0 })
