@@ -152,3 +152,43 @@ func (tally *rollTally) client(t *testing.T, cl *fasthttp.HostClient, id int, st
 	}
 	t.Errorf("client %d sent its %d requests before the roll was over", id, rollRequests)
 }
+
+// A request that names a DP rank waits for its pair's warm-up; when its
+// prefill is removed meanwhile (a planned change) and drained, and its
+// process stopped, the request goes through the prefill that remains,
+// whole, instead of failing with the warm-up of a prefill gone.
+func TestWarmWaitOutlivesItsPrefill(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		gate := make(chan struct{}) // holds the warm-up's token, so the pair stays cold
+		p0 := h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill})
+		p1 := h.fake("prefill-1:30000", fake.Config{Role: fake.RolePrefill})
+		h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, TokenGate: gate, Tokens: 2})
+		srv := h.start(warmConfig())
+		done := make(chan reply, 1)
+		go func() {
+			r, _ := h.tryDo(fasthttp.MethodPost, "/generate", `{"text": "a", "disagg_prefill_dp_rank": 0}`)
+			done <- r
+		}()
+		synctest.Wait() // the request waits for prefill-0's pair
+		if _, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-1:30000", BootstrapPort: 8998}); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.removeWorker(rolePrefill, "http://prefill-0:30000"); err != nil {
+			t.Fatal(err)
+		}
+		settled(t, "prefill-0 drained", func() bool {
+			srv.membersMu.Lock()
+			defer srv.membersMu.Unlock()
+			return len(srv.draining) == 0
+		})
+		_ = p0.Close() // the planned stop, once pdlb has drained it
+		close(gate)
+		if r := <-done; r.status != fasthttp.StatusOK {
+			t.Fatalf("a request waiting for its pair when its prefill left: got %d %s; want 200", r.status, r.body)
+		}
+		if got := p1.Stats().GenerateRequests; got == 0 {
+			t.Error("the prefill that remained served nothing; want the request")
+		}
+	})
+}
