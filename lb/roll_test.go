@@ -192,3 +192,26 @@ func TestWarmWaitOutlivesItsPrefill(t *testing.T) {
 		}
 	})
 }
+
+// A decode that joins is warmed with the ready prefills at once, before
+// any request, as a prefill that joins is: a roll's decode comes back warm.
+func TestDecodeAddedIsWarmedAtOnce(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		d1 := h.fake("decode-1:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 5 * time.Second})
+		srv := h.start(warmConfig())
+		settled(t, "the first pair warm", func() bool { return h.metric("pdlb_warm_pairs") == "1" })
+		b, err := srv.addWorker(roleDecode, PrefillSpec{URL: "http://decode-1:30010"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		settled(t, "decode-1's pair warm, no request sent", func() bool {
+			pairs := srv.warm.pairsOf(b)
+			return len(pairs) == 1 && srv.warm.isWarm(pairs[0])
+		})
+		if got := d1.Stats().GenerateRequests; got != 1 {
+			t.Errorf("decode-1 served %d requests; want its one warm-up", got)
+		}
+	})
+}
