@@ -75,6 +75,24 @@ func TestReplicasRollOnDNS(t *testing.T) {
 	})
 }
 
+// Every worker named in DNS, prefills, decodes and fallbacks, is rolled
+// once in turn under mixed traffic (streams, DP-rank hints, decode-only):
+// taken out of the answer, drained and removed after RemoveAfter, stopped,
+// started afresh at its address, put back and found again, warm. Every
+// request is complete: TestSoakRoll's short form, on the bubble's clock
+// (issue 23 §5).
+func TestWorkersRollWithRestarts(t *testing.T) {
+	z := newDNSZone(t)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		// Requests of 160 ms, so that some are in flight on a worker
+		// when it leaves; the clock is the bubble's.
+		load := rollLoad{clients: 4, pace: 100 * time.Millisecond, tokenDelay: 20 * time.Millisecond}
+		c, tally := rollUnderTraffic(t, h, z, load, func(n int) bool { return n < 6 })
+		c.report("one round of rolls", tally)
+	})
+}
+
 // rollDNS rolls the decodes of z's d.pdlb.test under replicas a and b,
 // checking after each step that both hold what they should, and returns
 // what decode A (10.0.0.1) had served when it left DNS and when it was
