@@ -21,7 +21,8 @@ import (
 // removed by pdlb after RemoveAfter, stopped and started again at the same
 // address (a restart), put back and found again (warmed again, for
 // prefills and decodes). Planned changes lose nothing: unlike TestSoak's
-// kills, no request may fail, be cut or hang (issue 23 §5).
+// kills, no request may fail, be cut or hang (issue 23 §5). With
+// PDLB_SOAK_TCP=1, pdlb reaches the workers over loopback TCP.
 //
 // It runs in real time on the in-memory network, not in a synctest bubble:
 // a soak is a stress test of real goroutines interleaving under the race
