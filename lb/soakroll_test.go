@@ -177,7 +177,8 @@ func (tally *rollSoakTally) client(t *testing.T, h *harness, timeout, pace time.
 	}
 }
 
-// rollCluster is TestSoakRoll's workers: two prefills, two decodes and two
+// rollCluster is TestSoakRoll's workers: two prefills and two decodes with
+// two DP ranks each, the decodes with SGLang's first-request bug, and two
 // fallbacks, each named in DNS by its role's name, on in-memory addresses
 // that the answers give.
 type rollCluster struct {
@@ -205,7 +206,7 @@ func newRollCluster(t *testing.T, h *harness, z *dnsZone, tokenDelay time.Durati
 	c := &rollCluster{t: t, h: h, z: z}
 	base := fake.Config{KVTimeout: 2 * time.Second, TokenDelay: tokenDelay, Tokens: 8,
 		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
-	for _, r := range []struct {
+	roles := []struct {
 		role, name, net string
 		port            int
 		fake            fake.Role
@@ -214,14 +215,22 @@ func newRollCluster(t *testing.T, h *harness, z *dnsZone, tokenDelay time.Durati
 		{rolePrefill, "p.pdlb.test", "10.0.1", 30000, fake.RolePrefill, 2},
 		{roleDecode, "d.pdlb.test", "10.0.2", 30010, fake.RoleDecode, 2},
 		{roleFallback, "f.pdlb.test", "10.0.3", 30020, fake.RoleAggregated, 1},
-	} {
-		for i := range 2 {
+	}
+	// Listed, and so rolled, one of each role in turn: a restarted
+	// worker serves while the others of the round roll.
+	for i := range 2 {
+		for _, r := range roles {
 			w := &rollWorker{role: r.role, name: r.name, ip: fmt.Sprintf("%s.%d", r.net, i+1), cfg: base}
 			w.addr = fmt.Sprintf("%s:%d", w.ip, r.port)
 			w.cfg.Role, w.cfg.DPSize = r.fake, r.dp
+			// SGLang's decodes that fail a DP-hinted request until
+			// warmed: a restarted decode is useless to those unwarmed.
+			w.cfg.FirstRequestBug = r.fake == fake.RoleDecode
 			c.workers = append(c.workers, w)
 			c.start(w)
 		}
+	}
+	for _, r := range roles {
 		c.publish(r.name)
 	}
 	t.Cleanup(func() {
