@@ -51,10 +51,14 @@ bench-routing: build
 
 # A minute of mixed traffic while workers are killed and restarted at random:
 # nothing may be lost or hang. PDLB_SOAK_DURATION changes the minute. Then
-# the same with pdlb reaching the workers over loopback TCP.
+# the same with pdlb reaching the workers over loopback TCP. Then a minute of
+# planned changes (PDLB_SOAK_ROLL): every worker, prefills, decodes and
+# fallbacks, rolled in turn through DNS (taken out, drained, restarted, put
+# back), where not one request may fail, be cut or hang.
 soak:
 	PDLB_SOAK=1 $(GO) test -race -count=1 -run '^TestSoak$$' -v ./lb/
 	PDLB_SOAK=1 PDLB_SOAK_TCP=1 $(GO) test -race -count=1 -run '^TestSoak$$' -v ./lb/
+	PDLB_SOAK_ROLL=1 $(GO) test -race -count=1 -run '^TestSoakRoll$$' -v ./lb/
 
 # Longer fuzzing sessions than the tests run: the body parser, validator and
 # injector, and the relay's chunked-body decoder against fasthttp's.

@@ -178,6 +178,13 @@ func (s *Server) servePD(q *clientRequest) {
 			return
 		}
 		plan, aerr := s.planDP(q.info, q.rt, p, d, q.deadline, q.ctx.Conn())
+		if p.leaving.Load() || d.leaving.Load() {
+			// Removed while the plan waited for their pair's warm-up: the
+			// drain does not wait for a request not yet sent, and a planned
+			// change must fail none. Pick again among the members.
+			plan.release()
+			continue
+		}
 		if aerr != nil {
 			s.answerError(q, aerr)
 			return

@@ -75,6 +75,24 @@ func TestReplicasRollOnDNS(t *testing.T) {
 	})
 }
 
+// Every worker named in DNS, prefills, decodes and fallbacks, is rolled
+// once in turn under mixed traffic (streams, DP-rank hints, decode-only):
+// taken out of the answer, drained and removed after RemoveAfter, stopped,
+// started afresh at its address, put back and found again, warm. Every
+// request is complete: TestSoakRoll's short form, on the bubble's clock
+// (issue 23 §5).
+func TestWorkersRollWithRestarts(t *testing.T) {
+	z := newDNSZone(t)
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		// Requests of 160 ms, so that some are in flight on a worker
+		// when it leaves; the clock is the bubble's.
+		load := rollLoad{clients: 4, pace: 100 * time.Millisecond, tokenDelay: 20 * time.Millisecond}
+		c, tally := rollUnderTraffic(t, h, z, load, func(n int) bool { return n < 6 })
+		c.report("one round of rolls", tally)
+	})
+}
+
 // rollDNS rolls the decodes of z's d.pdlb.test under replicas a and b,
 // checking after each step that both hold what they should, and returns
 // what decode A (10.0.0.1) had served when it left DNS and when it was
@@ -151,4 +169,67 @@ func (tally *rollTally) client(t *testing.T, cl *fasthttp.HostClient, id int, st
 		time.Sleep(time.Second) // bubble's clock: the pace of a client
 	}
 	t.Errorf("client %d sent its %d requests before the roll was over", id, rollRequests)
+}
+
+// A request that names a DP rank waits for its pair's warm-up; when its
+// prefill is removed meanwhile (a planned change) and drained, and its
+// process stopped, the request goes through the prefill that remains,
+// whole, instead of failing with the warm-up of a prefill gone.
+func TestWarmWaitOutlivesItsPrefill(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		gate := make(chan struct{}) // holds the warm-up's token, so the pair stays cold
+		p0 := h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill})
+		p1 := h.fake("prefill-1:30000", fake.Config{Role: fake.RolePrefill})
+		h.fake("decode-0:30010", fake.Config{Role: fake.RoleDecode, TokenGate: gate, Tokens: 2})
+		srv := h.start(warmConfig())
+		done := make(chan reply, 1)
+		go func() {
+			r, _ := h.tryDo(fasthttp.MethodPost, "/generate", `{"text": "a", "disagg_prefill_dp_rank": 0}`)
+			done <- r
+		}()
+		synctest.Wait() // the request waits for prefill-0's pair
+		if _, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-1:30000", BootstrapPort: 8998}); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.removeWorker(rolePrefill, "http://prefill-0:30000"); err != nil {
+			t.Fatal(err)
+		}
+		settled(t, "prefill-0 drained", func() bool {
+			srv.membersMu.Lock()
+			defer srv.membersMu.Unlock()
+			return len(srv.draining) == 0
+		})
+		_ = p0.Close() // the planned stop, once pdlb has drained it
+		close(gate)
+		if r := <-done; r.status != fasthttp.StatusOK {
+			t.Fatalf("a request waiting for its pair when its prefill left: got %d %s; want 200", r.status, r.body)
+		}
+		if got := p1.Stats().GenerateRequests; got == 0 {
+			t.Error("the prefill that remained served nothing; want the request")
+		}
+	})
+}
+
+// A decode that joins is warmed with the ready prefills at once, before
+// any request, as a prefill that joins is: a roll's decode comes back warm.
+func TestDecodeAddedIsWarmedAtOnce(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		d1 := h.fake("decode-1:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 5 * time.Second})
+		srv := h.start(warmConfig())
+		settled(t, "the first pair warm", func() bool { return h.metric("pdlb_warm_pairs") == "1" })
+		b, err := srv.addWorker(roleDecode, PrefillSpec{URL: "http://decode-1:30010"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		settled(t, "decode-1's pair warm, no request sent", func() bool {
+			pairs := srv.warm.pairsOf(b)
+			return len(pairs) == 1 && srv.warm.isWarm(pairs[0])
+		})
+		if got := d1.Stats().GenerateRequests; got != 1 {
+			t.Errorf("decode-1 served %d requests; want its one warm-up", got)
+		}
+	})
 }

@@ -173,35 +173,54 @@ func (t *soakTally) String() string {
 		t.sent.Load(), t.complete.Load(), t.clearError.Load(), t.lost.Load(), t.hung.Load())
 }
 
-var soakBodies = []struct{ path, body string }{
-	{"/generate", `{"text": "soak", "sampling_params": {"max_new_tokens": 8}}`},
-	{"/generate", `{"text": "soak", "sampling_params": {"max_new_tokens": 8}, "stream": true}`},
-	{"/v1/chat/completions", `{"messages": [{"role": "user", "content": "soak"}], "max_tokens": 8, "stream": true}`},
-	{"/v1/completions", `{"prompt": "soak", "max_tokens": 8}`},
+// soakBody is one request of the soak's mix: its route, its body, and an
+// X-PD-Mode header when not empty.
+type soakBody struct{ path, body, pdMode string }
+
+// stream reports whether sb's answer is a stream.
+func (sb soakBody) stream() bool { return strings.Contains(sb.body, `"stream": true`) }
+
+var soakBodies = []soakBody{
+	{path: "/generate", body: `{"text": "soak", "sampling_params": {"max_new_tokens": 8}}`},
+	{path: "/generate", body: `{"text": "soak", "sampling_params": {"max_new_tokens": 8}, "stream": true}`},
+	{path: "/v1/chat/completions", body: `{"messages": [{"role": "user", "content": "soak"}], "max_tokens": 8, "stream": true}`},
+	{path: "/v1/completions", body: `{"prompt": "soak", "max_tokens": 8}`},
 }
 
 // soakRequest sends one random request and classifies its answer; a clear
 // error's kind comes with it.
 func (h *harness) soakRequest(timeout time.Duration) (soakResult, string) {
-	sb := soakBodies[rand.IntN(len(soakBodies))]
+	r, kind, _ := h.soakSend(soakBodies[rand.IntN(len(soakBodies))], timeout)
+	return r, kind
+}
+
+// soakSend sends sb and classifies its answer; a clear error's kind comes
+// with it, and the body of any answer not complete.
+func (h *harness) soakSend(sb soakBody, timeout time.Duration) (soakResult, string, []byte) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI("http://pdlb:8000" + sb.path)
 	req.SetBodyString(sb.body)
+	if sb.pdMode != "" {
+		req.Header.Set(headerPDMode, sb.pdMode)
+	}
 	err := h.cl.DoTimeout(req, resp, timeout)
 	switch {
 	case errors.Is(err, fasthttp.ErrTimeout):
-		return soakHung, ""
+		return soakHung, "", []byte(err.Error())
 	case err != nil:
-		return soakLost, ""
+		return soakLost, "", []byte(err.Error())
 	}
-	r := classifyAnswer(resp.StatusCode(), resp.Body(), bytes.Contains([]byte(sb.body), []byte(`"stream": true`)))
-	if r != soakClearError {
-		return r, ""
+	r := classifyAnswer(resp.StatusCode(), resp.Body(), sb.stream())
+	switch r {
+	case soakComplete:
+		return r, "", nil
+	case soakClearError:
+		return r, errorKind(resp.StatusCode(), resp.Body()), bytes.Clone(resp.Body())
 	}
-	return r, errorKind(resp.StatusCode(), resp.Body())
+	return r, "", bytes.Clone(resp.Body())
 }
 
 // errorKind sums up a clear error: its status, or "stream" for an error
@@ -212,6 +231,12 @@ func errorKind(status int, body []byte) string {
 	var msg string
 	if status == fasthttp.StatusOK {
 		kind, msg = "stream", "an abort"
+		if !bytes.HasPrefix(body, []byte("data: ")) { // an aborted answer, not a stream
+			kind = "200"
+			if m := gjson.GetBytes(body, "meta_info.finish_reason.message"); m.Exists() {
+				msg = m.String()
+			}
+		}
 		for line := range bytes.Lines(body) {
 			data, ok := bytes.CutPrefix(line, []byte("data: "))
 			if m := gjson.GetBytes(data, "error.message"); ok && m.Exists() {
@@ -233,7 +258,8 @@ func errorKind(status int, body []byte) string {
 }
 
 // classifyAnswer tells a complete answer from a clear error from a broken
-// one. A stream must end with [DONE], after at most one error event.
+// one. A stream must end with [DONE], after at most one error event; an
+// answer that says it was aborted is a clear error.
 func classifyAnswer(status int, body []byte, stream bool) soakResult {
 	if status != fasthttp.StatusOK {
 		if gjson.GetBytes(body, "error.message").Exists() || gjson.GetBytes(body, "message").Exists() {
@@ -242,10 +268,13 @@ func classifyAnswer(status int, body []byte, stream bool) soakResult {
 		return soakLost
 	}
 	if !stream {
-		if gjson.ValidBytes(body) && !gjson.GetBytes(body, "error").Exists() {
-			return soakComplete
+		switch {
+		case !gjson.ValidBytes(body) || gjson.GetBytes(body, "error").Exists():
+			return soakLost
+		case bytes.Contains(body, []byte(`"type":"abort"`)) || bytes.Contains(body, []byte(`"finish_reason":"abort"`)):
+			return soakClearError // answered whole, but aborted
 		}
-		return soakLost
+		return soakComplete
 	}
 	if !bytes.HasSuffix(body, []byte("data: [DONE]\n\n")) {
 		return soakLost
@@ -270,6 +299,8 @@ func TestErrorKind(t *testing.T) {
 		{200, "data: {\"meta_info\":{\"finish_reason\":{\"type\":\"abort\",\"message\":\"Aborted by AbortReq.\"}}}\n\ndata: [DONE]\n\n",
 			"stream Aborted by AbortReq."},
 		{200, "data: {\"choices\":[{\"finish_reason\":\"abort\"}]}\n\ndata: [DONE]\n\n", "stream an abort"},
+		{200, `{"text": "", "meta_info": {"finish_reason": {"type": "abort", "message": "Aborted by AbortReq."}}}`, "200 Aborted by AbortReq."},
+		{200, `{"choices": [{"finish_reason": "abort"}]}`, "200 an abort"},
 	} {
 		if got := errorKind(c.status, []byte(c.body)); got != c.want {
 			t.Errorf("errorKind(%d, %q) = %q; want %q", c.status, c.body, got, c.want)

@@ -137,8 +137,23 @@ func (w *warmer) pairsOf(b *Backend) []*pair {
 
 // join gives b, which joined its pool, its pairs with the other pool's
 // members, kept if it had them (taken back while it drained); leave
-// drops them. Only prefills and decodes have pairs.
-func (w *warmer) join(b *Backend)  { w.change(b, true) }
+// drops them. Only prefills and decodes have pairs. A decode's new pairs
+// are warmed at once with the prefills the registry has ready, as a
+// prefill's are when the registry reads it ready (prewarm): nothing else
+// would warm them before keepWarm's next round, and the first request
+// that needs one warm would wait for its warm-up.
+func (w *warmer) join(b *Backend) {
+	w.change(b, true)
+	if b.role != roleDecode {
+		return
+	}
+	for _, pr := range w.pairsOf(b) {
+		if w.s.registry.State(pr.p.index).Ready && !w.isWarm(pr) {
+			w.start(pr)
+		}
+	}
+}
+
 func (w *warmer) leave(b *Backend) { w.change(b, false) }
 
 func (w *warmer) change(b *Backend, joins bool) {
