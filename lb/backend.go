@@ -43,6 +43,9 @@ type Backend struct {
 	// leaving is set once the backend is removed: it takes no new
 	// request, even through a pick that read the pool before (drain).
 	leaving atomic.Bool
+	// sources are who give the worker (a source, sources.go), changed
+	// under Server.membersMu; 0 once it is removed.
+	sources atomic.Uint32
 	// series are the names of its metrics, unregistered after its drain.
 	series []string
 	// url is the worker URL as configured, without a trailing slash.
@@ -180,6 +183,9 @@ type workerLink struct {
 	// quit closes when the server shuts down: the dialers stop.
 	quit <-chan struct{}
 }
+
+// givenBy is the set of sources that give b.
+func (b *Backend) givenBy() source { return source(b.sources.Load()) }
 
 // newBackend makes the backend of a worker, reached through link.
 func newBackend(role string, index int, rawURL string, cfg *Config, ms *metrics.Set, log zerolog.Logger, link workerLink) (*Backend, error) {

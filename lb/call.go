@@ -198,10 +198,10 @@ func (c *call) abort(reason error) {
 	if !c.Cancel.Cancel(reason) {
 		return
 	}
-	if errors.Is(reason, errShutdown) {
+	if isCut(reason) {
 		// The workers see the connection closed, and abort the request
-		// themselves; and cutInflight, which cuts it, holds the flight
-		// lock that abortsOne takes.
+		// themselves; and cutInflight and cutCalls, which cut it, hold
+		// the flight lock that abortsOne takes.
 		return
 	}
 	if rid, ok := abortRID(c.x.rid); ok && c.x.s.abortsOne(rid) {
@@ -212,7 +212,7 @@ func (c *call) abort(reason error) {
 // cause is what ended c's answer early: err, unless pdlb cut the call at
 // shutdown, which closed its connection under the read that failed.
 func (c *call) cause(err error) error {
-	if reason := c.Cancel.Err(); errors.Is(reason, errShutdown) {
+	if reason := c.Cancel.Err(); isCut(reason) {
 		return reason
 	}
 	return err

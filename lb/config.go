@@ -28,11 +28,11 @@ type PrefillSpec struct {
 // Config is everything an lb.Server needs. The zero value of each optional
 // field means its documented default.
 type Config struct {
-	// Prefill lists the prefill workers; at least one is required, unless
-	// DNS names prefills.
+	// Prefill lists the prefill workers given at start. It may be empty:
+	// the worker API or DNS then adds them at run time.
 	Prefill []PrefillSpec
-	// Decode lists the decode workers' URLs; at least one is required,
-	// unless DNS names decodes.
+	// Decode lists the decode workers' URLs given at start; it may be
+	// empty, as Prefill.
 	Decode []string
 	// DNS names workers found in DNS, who join and leave at run time
 	// (dnsmembers.go). The zero value finds none.
@@ -315,16 +315,11 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// checkWorkers refuses a pool left empty, a worker's URL or bootstrap
-// port that is not one, and a worker listed twice.
+// checkWorkers refuses a worker's URL or bootstrap port that is not one,
+// and a worker listed twice. A pool may start empty (issue 23 §1): the
+// worker API or discovery fills it, and /readiness says what is missing
+// until then (New warns of a pool nothing will fill but the API).
 func (c *Config) checkWorkers() error {
-	// A pool DNS fills may start empty (issue 23 §1).
-	if len(c.Prefill) == 0 && len(c.DNS.Prefill) == 0 {
-		return fmt.Errorf("at least one prefill worker is required (--prefill URL, or --prefill-dns NAME)")
-	}
-	if len(c.Decode) == 0 && len(c.DNS.Decode) == 0 {
-		return fmt.Errorf("at least one decode worker is required (--decode URL, or --decode-dns NAME)")
-	}
 	if err := c.DNS.check(); err != nil {
 		return err
 	}

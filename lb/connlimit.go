@@ -90,12 +90,12 @@ func (s *Server) connectionLimit() int {
 	case n < 0:
 		return math.MaxInt
 	}
-	nofile, err := openFileLimit()
+	nofile, err := s.fileLimit()
 	if err != nil {
 		s.log.Warn().Err(err).Msg("cannot read the descriptor limit; client connections are not bounded (set --max-connections)")
 		return math.MaxInt
 	}
-	return defaultMaxConnections(nofile, len(s.allBackends()), s.cfg.MaxConnsPerBackend)
+	return defaultMaxConnections(nofile, len(s.allBackends())+len(s.draining), s.cfg.MaxConnsPerBackend)
 }
 
 // newConnBudget makes the client connection budget (connectionLimit), its
@@ -103,23 +103,43 @@ func (s *Server) connectionLimit() int {
 // figures in s's metrics.
 func (s *Server) newConnBudget() *wire.Budget {
 	max := s.connectionLimit()
-	msg := "pdlb has " + strconv.Itoa(max) + " client connections open, its limit (--max-connections), " +
-		"and each has a request under way; retry shortly"
-	body := appendErrorJSON(nil, fasthttp.StatusServiceUnavailable, msg)
-	refusal := append([]byte("HTTP/1.1 503 Service Unavailable\r\nServer: pdlb\r\nContent-Type: application/json\r\n"+
-		"Retry-After: 1\r\nConnection: close\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"), body...)
-	b := wire.NewBudget(max, refusal, s.connsEvicted.Inc, func() {
+	b := wire.NewBudget(max, connRefusal(max), s.connsEvicted.Inc, func() {
 		s.connsRefused.Inc()
 		s.errorsByReason[reasonTooManyConnections].Inc()
 	})
 	s.ms.NewGauge(`pdlb_client_connections`, func() float64 { return float64(b.Open()) })
 	s.ms.NewGauge(`pdlb_client_connections_max`, func() float64 {
-		if max == math.MaxInt {
-			return math.Inf(1)
+		if max := b.Max(); max < math.MaxInt {
+			return float64(max)
 		}
-		return float64(max)
+		return math.Inf(1)
 	})
 	return b
+}
+
+// connRefusal is the whole answer to a connection refused by a budget of
+// max connections.
+func connRefusal(max int) []byte {
+	msg := "pdlb has " + strconv.Itoa(max) + " client connections open, its limit (--max-connections), " +
+		"and each has a request under way; retry shortly"
+	body := appendErrorJSON(nil, fasthttp.StatusServiceUnavailable, msg)
+	return append([]byte("HTTP/1.1 503 Service Unavailable\r\nServer: pdlb\r\nContent-Type: application/json\r\n"+
+		"Retry-After: 1\r\nConnection: close\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"), body...)
+}
+
+// resizeConnBudget derives the connection budget again from the workers
+// now members (or still draining), when it is derived (no
+// Config.MaxConnections): each worker's pooled connections take
+// descriptors that clients then cannot. Called as a worker joins or is
+// torn down.
+func (s *Server) resizeConnBudget() {
+	if s.conns == nil || s.cfg.MaxConnections != 0 {
+		return
+	}
+	if max := s.connectionLimit(); max != s.conns.Max() {
+		s.conns.SetMax(max, connRefusal(max))
+		s.log.Info().Int("max_connections", max).Msg("client connection budget derived again for the workers now known")
+	}
 }
 
 // evictedMessage is what pdlb logs of a request whose connection it closed

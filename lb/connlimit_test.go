@@ -386,3 +386,40 @@ func TestUnreadBodyClosesTheConnection(t *testing.T) {
 		})
 	}
 }
+
+// The derived budget follows the workers: a worker that joins takes its
+// pooled connections' descriptors from the clients', and gives them back
+// once torn down (issue 23 §1).
+func TestBudgetFollowsTheWorkers(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		h.fake("decode-1:30010", fake.Config{Role: fake.RoleDecode})
+		cfg := defaultConfig()
+		cfg.MaxConnsPerBackend = 100
+		srv := h.start(cfg)
+		srv.fileLimit = func() (uint64, error) { return 2000, nil }
+		srv.membersMu.Lock()
+		srv.resizeConnBudget()
+		srv.membersMu.Unlock()
+		if got, want := srv.conns.Max(), defaultMaxConnections(2000, 2, 100); got != want {
+			t.Fatalf("two workers: budget %d; want %d", got, want)
+		}
+		if _, err := srv.addWorker(roleDecode, PrefillSpec{URL: "http://decode-1:30010"}, sourceAPI); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := srv.conns.Max(), defaultMaxConnections(2000, 3, 100); got != want {
+			t.Errorf("a decode joined: budget %d; want %d", got, want)
+		}
+		if _, err := srv.removeWorker(roleDecode, "http://decode-1:30010", sourceAll); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // its drain ends at once: nothing in flight
+		if got, want := srv.conns.Max(), defaultMaxConnections(2000, 2, 100); got != want {
+			t.Errorf("the decode torn down: budget %d; want %d", got, want)
+		}
+		if !h.hasSeries(fmt.Sprintf("pdlb_client_connections_max %d", defaultMaxConnections(2000, 2, 100))) {
+			t.Error("pdlb_client_connections_max does not follow the budget")
+		}
+	})
+}

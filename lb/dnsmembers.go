@@ -124,17 +124,20 @@ func (s *Server) runDiscovery() {
 func (s *Server) applyDNSChange(c discovery.Change) {
 	for _, w := range c.Removed {
 		role := w.Role.String()
-		if err := s.removeWorker(role, w.URL); err != nil {
+		gone, err := s.removeWorker(role, w.URL, sourceDNS)
+		if err != nil {
 			s.dns.failed.Inc()
 			s.log.Warn().Err(err).Str("role", role).Str("worker", w.URL).Msg("cannot remove a worker gone from DNS")
 			continue
 		}
 		s.dns.removed.Inc()
-		s.log.Info().Str("role", role).Str("worker", w.URL).Msg("dns: worker gone, removing it")
+		if gone {
+			s.log.Info().Str("role", role).Str("worker", w.URL).Msg("dns: worker gone, removing it")
+		}
 	}
 	for _, w := range c.Added {
 		role := w.Role.String()
-		if _, err := s.addWorker(role, PrefillSpec{URL: w.URL, BootstrapPort: w.BootstrapPort}); err != nil {
+		if _, err := s.addWorker(role, PrefillSpec{URL: w.URL, BootstrapPort: w.BootstrapPort}, sourceDNS); err != nil {
 			s.dns.failed.Inc()
 			s.log.Warn().Err(err).Str("role", role).Str("worker", w.URL).Msg("cannot add a worker found in DNS")
 			continue

@@ -298,7 +298,7 @@ func TestValidateDNSWorkers(t *testing.T) {
 	}{
 		{"decodes from DNS", func(c *Config) { c.Decode = nil; c.DNS.Decode = []string{"d.pdlb.test"} }, ""},
 		{"prefills from DNS", func(c *Config) { c.Prefill = nil; c.DNS.Prefill = []string{"p.pdlb.test:30000"} }, ""},
-		{"no decode", func(c *Config) { c.Decode = nil; c.DNS.Fallback = []string{"f.pdlb.test"} }, "--decode-dns"},
+		{"no decode, for the API to add", func(c *Config) { c.Decode = nil; c.DNS.Fallback = []string{"f.pdlb.test"} }, ""},
 		{"bad name", func(c *Config) { c.DNS.Decode = []string{"d.pdlb.test:http"} }, "invalid DNS discovery"},
 		{"bad server", func(c *Config) { c.DNS.Decode = []string{"d.pdlb.test"}; c.DNS.Server = "127.0.0.1" }, "DNS server"},
 		{"negative refresh", func(c *Config) { c.DNS.Decode = []string{"d.pdlb.test"}; c.DNS.Refresh = -time.Second }, "refresh"},

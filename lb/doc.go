@@ -436,7 +436,8 @@
 //     stream_broken, client_gone, client_timeout, pair_not_warm,
 //     decode_refused_no_room, overloaded, unauthorized, forbidden,
 //     internal, shutdown, body_memory, out_of_resources,
-//     too_many_connections. A stream that fails after its 200 headers is
+//     too_many_connections, worker_removed (cut when a removed worker's
+//     drain timeout passed). A stream that fails after its 200 headers is
 //     counted in pdlb_requests_total with the status its error event
 //     carries (502; 504 when --request-timeout-secs or
 //     --stream-idle-timeout-secs ran out; 503 when cut at shutdown), and in

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -40,6 +41,7 @@ const (
 	reasonBodyMemory
 	reasonOutOfResources
 	reasonTooManyConnections
+	reasonWorkerRemoved
 	numReasons
 )
 
@@ -65,6 +67,7 @@ var reasonNames = [numReasons]string{
 	reasonBodyMemory:         "body_memory",
 	reasonOutOfResources:     "out_of_resources",
 	reasonTooManyConnections: "too_many_connections",
+	reasonWorkerRemoved:      "worker_removed",
 }
 
 func (r reason) String() string { return reasonNames[r] }
@@ -190,11 +193,37 @@ var errKeyRefused = errors.New("refused pdlb's --api-key (401): the worker needs
 // down, and a hung one would hold the route for controlTimeout.
 var errMarkedDown = errors.New("is down by its health checks: not asked")
 
+// cutError is a call pdlb cut itself, closing its connection under it:
+// at shutdown (errShutdown), or when a removed worker's drain timeout
+// passed (drainCut). The worker sees the connection closed and aborts the
+// request itself; the client is answered with the cut's reason and
+// message, never the read error the close caused, and the call is not
+// tried again.
+type cutError struct {
+	reason reason
+	msg    string
+}
+
+func (e *cutError) Error() string { return e.msg }
+
+// isCut reports whether err is a cut of pdlb's (cutError).
+func isCut(err error) bool {
+	var cut *cutError
+	return errors.As(err, &cut)
+}
+
 // errShutdown cancels the calls still running when the shutdown grace
 // period ends (Server.Shutdown): the failure paths then answer the client
 // with it, a 503 or a stream's error event, instead of leaving the process
 // exit to cut the connection without a word.
-var errShutdown = errors.New("pdlb is shutting down and its grace period is over; retry on another instance")
+var errShutdown = &cutError{reasonShutdown, "pdlb is shutting down and its grace period is over; retry on another instance"}
+
+// drainCut is the cut of the calls still running on removed worker b when
+// its drain timeout passed (Server.drain).
+func drainCut(b *Backend, timeout time.Duration) *cutError {
+	return &cutError{reasonWorkerRemoved, "the " + b.role + " worker " + b.addr + " was removed, and its drain timeout (" +
+		timeout.String() + ") passed with this request still running; retry"}
+}
 
 // pdlbShortage reports whether a call failed for want of pdlb's own
 // resources (descriptors, body memory): no failure of its worker's, and
@@ -209,8 +238,10 @@ func classify(err error, role, addr string) (int, reason, string) {
 	switch {
 	case errors.Is(err, errKeyRefused):
 		return fasthttp.StatusBadGateway, reasonBackendFailed, role + " backend " + addr + " " + err.Error()
-	case errors.Is(err, errShutdown):
-		return fasthttp.StatusServiceUnavailable, reasonShutdown, errShutdown.Error()
+	case isCut(err):
+		var cut *cutError
+		errors.As(err, &cut)
+		return fasthttp.StatusServiceUnavailable, cut.reason, cut.msg
 	case errors.Is(err, errMarkedDown):
 		return fasthttp.StatusServiceUnavailable, reasonNoBackend, role + " backend " + addr + " " + err.Error()
 	case errors.Is(err, errNoBodyMemory):

@@ -54,14 +54,18 @@ import (
 // even one that read the pool before (Backend.available); then it leaves
 // members, and the policies forget it. Its requests and streams in flight
 // go on: the drain waits until none is left, up to Config.DrainTimeout,
-// then closes its idle connections, and unregisters its metric series,
-// health target and, for a prefill, registry target. A worker added again while it drains is the same
-// Backend, taken back: nothing of it was torn down, and clients see no
+// then cuts what is left, closes its idle connections, and unregisters its
+// metric series, health target and, for a prefill, registry target. A
+// worker added again while it drains is the same Backend, taken back: nothing of it was torn down, and clients see no
 // change (remove then re-add is a no-op). Added again after its drain, it
 // is a new Backend with fresh series.
 //
-// The connection budget's limit is derived once, at New, from the workers
-// given at start; workers added later do not raise it.
+// A worker stays a member while any of its sources (the command line, the
+// worker API, DNS) still gives it (sources.go). A removed worker's requests
+// still running when its drain timeout passes are cut (cutCalls): each
+// client gets a 503, or its stream an error event, naming the removal.
+// The client connection budget, when derived, is derived again as workers
+// join and are torn down (resizeConnBudget).
 
 // members is one immutable view of a pool's workers; never modify one.
 type members struct {
@@ -157,6 +161,31 @@ func (p *Pool) find(url string) *Backend {
 	return nil
 }
 
+// warnEmptyPools warns of a prefill or decode pool that starts empty with
+// no discovery to fill it: only the worker API can then (issue 23 §1), and
+// until it does, /readiness answers 503 naming the pool.
+func (s *Server) warnEmptyPools() {
+	for _, p := range []*Pool{s.prefills, s.decodes} {
+		if len(p.backends()) == 0 && !s.cfg.discovers(p.role) {
+			s.log.Warn().Str("role", p.role).Msg("no " + p.role + " worker given: the pool starts empty, and " +
+				"/readiness answers 503 until one is added (POST /workers on the admin listener, or --" + p.role + "-dns)")
+		}
+	}
+}
+
+// discovers reports whether c finds workers of role at run time.
+func (c *Config) discovers(role string) bool {
+	switch role {
+	case rolePrefill:
+		return len(c.DNS.Prefill) > 0
+	case roleDecode:
+		return len(c.DNS.Decode) > 0
+	case roleFallback:
+		return len(c.DNS.Fallback) > 0
+	}
+	return false
+}
+
 // pool returns the pool of role, nil for an unknown role.
 func (s *Server) pool(role string) *Pool {
 	switch role {
@@ -170,12 +199,13 @@ func (s *Server) pool(role string) *Pool {
 	return nil
 }
 
-// addWorker adds the worker spec to the pool of role (rolePrefill,
-// roleDecode or roleFallback; spec.BootstrapPort counts for a prefill
-// only, 0 for unknown) and returns its backend. Adding a member again
-// changes nothing but a prefill's bootstrap port; adding one that drains
-// takes it back (see Membership above).
-func (s *Server) addWorker(role string, spec PrefillSpec) (*Backend, error) {
+// addWorker adds the worker spec, given by from, to the pool of role
+// (rolePrefill, roleDecode or roleFallback; spec.BootstrapPort counts for a
+// prefill only, 0 for unknown) and returns its backend. Adding a member
+// again adds from to its sources (sources.go) and changes nothing else but
+// a prefill's bootstrap port; adding one that drains takes it back (see
+// Membership above).
+func (s *Server) addWorker(role string, spec PrefillSpec, from source) (*Backend, error) {
 	p := s.pool(role)
 	if p == nil {
 		return nil, fmt.Errorf("unknown worker role %q", role)
@@ -183,54 +213,66 @@ func (s *Server) addWorker(role string, spec PrefillSpec) (*Backend, error) {
 	s.membersMu.Lock()
 	defer s.membersMu.Unlock()
 	if b := p.find(trimURL(spec.URL)); b != nil {
+		b.sources.Store(uint32(b.givenBy() | from))
 		s.repoint(b, spec.BootstrapPort)
 		return b, nil
 	}
 	if b := s.draining[role+" "+trimURL(spec.URL)]; b != nil {
 		delete(s.draining, role+" "+trimURL(spec.URL))
+		b.sources.Store(uint32(from))
 		b.leaving.Store(false)
 		p.join(b)
 		s.joinWarm(b)
 		s.repoint(b, spec.BootstrapPort)
-		b.log.Info().Msg("worker taken back while it drained")
+		b.log.Info().Stringer("source", from).Msg("worker taken back while it drained")
 		return b, nil
 	}
 	b, err := newBackend(role, -1, spec.URL, &s.cfg, s.ms, s.log, s.link)
 	if err != nil {
 		return nil, fmt.Errorf("invalid %s URL: %w", role, err)
 	}
+	b.sources.Store(uint32(from))
 	joined := s.register(b, spec.BootstrapPort)
 	defer joined()
 	s.check(b)
 	s.pollLoad(p, b)
 	p.join(b)
 	s.joinWarm(b)
-	b.log.Info().Msg("worker added")
+	s.resizeConnBudget()
+	b.log.Info().Stringer("source", from).Msg("worker added")
 	return b, nil
 }
 
-// removeWorker takes the worker at url out of the pool of role at once,
-// and drains it in the background (see Membership above). It returns an
-// error when the pool has no such member.
-func (s *Server) removeWorker(role, url string) error {
+// removeWorker takes from out of the sources of the worker at url in the
+// pool of role. When no source is left, the worker leaves the pool at once
+// and drains in the background (see Membership above), and removeWorker
+// reports it gone; else it stays a member. It returns an error when the
+// pool has no such member.
+func (s *Server) removeWorker(role, url string, from source) (gone bool, err error) {
 	p := s.pool(role)
 	if p == nil {
-		return fmt.Errorf("unknown worker role %q", role)
+		return false, fmt.Errorf("unknown worker role %q", role)
 	}
 	s.membersMu.Lock()
 	defer s.membersMu.Unlock()
 	b := p.find(trimURL(url))
 	if b == nil {
-		return fmt.Errorf("no %s worker %s", role, url)
+		return false, fmt.Errorf("no %s worker %s", role, url)
 	}
+	if left := b.givenBy() &^ from; left != 0 {
+		b.sources.Store(uint32(left))
+		b.log.Info().Stringer("source", from).Stringer("kept_by", left).Msg("worker no longer given by a source; kept by the others")
+		return false, nil
+	}
+	b.sources.Store(0)
 	b.leaving.Store(true)
 	p.leave(b)
 	s.leaveWarm(b)
 	s.draining[role+" "+b.url] = b
-	b.log.Info().Int32("inflight", b.inflight.Load()).Msg("worker removed: draining")
+	b.log.Info().Stringer("source", from).Int32("inflight", b.inflight.Load()).Msg("worker removed: draining")
 	s.bg.Add(1)
 	go s.drain(p, b)
-	return nil
+	return true, nil
 }
 
 // trimURL is a worker URL as backends keep it.
@@ -258,12 +300,34 @@ func (s *Server) drain(p *Pool, b *Backend) {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			b.log.Warn().Int32("inflight", b.inflight.Load()).Msg("drain timeout: tearing the worker down with requests in flight")
+			if s.ctx.Err() == nil { // a shutdown cuts what is left its own way
+				n := s.cutCalls(b, drainCut(b, s.cfg.DrainTimeout))
+				b.log.Warn().Int("requests", n).Msg("drain timeout: cutting the requests still running on the worker")
+			}
 			s.teardown(p, b)
 			return
 		}
 	}
 	s.teardown(p, b)
+}
+
+// cutCalls cuts the calls of the exchanges in flight on b with err, and
+// returns how many exchanges it cut: their failure paths answer the
+// clients (a 503, or a stream's error event), and their connections to the
+// workers close. Both calls of an exchange are cut: one without the other
+// is no answer.
+func (s *Server) cutCalls(b *Backend, err error) int {
+	s.flightMu.Lock()
+	defer s.flightMu.Unlock()
+	n := 0
+	for _, x := range s.flight {
+		if x.decode.backend == b || (!x.single && x.prefill.backend == b) {
+			x.decode.abort(err)
+			x.prefill.abort(err)
+			n++
+		}
+	}
+	return n
 }
 
 // teardown ends removed b for good: its health target, load polls, idle
@@ -289,6 +353,7 @@ func (s *Server) teardown(p *Pool, b *Backend) {
 	for _, name := range b.series {
 		s.ms.UnregisterMetric(name)
 	}
+	s.resizeConnBudget()
 	b.log.Info().Msg("worker drained and gone")
 }
 

@@ -31,14 +31,14 @@ func TestDecodesComeAndGo(t *testing.T) {
 		d1 := h.fake("decode-1:30010", fake.Config{Role: fake.RoleDecode, TokenGate: gate, Tokens: 2})
 		srv := h.start(defaultConfig())
 
-		b1, err := srv.addWorker(roleDecode, PrefillSpec{URL: "http://decode-1:30010/"})
+		b1, err := srv.addWorker(roleDecode, PrefillSpec{URL: "http://decode-1:30010/"}, sourceAPI)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if again, _ := srv.addWorker(roleDecode, PrefillSpec{URL: "http://decode-1:30010"}); again != b1 {
+		if again, _ := srv.addWorker(roleDecode, PrefillSpec{URL: "http://decode-1:30010"}, sourceAPI); again != b1 {
 			t.Fatal("adding a member again made a second backend")
 		}
-		if err := srv.removeWorker(roleDecode, "http://decode-0:30010"); err != nil {
+		if _, err := srv.removeWorker(roleDecode, "http://decode-0:30010", sourceAll); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
@@ -57,7 +57,7 @@ func TestDecodesComeAndGo(t *testing.T) {
 		}
 		served0 := d0.Stats().GenerateRequests
 
-		if err := srv.removeWorker(roleDecode, "http://decode-1:30010"); err != nil {
+		if _, err := srv.removeWorker(roleDecode, "http://decode-1:30010", sourceAll); err != nil {
 			t.Fatal(err)
 		}
 		r := h.post("/generate", `{"text": "b"}`)
@@ -89,7 +89,7 @@ func TestDecodesComeAndGo(t *testing.T) {
 			t.Errorf("decode-1 got %d generations; want 2 (none after its removal)", got)
 		}
 
-		if _, err := srv.addWorker(roleDecode, PrefillSpec{URL: "http://decode-0:30010"}); err != nil {
+		if _, err := srv.addWorker(roleDecode, PrefillSpec{URL: "http://decode-0:30010"}, sourceAPI); err != nil {
 			t.Fatal(err)
 		}
 		if r := h.post("/generate", `{"text": "c"}`); r.status != fasthttp.StatusOK {
@@ -115,10 +115,10 @@ func TestRemoveThenAddIsANoOp(t *testing.T) {
 		done := make(chan reply, 1)
 		go func() { r, _ := h.tryDo(fasthttp.MethodPost, "/generate", `{"text": "a"}`); done <- r }()
 		synctest.Wait()
-		if err := srv.removeWorker(roleDecode, b.url); err != nil {
+		if _, err := srv.removeWorker(roleDecode, b.url, sourceAll); err != nil {
 			t.Fatal(err)
 		}
-		again, err := srv.addWorker(roleDecode, PrefillSpec{URL: b.url})
+		again, err := srv.addWorker(roleDecode, PrefillSpec{URL: b.url}, sourceAPI)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,19 +140,29 @@ func TestRemoveThenAddIsANoOp(t *testing.T) {
 }
 
 // TestRemovedDecodeDrainTimeout tears down a removed decode whose request
-// outlives Config.DrainTimeout.
+// and stream outlive Config.DrainTimeout: both are cut then, the request
+// answered with a 503 and the stream with an error event, each naming the
+// removal; its connections close, and its series go (issue 23 §1).
 func TestRemovedDecodeDrainTimeout(t *testing.T) {
 	inBubble(t, func(t *testing.T) {
 		h := newHarness(t)
 		gate := make(chan struct{})
-		h.pair(fake.Config{}, fake.Config{TokenGate: gate, Tokens: 1})
+		t.Cleanup(func() { close(gate) })
+		h.pair(fake.Config{}, fake.Config{TokenGate: gate, Tokens: 2})
 		cfg := defaultConfig()
 		cfg.DrainTimeout = 10 * time.Second
 		srv := h.start(cfg)
+		b := srv.decodes.backends()[0]
+		// A stream under way (its first token let through), and a request.
+		opened := make(chan *stream, 1)
+		go func() { opened <- h.openStream("/generate", `{"text": "a", "stream": true}`) }()
+		synctest.Wait()
+		gate <- struct{}{}
+		st := <-opened
 		done := make(chan reply, 1)
 		go func() { r, _ := h.tryDo(fasthttp.MethodPost, "/generate", `{"text": "a"}`); done <- r }()
 		synctest.Wait()
-		if err := srv.removeWorker(roleDecode, "http://decode-0:30010"); err != nil {
+		if _, err := srv.removeWorker(roleDecode, "http://decode-0:30010", sourceAll); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait() // the drain waits on the clock
@@ -161,11 +171,23 @@ func TestRemovedDecodeDrainTimeout(t *testing.T) {
 		}
 		time.Sleep(cfg.DrainTimeout) // the bubble's clock
 		synctest.Wait()
+		const removal = "was removed, and its drain timeout (10s) passed with this request still running"
+		if r := <-done; r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(string(r.body), removal) {
+			t.Errorf("request cut at the drain timeout: got %d %s; want 503 naming the removal", r.status, r.body)
+		}
+		if evs := st.rest(); len(evs) < 2 || !strings.Contains(evs[len(evs)-2], removal) ||
+			!strings.Contains(evs[len(evs)-1], "[DONE]") {
+			t.Errorf("stream cut at the drain timeout: got %q; want an error event naming the removal, then [DONE]", evs)
+		}
+		if got := b.hc.ConnsCount(); got != 0 {
+			t.Errorf("pdlb still holds %d connections to the removed decode; want 0", got)
+		}
 		if h.hasSeries(`backend="decode-0:30010"`) {
 			t.Error("still there after the drain timeout")
 		}
-		close(gate)
-		<-done
+		if !h.hasSeries(`pdlb_request_errors_total{reason="worker_removed"} 2`) {
+			t.Error("the cuts are not counted as worker_removed errors")
+		}
 	})
 }
 
@@ -183,10 +205,10 @@ func TestPrefillsComeAndGo(t *testing.T) {
 		srv := h.start(warmConfig())
 		h.waitBootstrap()
 		synctest.Wait() // prefill-0's pair is warm
-		if err := srv.removeWorker(rolePrefill, "http://prefill-0:30000"); err != nil {
+		if _, err := srv.removeWorker(rolePrefill, "http://prefill-0:30000", sourceAll); err != nil {
 			t.Fatal(err)
 		}
-		b1, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-1:30000"})
+		b1, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-1:30000"}, sourceAPI)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +234,7 @@ func TestPrefillsComeAndGo(t *testing.T) {
 
 		// Unasked, a prefill's pairs are warmed once the registry has read it.
 		h.fake("prefill-2:30000", fake.Config{Role: fake.RolePrefill, DPSize: 4, KVTimeout: 5 * time.Second})
-		b2, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-2:30000", BootstrapPort: 8998})
+		b2, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-2:30000", BootstrapPort: 8998}, sourceAPI)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,10 +264,10 @@ func TestRemovedPrefillDrains(t *testing.T) {
 		if got := b0.inflight.Load(); got != 1 {
 			t.Fatalf("prefill-0 in flight: got %d; want 1", got)
 		}
-		if _, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-1:30000", BootstrapPort: 8998}); err != nil {
+		if _, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-1:30000", BootstrapPort: 8998}, sourceAPI); err != nil {
 			t.Fatal(err)
 		}
-		if err := srv.removeWorker(rolePrefill, "http://prefill-0:30000"); err != nil {
+		if _, err := srv.removeWorker(rolePrefill, "http://prefill-0:30000", sourceAll); err != nil {
 			t.Fatal(err)
 		}
 		if r := h.post("/generate", `{"text": "b"}`); r.status != fasthttp.StatusOK {
@@ -275,7 +297,7 @@ func TestRemovedPrefillDrains(t *testing.T) {
 			t.Errorf("the drained prefill's registry state: got %+v; want it gone", st)
 		}
 
-		again, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-0:30000", BootstrapPort: 8998})
+		again, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-0:30000", BootstrapPort: 8998}, sourceAPI)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -301,10 +323,10 @@ func TestPrefillTakenBack(t *testing.T) {
 		done := make(chan reply, 1)
 		go func() { r, _ := h.tryDo(fasthttp.MethodPost, "/generate", `{"text": "a"}`); done <- r }()
 		synctest.Wait()
-		if err := srv.removeWorker(rolePrefill, b.url); err != nil {
+		if _, err := srv.removeWorker(rolePrefill, b.url, sourceAll); err != nil {
 			t.Fatal(err)
 		}
-		again, err := srv.addWorker(rolePrefill, PrefillSpec{URL: b.url, BootstrapPort: 8998})
+		again, err := srv.addWorker(rolePrefill, PrefillSpec{URL: b.url, BootstrapPort: 8998}, sourceAPI)
 		if err != nil || again != b {
 			t.Fatalf("got %p, %v; want the draining backend %p back", again, err, b)
 		}
@@ -331,14 +353,14 @@ func TestLastPrefillRemoved(t *testing.T) {
 		h.pair(fake.Config{}, fake.Config{})
 		fb := h.fake("fallback-0:30020", fake.Config{})
 		srv := h.start(defaultConfig())
-		if err := srv.removeWorker(rolePrefill, "http://prefill-0:30000"); err != nil {
+		if _, err := srv.removeWorker(rolePrefill, "http://prefill-0:30000", sourceAll); err != nil {
 			t.Fatal(err)
 		}
 		r := h.post("/generate", `{"text": "a"}`)
 		if r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(string(r.body), "the prefill pool has no workers") {
 			t.Errorf("no prefill, no fallback: got %d %s; want 503 naming the empty prefill pool", r.status, r.body)
 		}
-		if _, err := srv.addWorker(roleFallback, PrefillSpec{URL: "http://fallback-0:30020"}); err != nil {
+		if _, err := srv.addWorker(roleFallback, PrefillSpec{URL: "http://fallback-0:30020"}, sourceAPI); err != nil {
 			t.Fatal(err)
 		}
 		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
@@ -363,10 +385,10 @@ func TestPrefillBackOnAnotherPort(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, BootstrapPort: 9001, KVTimeout: 5 * time.Second})
-		if err := srv.removeWorker(rolePrefill, "http://prefill-0:30000"); err != nil {
+		if _, err := srv.removeWorker(rolePrefill, "http://prefill-0:30000", sourceAll); err != nil {
 			t.Fatal(err)
 		}
-		b, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-0:30000", BootstrapPort: 9001})
+		b, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-0:30000", BootstrapPort: 9001}, sourceAPI)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -312,8 +312,8 @@ func (x *exchange) passOn(c *call) {
 }
 
 func (x *exchange) logFailure(c *call, msg string) {
-	if errors.Is(c.Cancel.Err(), errShutdown) {
-		return // Shutdown logs them all at once
+	if isCut(c.Cancel.Err()) {
+		return // Shutdown and drain log their cuts at once
 	}
 	x.s.log.Warn().Bytes("request_id", x.requestID).Str("route", x.rt.path).
 		Str("role", c.backend.role).Str("backend", c.backend.addr).Err(c.err).Msg(msg)

@@ -348,8 +348,8 @@ func (r *relay) brokenEvent() []byte {
 	status, rsn, msg := fasthttp.StatusBadGateway, reasonStreamBroken, "decode backend "+d.backend.addr+" ended the stream early"
 	var peer *errPeerFailed
 	switch {
-	case errors.Is(d.Cancel.Err(), errShutdown):
-		status, rsn, msg = classify(errShutdown, d.backend.role, d.backend.addr)
+	case isCut(d.Cancel.Err()):
+		status, rsn, msg = classify(d.Cancel.Err(), d.backend.role, d.backend.addr)
 	case errors.As(d.Cancel.Err(), &peer) && peer.role == rolePrefill:
 		// The prefill failed just before the decode's first event was
 		// seen (after it, a prefill no longer cancels the decode); its

@@ -211,6 +211,6 @@ func (x *exchange) pairFailed(failure []byte) *Backend {
 // another attempt.
 func retriable(err error) bool {
 	var peer *errPeerFailed
-	return !errors.Is(err, fasthttp.ErrTimeout) && !errors.Is(err, errClientGone) && !errors.Is(err, errShutdown) &&
+	return !errors.Is(err, fasthttp.ErrTimeout) && !errors.Is(err, errClientGone) && !isCut(err) &&
 		!errors.As(err, &peer) && !errors.Is(err, fasthttp.ErrBodyTooLarge)
 }

@@ -189,10 +189,10 @@ func TestWarmWaitOutlivesItsPrefill(t *testing.T) {
 			done <- r
 		}()
 		synctest.Wait() // the request waits for prefill-0's pair
-		if _, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-1:30000", BootstrapPort: 8998}); err != nil {
+		if _, err := srv.addWorker(rolePrefill, PrefillSpec{URL: "http://prefill-1:30000", BootstrapPort: 8998}, sourceAPI); err != nil {
 			t.Fatal(err)
 		}
-		if err := srv.removeWorker(rolePrefill, "http://prefill-0:30000"); err != nil {
+		if _, err := srv.removeWorker(rolePrefill, "http://prefill-0:30000", sourceAll); err != nil {
 			t.Fatal(err)
 		}
 		settled(t, "prefill-0 drained", func() bool {
@@ -220,7 +220,7 @@ func TestDecodeAddedIsWarmedAtOnce(t *testing.T) {
 		d1 := h.fake("decode-1:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 5 * time.Second})
 		srv := h.start(warmConfig())
 		settled(t, "the first pair warm", func() bool { return h.metric("pdlb_warm_pairs") == "1" })
-		b, err := srv.addWorker(roleDecode, PrefillSpec{URL: "http://decode-1:30010"})
+		b, err := srv.addWorker(roleDecode, PrefillSpec{URL: "http://decode-1:30010"}, sourceAPI)
 		if err != nil {
 			t.Fatal(err)
 		}

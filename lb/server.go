@@ -73,6 +73,9 @@ type Server struct {
 	memory *bodyMemory
 	// conns bounds the client connections (connlimit.go, wire.Budget).
 	conns *wire.Budget
+	// fileLimit reads the descriptor limit the budget is derived from:
+	// openFileLimit, but in tests.
+	fileLimit func() (uint64, error)
 	// live counts exchanges not yet released, and the aborts they sent: a
 	// call may outlive the client's answer, and a drain waits for it. A
 	// counter, not a WaitGroup: warm-ups start during a drain, and a
@@ -126,7 +129,8 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		cut:     make(chan struct{}),
 		began:   cfg.Now(),
 
-		draining: map[string]*Backend{},
+		draining:  map[string]*Backend{},
+		fileLimit: openFileLimit,
 	}
 	s.access = s.log.Level(zerolog.InfoLevel)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -161,6 +165,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	if err := s.buildDiscovery(log); err != nil {
 		return nil, err
 	}
+	s.warnEmptyPools()
 	if !cfg.NoPrewarm {
 		s.warm = newWarmer(s)
 	}
@@ -229,6 +234,7 @@ func (s *Server) newPool(role, name string, urls []string) (*Pool, error) {
 		if err != nil {
 			return nil, fmt.Errorf("invalid %s URL: %w", role, err)
 		}
+		b.sources.Store(uint32(sourceStart))
 		pool.join(b)
 	}
 	return pool, nil

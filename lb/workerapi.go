@@ -98,7 +98,7 @@ func (s *Server) createWorker(ctx *fasthttp.RequestCtx) {
 	}
 	change := s.log.Info().Str("client", clientOf(ctx)).Str("worker_type", spec.workerType).
 		Str("url", spec.url).Str("id", id).Int("bootstrap_port", spec.bootstrapPort).Strs("ignored_fields", spec.ignored)
-	if _, err := s.addWorker(role, PrefillSpec{URL: spec.url, BootstrapPort: spec.bootstrapPort}); err != nil {
+	if _, err := s.addWorker(role, PrefillSpec{URL: spec.url, BootstrapPort: spec.bootstrapPort}, sourceAPI); err != nil {
 		change.Err(err).Msg("worker api: cannot add worker")
 		s.writeError(ctx, fasthttp.StatusBadRequest, reasonInvalidRequest, "cannot add worker "+spec.url+": "+err.Error())
 		return
@@ -116,7 +116,7 @@ func (s *Server) createWorker(ctx *fasthttp.RequestCtx) {
 func (s *Server) deleteWorker(ctx *fasthttp.RequestCtx, b *Backend) {
 	id := workerID(b.role, b.url)
 	if !b.leaving.Load() {
-		if err := s.removeWorker(b.role, b.url); err != nil {
+		if _, err := s.removeWorker(b.role, b.url, sourceAll); err != nil {
 			s.log.Info().Str("client", clientOf(ctx)).Str("worker_type", workerTypeOf(b.role)).Str("url", b.url).
 				Str("id", id).Err(err).Msg("worker api: cannot remove worker")
 			s.writeError(ctx, fasthttp.StatusBadRequest, reasonInvalidRequest, "cannot remove worker "+b.url+": "+err.Error())
@@ -180,6 +180,9 @@ type workerInfo struct {
 	InFlight int    `json:"inflight"`
 	// Draining is set once the worker is removed, until its drain ends.
 	Draining bool `json:"draining"`
+	// Sources are who give the worker: "command_line", "api", "dns"
+	// (sources.go); empty once it is removed.
+	Sources []string `json:"sources"`
 	// WarmPairs and Pairs count a prefill's or decode's warm pairs and
 	// all of them; absent without warm-up and for regular workers.
 	WarmPairs *int `json:"warm_pairs,omitempty"`
@@ -191,7 +194,10 @@ func (s *Server) workerInfoOf(b *Backend) workerInfo {
 	w := workerInfo{
 		ID: workerID(b.role, b.url), URL: b.url, WorkerType: workerTypeOf(b.role), DPSize: int(b.dpSize.Load()),
 		Load: int(b.inflight.Load()), Health: health.State(b.health.Load()).String(),
-		InFlight: int(b.inflight.Load()), Draining: b.leaving.Load(),
+		InFlight: int(b.inflight.Load()), Draining: b.leaving.Load(), Sources: b.givenBy().names(),
+	}
+	if w.Sources == nil {
+		w.Sources = []string{}
 	}
 	if b.role == rolePrefill {
 		w.BootstrapPort = s.bootstrapPort(b)

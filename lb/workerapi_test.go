@@ -229,7 +229,7 @@ func TestWorkerAPIAddsAPrefill(t *testing.T) {
 		if r.status != fasthttp.StatusAccepted {
 			t.Fatalf("POST of a prefill: got %d %s; want 202", r.status, r.body)
 		}
-		if err := srv.removeWorker(rolePrefill, "http://prefill-0:30000"); err != nil {
+		if _, err := srv.removeWorker(rolePrefill, "http://prefill-0:30000", sourceAll); err != nil {
 			t.Fatal(err)
 		}
 		b := srv.prefills.find("http://prefill-1:30000")

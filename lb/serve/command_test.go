@@ -559,13 +559,13 @@ func TestGCPercentDefaultsUnlessGOGCIsSet(t *testing.T) {
 // A usage error found after parsing exits with status 2, as argparse's do,
 // not 1, the status of a failure at run time.
 func TestUsageErrorsExitWithStatus2(t *testing.T) {
-	c, _, err := parse(t, "--prefill", "http://p:1")
+	c, _, err := parse(t, "--prefill", "http://p:1", "--decode", "ftp://d:1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Serve.LogLevel = "error"
 	if code := cli.ExitCode(c.Serve.Run(nil, func(code int) { t.Errorf("serve exited with status %d; want a usage error returned", code) }, "test")); code != 2 {
-		t.Errorf("serve without a decode: exit status %d; want 2", code)
+		t.Errorf("serve with an ftp decode URL: exit status %d; want 2", code)
 	}
 }
 

@@ -53,8 +53,9 @@ func TestParseDNSFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, _ = c.Serve.config()
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--decode-dns") {
-		t.Fatalf("no decode and no --decode-dns: got %v; want an error naming --decode-dns", err)
+	// Nothing to find either: the pool starts empty, for the worker API.
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("no decode and no --decode-dns: %s; want pdlb to start with the pool empty", err)
 	}
 }
 

@@ -59,7 +59,7 @@
 //     --eviction-interval, and for the old `python -m
 //     sglang.srt.disaggregation.mini_lb` line's --prefill-bootstrap-ports,
 //     one --prefill URL PORT per prefill.
-//   - A usage error (an unknown flag, a bad value, no decode worker) exits
+//   - A usage error (an unknown flag, a bad value, a worker URL that is none) exits
 //     with status 2, as mini_lb's argparse does; a failure at run time (a
 //     port in use) with status 1.
 //

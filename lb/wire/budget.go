@@ -37,12 +37,12 @@ const refusalWriteTimeout = 100 * time.Millisecond
 // (Track), and a connection's Close gives its place back. It is safe for
 // concurrent use.
 type Budget struct {
-	max int
-	// refusal is the whole answer to a connection refused.
+	mu sync.Mutex
+	// max is the budget's size; refusal, the whole answer to a connection
+	// refused. Both change with SetMax.
+	max     int
 	refusal []byte
-
-	mu   sync.Mutex
-	open int
+	open    int
 	// silent lists the connections that have sent nothing yet, waiting
 	// those that wait for their client otherwise: for the next request, or
 	// the rest of one. In each, the one waiting longest comes first: the
@@ -61,7 +61,21 @@ func NewBudget(max int, refusal []byte, onEvict, onRefuse func()) *Budget {
 }
 
 // Max is the budget's size; Open how many connections it counts now.
-func (b *Budget) Max() int { return b.max }
+func (b *Budget) Max() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.max
+}
+
+// SetMax resizes the budget to max, refusal being the answer to a
+// connection refused from now on. A budget made smaller closes nothing: the
+// connections above it are evicted or end as usual before a new one is
+// admitted.
+func (b *Budget) SetMax(max int, refusal []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.max, b.refusal = max, refusal
+}
 
 func (b *Budget) Open() int {
 	b.mu.Lock()
@@ -95,8 +109,8 @@ func (b *Budget) Census() Census {
 // so a budget above fasthttp's default raises it. Zero, fasthttp's default,
 // otherwise.
 func (b *Budget) Concurrency() int {
-	if b.max > fasthttp.DefaultConcurrency && b.max < math.MaxInt {
-		return b.max
+	if max := b.Max(); max > fasthttp.DefaultConcurrency && max < math.MaxInt {
+		return max
 	}
 	return 0
 }
@@ -214,8 +228,11 @@ func (b *Budget) move(c *ClientConn, w waitsFor) {
 // it.
 func (b *Budget) refuse(conn net.Conn) {
 	b.onRefuse()
+	b.mu.Lock()
+	refusal := b.refusal
+	b.mu.Unlock()
 	_ = conn.SetWriteDeadline(time.Now().Add(refusalWriteTimeout))
-	_, _ = conn.Write(b.refusal)
+	_, _ = conn.Write(refusal)
 	discardReceived(conn)
 	_ = conn.Close()
 }

@@ -1,0 +1,99 @@
+package lb
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/bench/fake"
+)
+
+// A decode given on the command line that DNS names too stays when DNS
+// stops naming it: a worker leaves when no source gives it any more. The
+// worker API's DELETE removes it whatever its sources (issue 23 §1).
+func TestWorkerStaysWhileASourceGivesIt(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		srv := h.start(adminConfig())
+		const d0 = "http://decode-0:30010"
+		b := srv.decodes.find(d0)
+		sources := func() []string {
+			t.Helper()
+			list := h.do(fasthttp.MethodGet, workersPath, "", "Authorization", adminAuth)
+			var names []string
+			for _, s := range workerOf(t, list.body, d0).Get("sources").Array() {
+				names = append(names, s.String())
+			}
+			return names
+		}
+
+		if again, err := srv.addWorker(roleDecode, PrefillSpec{URL: d0}, sourceDNS); err != nil || again != b {
+			t.Fatalf("DNS naming a decode given at start: got %p, %v; want the same backend", again, err)
+		}
+		if got := sources(); !slices.Equal(got, []string{"command_line", "dns"}) {
+			t.Errorf("sources: got %q; want the command line and DNS", got)
+		}
+		gone, err := srv.removeWorker(roleDecode, d0, sourceDNS)
+		if err != nil || gone || srv.decodes.find(d0) != b || b.leaving.Load() {
+			t.Fatalf("DNS no longer naming it: gone %v, %v; want it kept by the command line", gone, err)
+		}
+		if got := sources(); !slices.Equal(got, []string{"command_line"}) {
+			t.Errorf("sources: got %q; want the command line alone", got)
+		}
+		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
+			t.Errorf("through the decode kept: got %d %s; want 200", r.status, r.body)
+		}
+
+		if r := h.do(fasthttp.MethodDelete, workersPath+"/"+workerID(roleDecode, d0), "", "Authorization", adminAuth); r.status != fasthttp.StatusAccepted {
+			t.Fatalf("DELETE: got %d %s; want 202", r.status, r.body)
+		}
+		if srv.decodes.find(d0) != nil || !b.leaving.Load() {
+			t.Error("DELETE of a worker the command line gives left it a member")
+		}
+	})
+}
+
+// With no worker given at all, pdlb starts: /liveness answers 200 and
+// /readiness a 503 naming what is missing, until the worker API adds a
+// prefill and a decode; requests then go through them (issue 23 §1).
+func TestStartEmptyThenFillByTheAPI(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		cfg := adminConfig()
+		cfg.Prefill, cfg.Decode = nil, nil
+		h.start(cfg)
+
+		if r := h.do(fasthttp.MethodGet, "/liveness", ""); r.status != fasthttp.StatusOK {
+			t.Errorf("/liveness with no worker: got %d %s; want 200", r.status, r.body)
+		}
+		ready := h.do(fasthttp.MethodGet, "/readiness", "")
+		if ready.status != fasthttp.StatusServiceUnavailable || !strings.Contains(string(ready.body), `"a ready prefill"`) ||
+			!strings.Contains(string(ready.body), `"a ready decode"`) {
+			t.Errorf("/readiness with no worker: got %d %s; want 503 naming the prefill and the decode", ready.status, ready.body)
+		}
+		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusServiceUnavailable ||
+			!strings.Contains(string(r.body), "pool has no workers") {
+			t.Errorf("a request with no worker: got %d %s; want a 503 naming the empty pool", r.status, r.body)
+		}
+
+		for _, spec := range []string{
+			`{"url": "http://prefill-0:30000", "worker_type": "prefill", "bootstrap_port": 8998}`,
+			`{"url": "http://decode-0:30010", "worker_type": "decode"}`,
+		} {
+			if r := h.post(workersPath, spec, "Authorization", adminAuth); r.status != fasthttp.StatusAccepted {
+				t.Fatalf("POST /workers %s: got %d %s; want 202", spec, r.status, r.body)
+			}
+		}
+		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK || gjson.GetBytes(r.body, "text").String() == "" {
+			t.Errorf("once filled by the API: got %d %s; want 200 with a text", r.status, r.body)
+		}
+		if r := h.do(fasthttp.MethodGet, "/readiness", ""); r.status != fasthttp.StatusOK {
+			t.Errorf("/readiness once filled: got %d %s; want 200", r.status, r.body)
+		}
+	})
+}
