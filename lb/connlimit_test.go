@@ -414,7 +414,8 @@ func TestBudgetFollowsTheWorkers(t *testing.T) {
 		if _, err := srv.removeWorker(roleDecode, "http://decode-1:30010", sourceAll); err != nil {
 			t.Fatal(err)
 		}
-		synctest.Wait() // its drain ends at once: nothing in flight
+		time.Sleep(drainPoll) // the bubble's clock: the drain looks, and finds nothing in flight
+		synctest.Wait()
 		if got, want := srv.conns.Max(), defaultMaxConnections(2000, 2, 100); got != want {
 			t.Errorf("the decode torn down: budget %d; want %d", got, want)
 		}

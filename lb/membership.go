@@ -296,7 +296,10 @@ func (s *Server) drain(p *Pool, b *Backend) {
 	defer cancel()
 	t := time.NewTicker(drainPoll)
 	defer t.Stop()
-	for b.inflight.Load() > 0 && b.leaving.Load() {
+	// The first look comes after one poll, not at once: a request that
+	// picked b just before it was marked leaving has not started its call
+	// yet, and is counted in flight within microseconds.
+	for {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -307,8 +310,11 @@ func (s *Server) drain(p *Pool, b *Backend) {
 			s.teardown(p, b)
 			return
 		}
+		if b.inflight.Load() == 0 || !b.leaving.Load() {
+			s.teardown(p, b)
+			return
+		}
 	}
-	s.teardown(p, b)
 }
 
 // cutCalls cuts the calls of the exchanges in flight on b with err, and

@@ -41,6 +41,7 @@ func TestDecodesComeAndGo(t *testing.T) {
 		if _, err := srv.removeWorker(roleDecode, "http://decode-0:30010", sourceAll); err != nil {
 			t.Fatal(err)
 		}
+		time.Sleep(drainPoll) // the bubble's clock: the drain looks, and finds nothing in flight
 		synctest.Wait()
 		if h.hasSeries(`backend="decode-0:30010"`) {
 			t.Error("decode-0's series outlived its drain")

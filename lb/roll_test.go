@@ -195,6 +195,7 @@ func TestWarmWaitOutlivesItsPrefill(t *testing.T) {
 		if _, err := srv.removeWorker(rolePrefill, "http://prefill-0:30000", sourceAll); err != nil {
 			t.Fatal(err)
 		}
+		time.Sleep(drainPoll) // the bubble's clock: the drain looks
 		settled(t, "prefill-0 drained", func() bool {
 			srv.membersMu.Lock()
 			defer srv.membersMu.Unlock()
