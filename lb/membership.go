@@ -168,20 +168,21 @@ func (s *Server) warnEmptyPools() {
 	for _, p := range []*Pool{s.prefills, s.decodes} {
 		if len(p.backends()) == 0 && !s.cfg.discovers(p.role) {
 			s.log.Warn().Str("role", p.role).Msg("no " + p.role + " worker given: the pool starts empty, and " +
-				"/readiness answers 503 until one is added (POST /workers on the admin listener, or --" + p.role + "-dns)")
+				"/readiness answers 503 until one is added (POST /workers on the admin listener, --" + p.role + "-dns or --" + p.role + "-selector)")
 		}
 	}
 }
 
-// discovers reports whether c finds workers of role at run time.
+// discovers reports whether c finds workers of role at run time, in DNS
+// or Kubernetes.
 func (c *Config) discovers(role string) bool {
 	switch role {
 	case rolePrefill:
-		return len(c.DNS.Prefill) > 0
+		return len(c.DNS.Prefill)+len(c.Kubernetes.Prefill) > 0
 	case roleDecode:
-		return len(c.DNS.Decode) > 0
+		return len(c.DNS.Decode)+len(c.Kubernetes.Decode) > 0
 	case roleFallback:
-		return len(c.DNS.Fallback) > 0
+		return len(c.DNS.Fallback)+len(c.Kubernetes.Fallback) > 0
 	}
 	return false
 }
