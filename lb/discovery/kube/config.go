@@ -98,8 +98,9 @@ func (cfg Config) validate() error {
 // KEY=VALUE pairs separated by spaces or commas (sglang_router takes
 // `--selector app=a tier=b`, and one argument "app=a tier=b" as OME passes
 // it: RouterArgs._parse_selector). Every pair must be a valid label
-// (Kubernetes' syntax), each key given once; set-based selectors (!=, in)
-// are not sglang_router's and are refused.
+// (Kubernetes' syntax); set-based selectors (!=, in) are not
+// sglang_router's and are refused, as is a key given two values (argparse
+// keeps the last: a typo would select pods the user did not mean).
 func ParseSelector(items []string) (map[string]string, error) {
 	sel := map[string]string{}
 	for _, item := range items {
@@ -108,8 +109,8 @@ func ParseSelector(items []string) (map[string]string, error) {
 			if !ok {
 				return nil, fmt.Errorf("%q is not KEY=VALUE", pair)
 			}
-			if _, dup := sel[k]; dup {
-				return nil, fmt.Errorf("label %q given twice", k)
+			if old, dup := sel[k]; dup && old != v {
+				return nil, fmt.Errorf("label %q given twice, as %q and %q", k, old, v)
 			}
 			sel[k] = v
 		}
