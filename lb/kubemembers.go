@@ -15,7 +15,7 @@ import (
 // that KubernetesConfig's selectors match and tells the Server how the set
 // of workers they serve as changes; the Server applies each change through
 // its one membership path (membership.go), removals first, as it does
-// DNS's (dnsmembers.go): a pod that becomes ready joins, health-checked
+// DNS's (discoverymembers.go): a pod that becomes ready joins, health-checked
 // and warmed, and one that stops being ready, starts terminating or is
 // deleted is drained.
 
@@ -101,10 +101,10 @@ func (c *KubernetesConfig) check() error {
 type kubeMembers struct {
 	source *kube.Source
 	// errors counts the failed lists and watches of pods, each keeping
-	// the workers last seen (kube.Config.Errors). added and removed count
-	// the workers a change added and removed through the membership path;
-	// failed, those it refused.
-	errors, added, removed, failed *metrics.Counter
+	// the workers last seen (kube.Config.Errors).
+	errors *metrics.Counter
+	// changes count what the Source's changes did.
+	changes changeCounts
 }
 
 // buildKubernetes sets up the Source of Config.Kubernetes, when it selects
@@ -115,12 +115,11 @@ func (s *Server) buildKubernetes(log zerolog.Logger) error {
 	}
 	k := &kubeMembers{
 		errors:  s.ms.NewCounter(`pdlb_kubernetes_api_errors_total`),
-		added:   s.ms.NewCounter(`pdlb_kubernetes_workers_changed_total{change="added"}`),
-		removed: s.ms.NewCounter(`pdlb_kubernetes_workers_changed_total{change="removed"}`),
-		failed:  s.ms.NewCounter(`pdlb_kubernetes_workers_changed_total{change="failed"}`),
+		changes: newChangeCounts(s.ms, `pdlb_kubernetes_workers_changed_total`),
 	}
+	apply := func(c discovery.Change) { s.applyChange(c, sourceKubernetes, k.changes) }
 	var err error
-	if k.source, err = s.cfg.Kubernetes.build(s.applyKubernetesChange, k.errors, log); err != nil {
+	if k.source, err = s.cfg.Kubernetes.build(apply, k.errors, log); err != nil {
 		return err
 	}
 	// 1 while the last list or watch of pods failed: the pools hold the
@@ -146,34 +145,4 @@ func (s *Server) runKubernetes() {
 		defer s.bg.Done()
 		s.kube.source.Run(s.ctx)
 	}()
-}
-
-// applyKubernetesChange applies c through the membership path, removals
-// first, as applyDNSChange does: a worker whose bootstrap port changed is
-// removed, then added with its new port; a change the path refuses is
-// logged and counted, and the rest applied.
-func (s *Server) applyKubernetesChange(c discovery.Change) {
-	for _, w := range c.Removed {
-		role := w.Role.String()
-		gone, err := s.removeWorker(role, w.URL, sourceKubernetes)
-		if err != nil {
-			s.kube.failed.Inc()
-			s.log.Warn().Err(err).Str("role", role).Str("worker", w.URL).Msg("cannot remove a worker whose pod left")
-			continue
-		}
-		s.kube.removed.Inc()
-		if gone {
-			s.log.Info().Str("role", role).Str("worker", w.URL).Msg("kubernetes: pod gone or not ready, removing its worker")
-		}
-	}
-	for _, w := range c.Added {
-		role := w.Role.String()
-		if _, err := s.addWorker(role, PrefillSpec{URL: w.URL, BootstrapPort: w.BootstrapPort}, sourceKubernetes); err != nil {
-			s.kube.failed.Inc()
-			s.log.Warn().Err(err).Str("role", role).Str("worker", w.URL).Msg("cannot add a worker whose pod is ready")
-			continue
-		}
-		s.kube.added.Inc()
-		s.log.Info().Str("role", role).Str("worker", w.URL).Int("bootstrap_port", w.BootstrapPort).Msg("kubernetes: pod ready, adding its worker")
-	}
 }

@@ -86,3 +86,42 @@ func TestDecodesFromKubernetes(t *testing.T) {
 		t.Error("the changes applied are not counted")
 	}
 }
+
+// A decode given on the command line whose URL a ready pod gives too stays
+// when the pod is deleted: a worker leaves when no source gives it any
+// more (issue 23 §1), Kubernetes being one source among others.
+func TestCommandLineDecodeStaysWhenItsPodLeaves(t *testing.T) {
+	h := newHarness(t)
+	h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill, KVTimeout: 5 * time.Second})
+	h.fake("10.0.0.1:30010", fake.Config{Role: fake.RoleDecode, KVTimeout: 5 * time.Second})
+	cs := fakeclient.NewClientset()
+	cfg := defaultConfig()
+	const d0 = "http://10.0.0.1:30010"
+	cfg.Decode = []string{d0}
+	cfg.Kubernetes = KubernetesConfig{Pods: fakePods{cs.CoreV1()}, Namespace: "llm", Port: 30010,
+		Decode: []string{"app=sglang component=decode"}}
+	srv := h.start(cfg)
+	b := srv.decodes.find(d0)
+	if b == nil {
+		t.Fatal("the decode given on the command line is not a member")
+	}
+
+	pods := cs.CoreV1().Pods("llm")
+	if _, err := pods.Create(context.Background(), readyPod("decode-0", "10.0.0.1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pod to give the decode too", func() bool { return b.givenBy() == sourceStart|sourceKubernetes })
+	if err := pods.Delete(context.Background(), "decode-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the deleted pod to stop giving the decode", func() bool { return b.givenBy() == sourceStart })
+	if srv.decodes.find(d0) != b || b.leaving.Load() {
+		t.Fatal("the decode given on the command line left with its pod")
+	}
+	if r := h.post("/generate", `{"text": "a", "sampling_params": {"max_new_tokens": 1}}`); r.status != fasthttp.StatusOK {
+		t.Errorf("once the pod is deleted: got %d %s; want 200 through the decode kept", r.status, r.body)
+	}
+	if !h.hasSeries(`pdlb_kubernetes_workers_changed_total{change="removed"} 1`) {
+		t.Error("the pod's removal is not counted")
+	}
+}

@@ -12,8 +12,9 @@ import (
 // Membership: workers that come and go (issue 23 §1).
 //
 // Every change of a pool's workers, whatever its source (the command line
-// at start, the worker API, DNS discovery), goes through one path:
-// Server.addWorker and Server.removeWorker. Nothing else changes a pool.
+// at start, the worker API, DNS or Kubernetes discovery), goes through one
+// path: Server.addWorker and Server.removeWorker. Nothing else changes a
+// pool.
 //
 // A pool's workers are an immutable members value behind an atomic
 // pointer, replaced whole on every change (copy on write, under the pool's
@@ -61,9 +62,10 @@ import (
 // is a new Backend with fresh series.
 //
 // A worker stays a member while any of its sources (the command line, the
-// worker API, DNS) still gives it (sources.go). A removed worker's requests
-// still running when its drain timeout passes are cut (cutCalls): each
-// client gets a 503, or its stream an error event, naming the removal.
+// worker API, DNS, Kubernetes) still gives it (sources.go). A removed
+// worker's requests still running when its drain timeout passes are cut
+// (cutCalls): each client gets a 503, or its stream an error event,
+// naming the removal.
 // The client connection budget, when derived, is derived again as workers
 // join and are torn down (resizeConnBudget).
 
