@@ -5,7 +5,6 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"pdlb/lb/discovery"
 	"pdlb/lb/discovery/kube"
@@ -24,10 +23,10 @@ import (
 // no worker in Config: pdlb then starts with that pool empty, /readiness
 // answering 503 naming what is missing until a pod fills it.
 type KubernetesConfig struct {
-	// Pods is the API the pods are read through: kube.Connect's client,
-	// or in tests the fake clientset's CoreV1(). Required when a selector
-	// is given; the Server never builds one.
-	Pods corev1client.PodsGetter
+	// Pods gives the pods to list and watch: kube.Connect's, on the API
+	// server, or in tests kubetest.Pods on the fake clientset. Required
+	// when a selector is given; the Server never builds one.
+	Pods kube.PodsFunc
 	// Namespace is the namespace watched (--service-discovery-namespace).
 	// Required when a selector is given: kube.Connect says the default.
 	Namespace string

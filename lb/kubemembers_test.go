@@ -10,16 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	fakeclient "k8s.io/client-go/kubernetes/fake"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"pdlb/bench/fake"
+	"pdlb/lb/discovery/kube/kubetest"
 )
-
-// fakePods is the fake clientset's core/v1 client, telling the informers
-// that it cannot serve watch-lists, as the clientset itself does.
-type fakePods struct{ corev1client.PodsGetter }
-
-func (fakePods) IsWatchListSemanticsUnSupported() bool { return true }
 
 // readyPod is a decode pod, Running and Ready at ip.
 func readyPod(name, ip string) *corev1.Pod {
@@ -41,7 +35,7 @@ func TestDecodesFromKubernetes(t *testing.T) {
 	cs := fakeclient.NewClientset()
 	cfg := defaultConfig()
 	cfg.Decode = nil
-	cfg.Kubernetes = KubernetesConfig{Pods: fakePods{cs.CoreV1()}, Namespace: "llm", Port: 30010,
+	cfg.Kubernetes = KubernetesConfig{Pods: kubetest.Pods(cs), Namespace: "llm", Port: 30010,
 		Decode: []string{"app=sglang component=decode"}}
 	srv := h.start(cfg)
 
@@ -98,7 +92,7 @@ func TestCommandLineDecodeStaysWhenItsPodLeaves(t *testing.T) {
 	cfg := defaultConfig()
 	const d0 = "http://10.0.0.1:30010"
 	cfg.Decode = []string{d0}
-	cfg.Kubernetes = KubernetesConfig{Pods: fakePods{cs.CoreV1()}, Namespace: "llm", Port: 30010,
+	cfg.Kubernetes = KubernetesConfig{Pods: kubetest.Pods(cs), Namespace: "llm", Port: 30010,
 		Decode: []string{"app=sglang component=decode"}}
 	srv := h.start(cfg)
 	b := srv.decodes.find(d0)

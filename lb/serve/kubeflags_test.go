@@ -7,16 +7,10 @@ import (
 
 	"github.com/rs/zerolog"
 	fakeclient "k8s.io/client-go/kubernetes/fake"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"pdlb/lb"
+	"pdlb/lb/discovery/kube/kubetest"
 )
-
-// fakePods is the fake clientset's core/v1 client, telling the informers
-// that it cannot serve watch-lists, as the clientset itself does.
-type fakePods struct{ corev1client.PodsGetter }
-
-func (fakePods) IsWatchListSemanticsUnSupported() bool { return true }
 
 // sglang_router's service-discovery line reaches lb.Config, selectors as
 // argparse reads them (several values after the flag, or one value of
@@ -44,7 +38,7 @@ func TestParseKubernetesFlags(t *testing.T) {
 	if !reflect.DeepEqual(cfg.Kubernetes, want) {
 		t.Fatalf("got %+v; want %+v", cfg.Kubernetes, want)
 	}
-	cfg.Kubernetes.Pods = fakePods{fakeclient.NewClientset().CoreV1()}
+	cfg.Kubernetes.Pods = kubetest.Pods(fakeclient.NewClientset())
 	if _, err := lb.New(cfg, zerolog.Nop()); err != nil {
 		t.Fatalf("selectors without --prefill and --decode: %s; want pdlb to start with both pools empty", err)
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 	"k8s.io/apimachinery/pkg/util/validation"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"pdlb/lb/discovery"
 )
@@ -25,11 +24,13 @@ const (
 // Config says which pods a Source watches, and whom it tells. A role with
 // no selector has no workers found.
 type Config struct {
-	// Pods is the API the pods are read through: the typed core/v1 client
-	// (Connect builds it; tests pass the fake clientset's CoreV1()).
-	// Required. When it also has IsWatchListSemanticsUnSupported (the
-	// fake clientset does), the informers are told, as client-go asks.
-	Pods corev1client.PodsGetter
+	// Pods gives each role's informer its pods to list and watch: Connect
+	// builds it on the API server; tests adapt the fake clientset
+	// (kubetest.Pods). Required. A ListerWatcher it returns that has
+	// IsWatchListSemanticsUnSupported (one on the fake clientset) tells
+	// the informers whether they may ask for a watch-list stream
+	// (watchlist.DoesClientNotSupportWatchListSemantics).
+	Pods PodsFunc
 	// Namespace is the namespace watched. Required: pdlb watches one
 	// namespace, which a Role's RBAC grants (Connect says the default).
 	Namespace string

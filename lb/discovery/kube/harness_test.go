@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"pdlb/lb/discovery"
+	"pdlb/lb/discovery/kube/kubetest"
 )
 
 // The harness runs a Source on client-go's fake clientset. Informers
@@ -26,15 +26,6 @@ import (
 // stop, and its WaitForCacheSync polling on a real ticker.
 
 const ns = "llm"
-
-// fakePods is the fake clientset's core/v1 client, telling the informers
-// that it cannot serve watch-lists, as the clientset itself does
-// (client-go asks for it: watchlist.DoesClientNotSupportWatchListSemantics).
-type fakePods struct {
-	corev1client.PodsGetter
-}
-
-func (fakePods) IsWatchListSemanticsUnSupported() bool { return true }
 
 // cluster is a fake API server's pods and a Source running on them.
 type cluster struct {
@@ -53,7 +44,7 @@ func newCluster(t *testing.T, cfg Config, pods ...*corev1.Pod) *cluster {
 	for _, p := range pods {
 		c.create(p)
 	}
-	cfg.Pods, cfg.Namespace = fakePods{c.cs.CoreV1()}, ns
+	cfg.Pods, cfg.Namespace = kubetest.Pods(c.cs), ns
 	cfg.OnChange = func(ch discovery.Change) { c.changes <- ch }
 	cfg.Log = zerolog.New(c.log)
 	src, err := New(cfg)

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,23 +30,24 @@ type roleWatch struct {
 // s's loop.
 func (s *Source) newRoleWatch(r roleSelector) (*roleWatch, error) {
 	rw := &roleWatch{roleSelector: r}
-	pods := s.cfg.Pods.Pods(s.cfg.Namespace)
-	selector := labels.SelectorFromSet(r.selector).String()
-	lw := &cache.ListWatch{
+	pods := s.cfg.Pods(s.cfg.Namespace, labels.SelectorFromSet(r.selector).String())
+	lw := cache.ToListerWatcherWithContext(pods)
+	noted := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.LabelSelector = selector
-			list, err := pods.List(ctx, opts)
+			list, err := lw.ListWithContext(ctx, opts)
 			s.noteCall(ctx, rw, err)
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.LabelSelector = selector
-			w, err := pods.Watch(ctx, opts)
-			s.noteCall(ctx, rw, err)
+			w, err := lw.WatchWithContext(ctx, opts)
+			if !watchListRefused(opts, err) { // else the reflector lists instead: no failure (doc.go)
+				s.noteCall(ctx, rw, err)
+			}
 			return w, err
 		},
 	}
-	rw.informer = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, s.cfg.Pods),
+	// noted keeps what pods says of watch-lists (doc.go).
+	rw.informer = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(noted, pods),
 		&corev1.Pod{}, cache.SharedIndexInformerOptions{})
 	if err := rw.informer.SetTransform(trimPod); err != nil {
 		return nil, err
@@ -62,6 +64,15 @@ func (s *Source) newRoleWatch(r roleSelector) (*roleWatch, error) {
 		DeleteFunc: func(any) { poke() },
 	})
 	return rw, err
+}
+
+// watchListRefused reports whether err is an API server's refusal of the
+// watch-list that opts asks for (sendInitialEvents): a server whose
+// WatchList feature is off, or older than it, answers 422 Invalid
+// (ValidateListOptions in apimachinery's meta/internalversion/validation),
+// and the reflector then lists and watches as before.
+func watchListRefused(opts metav1.ListOptions, err error) bool {
+	return opts.SendInitialEvents != nil && *opts.SendInitialEvents && apierrors.IsInvalid(err)
 }
 
 // noteCall counts a failed list or watch of rw, and logs when rw's calls
