@@ -37,6 +37,9 @@ type Config struct {
 	// DNS names workers found in DNS, who join and leave at run time
 	// (dnsmembers.go). The zero value finds none.
 	DNS DNSConfig
+	// Kubernetes names pods found in Kubernetes, who join and leave at run
+	// time (kubemembers.go). The zero value follows none.
+	Kubernetes KubernetesConfig
 	// APIKey, when set, is sglang_router's --api-key: pdlb sends it to the
 	// workers ("Authorization: Bearer <key>") on every call it makes, and
 	// requires it of clients on the generate routes, /flush_cache and
@@ -321,6 +324,9 @@ func (c *Config) Validate() error {
 // until then (New warns of a pool nothing will fill but the API).
 func (c *Config) checkWorkers() error {
 	if err := c.DNS.check(); err != nil {
+		return err
+	}
+	if err := c.Kubernetes.check(); err != nil {
 		return err
 	}
 	for _, p := range c.Prefill {

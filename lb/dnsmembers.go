@@ -77,10 +77,10 @@ func (c *DNSConfig) check() error {
 type dnsMembers struct {
 	source *discovery.Source
 	// kept counts the answers not taken, each keeping a name's last good
-	// workers (discovery.Config.Kept). added and removed count the
-	// workers a change added and removed through the membership path;
-	// failed, those it refused.
-	kept, added, removed, failed *metrics.Counter
+	// workers (discovery.Config.Kept).
+	kept *metrics.Counter
+	// changes count what the Source's changes did.
+	changes changeCounts
 }
 
 // buildDiscovery sets up the Source of Config.DNS, when it names any
@@ -91,12 +91,11 @@ func (s *Server) buildDiscovery(log zerolog.Logger) error {
 	}
 	d := &dnsMembers{
 		kept:    s.ms.NewCounter(`pdlb_dns_kept_total`),
-		added:   s.ms.NewCounter(`pdlb_dns_workers_changed_total{change="added"}`),
-		removed: s.ms.NewCounter(`pdlb_dns_workers_changed_total{change="removed"}`),
-		failed:  s.ms.NewCounter(`pdlb_dns_workers_changed_total{change="failed"}`),
+		changes: newChangeCounts(s.ms, `pdlb_dns_workers_changed_total`),
 	}
+	apply := func(c discovery.Change) { s.applyChange(c, sourceDNS, d.changes) }
 	var err error
-	d.source, err = discovery.New(s.cfg.DNS.source(s.applyDNSChange, d.kept, log))
+	d.source, err = discovery.New(s.cfg.DNS.source(apply, d.kept, log))
 	if err != nil {
 		return fmt.Errorf("invalid DNS discovery: %w", err)
 	}
@@ -114,35 +113,4 @@ func (s *Server) runDiscovery() {
 		defer s.bg.Done()
 		s.dns.source.Run(s.ctx)
 	}()
-}
-
-// applyDNSChange applies c through the membership path, removals first,
-// as discovery.Change asks: a worker whose bootstrap port changed is
-// removed, then added with its new port. A change the path refuses is
-// logged and counted, and the rest applied: one worker that cannot join
-// must not keep the others out.
-func (s *Server) applyDNSChange(c discovery.Change) {
-	for _, w := range c.Removed {
-		role := w.Role.String()
-		gone, err := s.removeWorker(role, w.URL, sourceDNS)
-		if err != nil {
-			s.dns.failed.Inc()
-			s.log.Warn().Err(err).Str("role", role).Str("worker", w.URL).Msg("cannot remove a worker gone from DNS")
-			continue
-		}
-		s.dns.removed.Inc()
-		if gone {
-			s.log.Info().Str("role", role).Str("worker", w.URL).Msg("dns: worker gone, removing it")
-		}
-	}
-	for _, w := range c.Added {
-		role := w.Role.String()
-		if _, err := s.addWorker(role, PrefillSpec{URL: w.URL, BootstrapPort: w.BootstrapPort}, sourceDNS); err != nil {
-			s.dns.failed.Inc()
-			s.log.Warn().Err(err).Str("role", role).Str("worker", w.URL).Msg("cannot add a worker found in DNS")
-			continue
-		}
-		s.dns.added.Inc()
-		s.log.Info().Str("role", role).Str("worker", w.URL).Int("bootstrap_port", w.BootstrapPort).Msg("dns: worker found, adding it")
-	}
 }

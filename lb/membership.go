@@ -12,8 +12,9 @@ import (
 // Membership: workers that come and go (issue 23 §1).
 //
 // Every change of a pool's workers, whatever its source (the command line
-// at start, the worker API, DNS discovery), goes through one path:
-// Server.addWorker and Server.removeWorker. Nothing else changes a pool.
+// at start, the worker API, DNS or Kubernetes discovery), goes through one
+// path: Server.addWorker and Server.removeWorker. Nothing else changes a
+// pool.
 //
 // A pool's workers are an immutable members value behind an atomic
 // pointer, replaced whole on every change (copy on write, under the pool's
@@ -61,9 +62,10 @@ import (
 // is a new Backend with fresh series.
 //
 // A worker stays a member while any of its sources (the command line, the
-// worker API, DNS) still gives it (sources.go). A removed worker's requests
-// still running when its drain timeout passes are cut (cutCalls): each
-// client gets a 503, or its stream an error event, naming the removal.
+// worker API, DNS, Kubernetes) still gives it (sources.go). A removed
+// worker's requests still running when its drain timeout passes are cut
+// (cutCalls): each client gets a 503, or its stream an error event,
+// naming the removal.
 // The client connection budget, when derived, is derived again as workers
 // join and are torn down (resizeConnBudget).
 
@@ -168,20 +170,21 @@ func (s *Server) warnEmptyPools() {
 	for _, p := range []*Pool{s.prefills, s.decodes} {
 		if len(p.backends()) == 0 && !s.cfg.discovers(p.role) {
 			s.log.Warn().Str("role", p.role).Msg("no " + p.role + " worker given: the pool starts empty, and " +
-				"/readiness answers 503 until one is added (POST /workers on the admin listener, or --" + p.role + "-dns)")
+				"/readiness answers 503 until one is added (POST /workers on the admin listener, --" + p.role + "-dns or --" + p.role + "-selector)")
 		}
 	}
 }
 
-// discovers reports whether c finds workers of role at run time.
+// discovers reports whether c finds workers of role at run time, in DNS
+// or Kubernetes.
 func (c *Config) discovers(role string) bool {
 	switch role {
 	case rolePrefill:
-		return len(c.DNS.Prefill) > 0
+		return len(c.DNS.Prefill)+len(c.Kubernetes.Prefill) > 0
 	case roleDecode:
-		return len(c.DNS.Decode) > 0
+		return len(c.DNS.Decode)+len(c.Kubernetes.Decode) > 0
 	case roleFallback:
-		return len(c.DNS.Fallback) > 0
+		return len(c.DNS.Fallback)+len(c.Kubernetes.Fallback) > 0
 	}
 	return false
 }

@@ -106,6 +106,9 @@ type Server struct {
 	// dns finds workers in DNS (dnsmembers.go); nil when Config.DNS names
 	// none.
 	dns *dnsMembers
+	// kube follows pods in Kubernetes (kubemembers.go); nil when
+	// Config.Kubernetes selects none.
+	kube *kubeMembers
 
 	// ctx ends background work when Shutdown cancels it; bg waits for it.
 	ctx       context.Context
@@ -163,6 +166,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	s.buildRegistry(log)
 	s.buildChecker(log)
 	if err := s.buildDiscovery(log); err != nil {
+		return nil, err
+	}
+	if err := s.buildKubernetes(log); err != nil {
 		return nil, err
 	}
 	s.warnEmptyPools()
@@ -320,4 +326,5 @@ func (s *Server) startBackground() {
 		}()
 	}
 	s.runDiscovery()
+	s.runKubernetes()
 }

@@ -5,7 +5,7 @@ import "strings"
 // A worker's sources: who asks for it to be a member (issue 23 §1).
 //
 // A worker may be given by several sources at once: the command line, the
-// worker API, DNS discovery. It stays a member while any of them still
+// worker API, DNS discovery, Kubernetes discovery. It stays a member while any of them still
 // gives it, so that a worker given on the command line is not drained
 // because DNS stopped naming it. A removal names the source that no longer
 // gives the worker (removeWorker); the worker leaves when none is left.
@@ -24,8 +24,10 @@ const (
 	sourceAPI
 	// sourceDNS is DNS discovery (dnsmembers.go).
 	sourceDNS
+	// sourceKubernetes is Kubernetes discovery (kubemembers.go).
+	sourceKubernetes
 	// sourceAll is every source: the worker API's DELETE.
-	sourceAll = sourceStart | sourceAPI | sourceDNS
+	sourceAll = sourceStart | sourceAPI | sourceDNS | sourceKubernetes
 )
 
 // names lists the sources of s, in the order of their bits.
@@ -48,6 +50,8 @@ func (s source) name() string {
 		return "api"
 	case sourceDNS:
 		return "dns"
+	case sourceKubernetes:
+		return "kubernetes"
 	}
 	return "unknown"
 }

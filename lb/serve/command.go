@@ -19,10 +19,11 @@ import (
 // balancer. Flag names follow sglang_router's, so a
 // mini_lb command line works unchanged.
 type Command struct {
-	Prefill  prefillFlags `help:"A prefill worker URL, optionally followed by its bootstrap port or 'none'; repeat for more. Without a port pdlb asks the worker's /server_info, and sends null until it knows." placeholder:"URL [PORT]" group:"workers"`
-	Decode   []string     `help:"A decode worker URL; repeat for more (or list them with commas)." placeholder:"URL" sep:"," group:"workers"`
-	Fallback []string     `help:"An aggregated (non-PD) SGLang worker for decode-only traffic, which gets the client's body unchanged; repeat for more (or list them with commas)." placeholder:"URL" sep:"," group:"workers"`
-	dnsFlags `embed:""`
+	Prefill   prefillFlags `help:"A prefill worker URL, optionally followed by its bootstrap port or 'none'; repeat for more. Without a port pdlb asks the worker's /server_info, and sends null until it knows." placeholder:"URL [PORT]" group:"workers"`
+	Decode    []string     `help:"A decode worker URL; repeat for more (or list them with commas)." placeholder:"URL" sep:"," group:"workers"`
+	Fallback  []string     `help:"An aggregated (non-PD) SGLang worker for decode-only traffic, which gets the client's body unchanged; repeat for more (or list them with commas)." placeholder:"URL" sep:"," group:"workers"`
+	dnsFlags  `embed:""`
+	kubeFlags `embed:""`
 
 	Host        string `help:"Address to listen on." default:"0.0.0.0" group:"listen"`
 	Port        int    `help:"Port to listen on." default:"30000" type:"port" group:"listen"`
@@ -155,6 +156,9 @@ func (c *Command) Validate() error {
 	if err := c.dnsFlags.validate(); err != nil {
 		return err
 	}
+	if err := c.kubeFlags.validate(); err != nil {
+		return err
+	}
 	return c.checkRouting()
 }
 
@@ -192,6 +196,9 @@ func (c *Command) Run(ignored IgnoredFlags, exit cli.Exit, version cli.Version) 
 	}
 	for _, w := range warnings {
 		log.Warn().Msg(w)
+	}
+	if err := c.connectKubernetes(&cfg.Kubernetes, log); err != nil {
+		return err
 	}
 	applyProcessSettings(cfg.MaxBodyMemory)
 	srv, err := lb.New(cfg, log)

@@ -140,12 +140,12 @@ func TestParseEnvironment(t *testing.T) {
 func TestParseRouterFlags(t *testing.T) {
 	c, ignored, err := parse(t, "--mini-lb", "--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1",
 		"--policy", "cache_aware", "--health-check-interval-secs", "3600", "--dp-aware",
-		"--worker-urls", "http://a:1", "http://b:1", "--cache-threshold=0.5", "--selector", "app=x", "role=y",
+		"--worker-urls", "http://a:1", "http://b:1", "--cache-threshold=0.5", "--prometheus-duration-buckets", "0.1", "1",
 		"--request-timeout-secs", "60", "--connect-timeout-secs", "3", "--log-level", "warning", "--port", "8000")
 	if err != nil {
 		t.Fatalf("router flags must be accepted: %s", err)
 	}
-	want := IgnoredFlags{"--dp-aware", "--worker-urls", "--selector"}
+	want := IgnoredFlags{"--dp-aware", "--worker-urls", "--prometheus-duration-buckets"}
 	if !reflect.DeepEqual(ignored, want) {
 		t.Fatalf("got ignored %q; want %q", ignored, want)
 	}

@@ -104,6 +104,7 @@ func (c *Command) lbConfig() lb.Config {
 		NoPrewarm:             c.NoPrewarm,
 		WarmupTimeout:         time.Duration(c.WarmupTimeoutSecs) * time.Second,
 		DNS:                   c.dnsConfig(),
+		Kubernetes:            c.kubernetesConfig(),
 		// A worker leaving gets what a shutdown gives the whole process,
 		// unless told otherwise (issue 23 §1).
 		DrainTimeout: time.Duration(cmp.Or(c.DrainTimeoutSecs, c.ShutdownGracePeriodSecs)) * time.Second,

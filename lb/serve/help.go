@@ -32,6 +32,8 @@ func serveGroups() []kong.Group {
 			Description: "The SGLang servers pdlb sends requests to."},
 		{Key: "discovery", Title: "Workers from DNS:",
 			Description: "Names resolved again and again for workers that join and leave at run time: a worker found joins and is health-checked, one gone is drained before it is removed."},
+		{Key: "kubernetes", Title: "Workers from Kubernetes (sglang_router's service discovery):",
+			Description: "Pods watched through the Kubernetes API, by label, for workers that join and leave at run time: a pod Running and Ready joins, health-checked and warmed; one that stops being ready, terminates or is deleted is drained before it is removed."},
 		{Key: "listen", Title: "Listening and keys:",
 			Description: "Where pdlb listens, and the keys its clients and operators must send."},
 		{Key: "routing", Title: "Routing, policies and retries:",

@@ -1,0 +1,62 @@
+package lb
+
+import (
+	"github.com/VictoriaMetrics/metrics"
+
+	"pdlb/lb/discovery"
+)
+
+// Workers that discovery finds (issue 23 §3, issue 24 §1): DNS
+// (dnsmembers.go) and Kubernetes (kubemembers.go) each tell the Server how
+// the set of workers they find changes, as a discovery.Change, and the
+// Server applies it alike through its one membership path (membership.go),
+// naming the source, so that a worker another source gives too stays.
+
+// changeCounts count what the changes of one discovery source did.
+type changeCounts struct {
+	// added and removed count the workers a change added and removed
+	// through the membership path; failed, those it refused.
+	added, removed, failed *metrics.Counter
+}
+
+// newChangeCounts registers in ms the counters of family, a name such as
+// pdlb_dns_workers_changed_total, labelled by change.
+func newChangeCounts(ms *metrics.Set, family string) changeCounts {
+	return changeCounts{
+		added:   ms.NewCounter(family + `{change="added"}`),
+		removed: ms.NewCounter(family + `{change="removed"}`),
+		failed:  ms.NewCounter(family + `{change="failed"}`),
+	}
+}
+
+// applyChange applies c, found by from, through the membership path,
+// removals first, as discovery.Change asks: a worker whose bootstrap port
+// changed is removed, then added with its new port. A change the path
+// refuses is logged and counted in n, and the rest applied: one worker
+// that cannot join must not keep the others out. A worker removed stays a
+// member while another source gives it (sources.go).
+func (s *Server) applyChange(c discovery.Change, from source, n changeCounts) {
+	for _, w := range c.Removed {
+		role := w.Role.String()
+		gone, err := s.removeWorker(role, w.URL, from)
+		if err != nil {
+			n.failed.Inc()
+			s.log.Warn().Err(err).Str("source", from.name()).Str("role", role).Str("worker", w.URL).Msg("cannot remove a worker discovery no longer finds")
+			continue
+		}
+		n.removed.Inc()
+		if gone {
+			s.log.Info().Str("source", from.name()).Str("role", role).Str("worker", w.URL).Msg("worker no longer found: removing it")
+		}
+	}
+	for _, w := range c.Added {
+		role := w.Role.String()
+		if _, err := s.addWorker(role, PrefillSpec{URL: w.URL, BootstrapPort: w.BootstrapPort}, from); err != nil {
+			n.failed.Inc()
+			s.log.Warn().Err(err).Str("source", from.name()).Str("role", role).Str("worker", w.URL).Msg("cannot add a worker discovery found")
+			continue
+		}
+		n.added.Inc()
+		s.log.Info().Str("source", from.name()).Str("role", role).Str("worker", w.URL).Int("bootstrap_port", w.BootstrapPort).Msg("worker found: adding it")
+	}
+}
