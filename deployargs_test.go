@@ -4,7 +4,6 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -44,26 +43,18 @@ func deploymentArgs(t *testing.T) []string {
 	return args
 }
 
-// discoveryFlags are sglang_router's pod discovery flags (issue 24 §1),
-// which serve drops with a warning until it implements them.
-var discoveryFlags = []string{"--service-discovery", "--prefill-selector", "--decode-selector",
-	"--service-discovery-namespace", "--service-discovery-port"}
-
 // TestDeploymentArgsParse runs the Deployment's args through pdlb's own
-// command line, as the image's entrypoint gets them: they parse, they set
-// what the Deployment relies on, and the only flags dropped are the pod
-// discovery ones. Once serve implements them, none may be dropped: then
-// ignored must be empty, and the parsed selectors checked here.
+// command line, as the image's entrypoint gets them: they parse, none is
+// dropped, and they set what the Deployment relies on, the pod discovery
+// of the worker manifests (deploy/kubernetes/workers) included.
 func TestDeploymentArgsParse(t *testing.T) {
 	args := deploymentArgs(t)
 	c, ignored, err := parse(t, args...)
 	if err != nil {
 		t.Fatalf("pdlb refuses the Deployment's args %q: %s", args, err)
 	}
-	for _, f := range ignored {
-		if !slices.Contains(discoveryFlags, f) {
-			t.Errorf("pdlb drops %s from the Deployment's args; want only the pod discovery flags dropped", f)
-		}
+	if len(ignored) > 0 {
+		t.Errorf("pdlb drops %q from the Deployment's args; want every flag taken", ignored)
 	}
 	s := c.Serve
 	if s.PrefillPolicy != "prefix_hash" || s.Port != 8000 || s.PrometheusPort != 29000 || s.Host != "0.0.0.0" {
@@ -76,7 +67,11 @@ func TestDeploymentArgsParse(t *testing.T) {
 	if err := s.Validate(); err != nil {
 		t.Errorf("the Deployment's flags do not validate: %s", err)
 	}
-	if got := strings.Join(args, " "); !strings.Contains(got, "--service-discovery-namespace sglang") {
-		t.Errorf("args %q; want the namespace from the downward API", got)
+	if !s.ServiceDiscovery || s.ServiceDiscoveryNamespace != "sglang" || s.ServiceDiscoveryPort != 30000 ||
+		!slices.Equal(s.PrefillSelector, []string{"app=sglang", "component=prefill"}) ||
+		!slices.Equal(s.DecodeSelector, []string{"app=sglang", "component=decode"}) {
+		t.Errorf("parsed discovery: on %v, namespace %q, port %d, prefill %q, decode %q; want the pods of "+
+			"deploy/kubernetes/workers (app=sglang, component=prefill or decode, port 30000) in the downward API's namespace",
+			s.ServiceDiscovery, s.ServiceDiscoveryNamespace, s.ServiceDiscoveryPort, s.PrefillSelector, s.DecodeSelector)
 	}
 }
