@@ -386,6 +386,11 @@ func (s *Server) proxyFromPrefill(ctx *fasthttp.RequestCtx, uri string) {
 		ctx.SetBody(last.body)
 		return
 	}
+	if last.backend == nil {
+		s.writeError(ctx, fasthttp.StatusServiceUnavailable, reasonNoBackend,
+			"no prefill worker to ask "+uri+": the prefill pool has no workers")
+		return
+	}
 	msg := "no prefill backend answered " + uri + "; last: " + last.backend.url
 	status, r := fasthttp.StatusBadGateway, reasonBackendFailed
 	if last.err != nil {

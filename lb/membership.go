@@ -217,7 +217,9 @@ func (s *Server) addWorker(role string, spec PrefillSpec, from source) (*Backend
 	defer s.membersMu.Unlock()
 	if b := p.find(trimURL(spec.URL)); b != nil {
 		b.sources.Store(uint32(b.givenBy() | from))
-		s.repoint(b, spec.BootstrapPort)
+		if spec.BootstrapPort != 0 { // 0 is "unknown": it must not undo a port given
+			s.repoint(b, spec.BootstrapPort)
+		}
 		return b, nil
 	}
 	if b := s.draining[role+" "+trimURL(spec.URL)]; b != nil {
@@ -226,7 +228,9 @@ func (s *Server) addWorker(role string, spec PrefillSpec, from source) (*Backend
 		b.leaving.Store(false)
 		p.join(b)
 		s.joinWarm(b)
-		s.repoint(b, spec.BootstrapPort)
+		if spec.BootstrapPort != 0 {
+			s.repoint(b, spec.BootstrapPort)
+		}
 		b.log.Info().Stringer("source", from).Msg("worker taken back while it drained")
 		return b, nil
 	}
@@ -320,17 +324,18 @@ func (s *Server) drain(p *Pool, b *Backend) {
 	}
 }
 
-// cutCalls cuts the calls of the exchanges in flight on b with err, and
-// returns how many exchanges it cut: their failure paths answer the
-// clients (a 503, or a stream's error event), and their connections to the
-// workers close. Both calls of an exchange are cut: one without the other
-// is no answer.
+// cutCalls cuts the exchanges with a call on b not over yet, and returns
+// how many it cut: their failure paths answer the clients (a 503, or a
+// stream's error event), and their connections to the workers close. Both
+// calls of such an exchange are cut: one without the other is no answer.
+// An exchange whose call on b is over is left alone: a stream whose
+// prefill, now removed, has done its part goes on on its decode.
 func (s *Server) cutCalls(b *Backend, err error) int {
 	s.flightMu.Lock()
 	defer s.flightMu.Unlock()
 	n := 0
 	for _, x := range s.flight {
-		if x.decode.backend == b || (!x.single && x.prefill.backend == b) {
+		if (x.decode.backend == b && !x.decode.Cancel.Over()) || (!x.single && x.prefill.backend == b && !x.prefill.Cancel.Over()) {
 			x.decode.abort(err)
 			x.prefill.abort(err)
 			n++
