@@ -2,6 +2,7 @@ package lb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -264,7 +265,7 @@ func (s *Server) removeWorker(role, url string, from source) (gone bool, err err
 	defer s.membersMu.Unlock()
 	b := p.find(trimURL(url))
 	if b == nil {
-		return false, fmt.Errorf("no %s worker %s", role, url)
+		return false, fmt.Errorf("%w: %s is not a %s worker", errNotMember, url, role)
 	}
 	if left := b.givenBy() &^ from; left != 0 {
 		b.sources.Store(uint32(left))
@@ -281,6 +282,10 @@ func (s *Server) removeWorker(role, url string, from source) (gone bool, err err
 	go s.drain(p, b)
 	return true, nil
 }
+
+// errNotMember is removeWorker's error for a worker its pool does not
+// have.
+var errNotMember = errors.New("no such worker")
 
 // trimURL is a worker URL as backends keep it.
 func trimURL(url string) string {

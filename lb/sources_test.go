@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bench/fake"
+	"pdlb/lb/discovery"
 )
 
 // A decode given on the command line that DNS names too stays when DNS
@@ -55,6 +56,27 @@ func TestWorkerStaysWhileASourceGivesIt(t *testing.T) {
 		}
 		if srv.decodes.find(d0) != nil || !b.leaving.Load() {
 			t.Error("DELETE of a worker the command line gives left it a member")
+		}
+	})
+}
+
+// Discovery dropping a worker the worker API removed already is no
+// failure: nothing is left to do, and nothing is counted.
+func TestDiscoveryDropsAWorkerTheAPIRemoved(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		h.fake("decode-1:30010", fake.Config{Role: fake.RoleDecode})
+		srv := h.start(defaultConfig())
+		counts := newChangeCounts(srv.ms, `pdlb_test_workers_changed_total`)
+		d1 := discovery.Worker{Role: discovery.Decode, URL: "http://decode-1:30010"}
+		srv.applyChange(discovery.Change{Added: []discovery.Worker{d1}}, sourceDNS, counts)
+		if _, err := srv.removeWorker(roleDecode, d1.URL, sourceAll); err != nil { // the API's DELETE
+			t.Fatal(err)
+		}
+		srv.applyChange(discovery.Change{Removed: []discovery.Worker{d1}}, sourceDNS, counts)
+		if got := [3]uint64{counts.added.Get(), counts.removed.Get(), counts.failed.Get()}; got != [3]uint64{1, 0, 0} {
+			t.Errorf("added, removed, failed: got %d; want 1, 0, 0", got)
 		}
 	})
 }
