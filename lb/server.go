@@ -280,8 +280,9 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // ServeAdmin serves /metrics on ln (sglang_router's --prometheus-port),
-// and the operator routes (operator.go), which need no admin key here when
-// none is set: the listener is the operator's. With pprof it serves Go's
+// /liveness and /readiness for probes, and the operator routes
+// (operator.go), which need no admin key here when none is set: the
+// listener is the operator's. With pprof it serves Go's
 // profiles under /debug/pprof/ too (off unless asked: profiles expose
 // internals). It serves until Shutdown, and logs the address it serves on,
 // as Serve does.
@@ -303,6 +304,10 @@ func (s *Server) ServeAdmin(ln net.Listener, pprof bool) error {
 			switch {
 			case string(path) == rt.path:
 				s.serveControl(ctx, rt)
+			case string(path) == "/liveness" || string(path) == "/readiness":
+				// Probes here are outside the client connection budget: a
+				// pdlb whose clients hold every connection is busy, not dead.
+				s.serveControl(ctx, s.routes[string(path)])
 			case pprof && bytes.HasPrefix(path, []byte("/debug/pprof/")):
 				pprofhandler.PprofHandler(ctx)
 			default:
