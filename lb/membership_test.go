@@ -69,8 +69,9 @@ func TestDecodesComeAndGo(t *testing.T) {
 		if ready.status != fasthttp.StatusServiceUnavailable || !strings.Contains(string(ready.body), `"a ready decode"`) {
 			t.Errorf("/readiness: got %d %s; want 503 saying a decode is missing", ready.status, ready.body)
 		}
-		if !h.hasSeries(`pdlb_backend_inflight{role="decode",backend="decode-1:30010"} 2`) {
-			t.Error("decode-1's series went before its drain")
+		if !h.hasSeries(`pdlb_backend_inflight{role="decode",backend="decode-1:30010"} 2`) ||
+			!h.hasSeries(`pdlb_backend_draining{role="decode",backend="decode-1:30010"} 1`) {
+			t.Error("decode-1's series went before its drain, or do not say it drains")
 		}
 
 		close(gate) // the requests in flight finish
