@@ -423,7 +423,7 @@ func (s *Server) serveBootstrap(ctx *fasthttp.RequestCtx) {
 		Prewarm         bool              `json:"prewarm"`
 		PrefillDPPolicy string            `json:"prefill_dp_policy"`
 		Prefills        []bootstrapStatus `json:"prefills"`
-	}{Prewarm: s.warm != nil, PrefillDPPolicy: s.cfg.PrefillDPPolicy}
+	}{Prewarm: s.warm != nil, PrefillDPPolicy: s.cfg.PrefillDPPolicy, Prefills: []bootstrapStatus{}}
 	for _, b := range s.prefills.backends() {
 		st := s.registry.State(b.index)
 		bs := bootstrapStatus{

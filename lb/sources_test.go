@@ -129,6 +129,10 @@ func TestStartEmptyThenFillByTheAPI(t *testing.T) {
 			!strings.Contains(string(r.body), "pool has no workers") {
 			t.Errorf("a request with no worker: got %d %s; want a 503 naming the empty pool", r.status, r.body)
 		}
+		if r := h.do(fasthttp.MethodGet, "/bootstrap", "", "Authorization", adminAuth); r.status != fasthttp.StatusOK ||
+			!gjson.GetBytes(r.body, "prefills").IsArray() || len(gjson.GetBytes(r.body, "prefills").Array()) != 0 {
+			t.Errorf("/bootstrap with no prefill: got %d %s; want 200 with an empty list of prefills", r.status, r.body)
+		}
 		for _, route := range []string{"/v1/models", "/get_model_info", "/model_info"} {
 			if r := h.do(fasthttp.MethodGet, route, ""); r.status != fasthttp.StatusServiceUnavailable ||
 				!strings.Contains(string(r.body), "the prefill pool has no workers") {
