@@ -108,13 +108,16 @@ func TestDeploymentRunsPDLBSafely(t *testing.T) {
 		t.Errorf("ports http %d, metrics %d; want --port's and --prometheus-port's, apart", http, metrics)
 	}
 	for _, p := range []struct {
-		name  string
-		probe *corev1.Probe
-		path  string
-	}{{"liveness", c.LivenessProbe, "/liveness"}, {"readiness", c.ReadinessProbe, "/readiness"}} {
-		// The admin listener serves /metrics and the operator routes only.
-		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port != intstr.FromString("http") {
-			t.Errorf("%s probe %+v; want GET %s on the http port", p.name, p.probe, p.path)
+		name, path, port string
+		probe            *corev1.Probe
+	}{
+		// Liveness outside the client connection budget (the admin
+		// listener); readiness on the clients' port.
+		{"liveness", "/liveness", "metrics", c.LivenessProbe},
+		{"readiness", "/readiness", "http", c.ReadinessProbe},
+	} {
+		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port != intstr.FromString(p.port) {
+			t.Errorf("%s probe %+v; want GET %s on the %s port", p.name, p.probe, p.path, p.port)
 		}
 	}
 	annotations := d.Spec.Template.Annotations

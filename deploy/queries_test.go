@@ -53,12 +53,7 @@ func dashboardQueries(t *testing.T, path string) []query {
 		t.Fatal(err)
 	}
 	var d struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
+		Panels     []grafanaPanel `json:"panels"`
 		Templating struct {
 			List []struct {
 				Name       string `json:"name"`
@@ -70,11 +65,16 @@ func dashboardQueries(t *testing.T, path string) []query {
 		t.Fatalf("%s: %s", path, err)
 	}
 	var qs []query
-	for _, p := range d.Panels {
-		for _, tg := range p.Targets {
-			qs = append(qs, query{fmt.Sprintf("%s: panel %q", path, p.Title), expandGrafana(tg.Expr)})
+	var walk func(panels []grafanaPanel)
+	walk = func(panels []grafanaPanel) {
+		for _, p := range panels {
+			for _, tg := range p.Targets {
+				qs = append(qs, query{fmt.Sprintf("%s: panel %q", path, p.Title), expandGrafana(tg.Expr)})
+			}
+			walk(p.Panels) // a collapsed row holds its panels
 		}
 	}
+	walk(d.Panels)
 	labelValues := regexp.MustCompile(`^label_values\((\w+), *\w+\)$`)
 	for _, v := range d.Templating.List {
 		if m := labelValues.FindStringSubmatch(v.Definition); m != nil {
@@ -84,6 +84,16 @@ func dashboardQueries(t *testing.T, path string) []query {
 		}
 	}
 	return qs
+}
+
+// grafanaPanel is what dashboardQueries reads of a panel: its queries, and
+// the panels of a collapsed row.
+type grafanaPanel struct {
+	Title   string `json:"title"`
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+	Panels []grafanaPanel `json:"panels"`
 }
 
 // alertQueries parses the rule file at path as Prometheus loads it (unknown

@@ -250,6 +250,14 @@ func (b *Backend) registerSeries(ms *metrics.Set) {
 		}
 		return 0
 	})
+	// Up is 0 while a removed worker drains: draining says so, that a
+	// dashboard may tell a worker leaving from one down.
+	ms.NewGauge(b.series1(`pdlb_backend_draining{`+labels+`}`), func() float64 {
+		if b.leaving.Load() {
+			return 1
+		}
+		return 0
+	})
 	if b.breaker != nil {
 		b.ejections = ms.NewCounter(b.series1(`pdlb_backend_ejections_total{` + labels + `}`))
 	}

@@ -1,6 +1,8 @@
 package lb
 
 import (
+	"errors"
+
 	"github.com/VictoriaMetrics/metrics"
 
 	"pdlb/lb/discovery"
@@ -15,7 +17,8 @@ import (
 // changeCounts count what the changes of one discovery source did.
 type changeCounts struct {
 	// added and removed count the workers a change added and removed
-	// through the membership path; failed, those it refused.
+	// through the membership path (not those another source keeps);
+	// failed, those it refused.
 	added, removed, failed *metrics.Counter
 }
 
@@ -39,13 +42,15 @@ func (s *Server) applyChange(c discovery.Change, from source, n changeCounts) {
 	for _, w := range c.Removed {
 		role := w.Role.String()
 		gone, err := s.removeWorker(role, w.URL, from)
-		if err != nil {
+		switch {
+		case errors.Is(err, errNotMember):
+			// Removed already, by the worker API's DELETE: nothing to do.
+			s.log.Debug().Str("source", from.name()).Str("role", role).Str("worker", w.URL).Msg("worker no longer found, and no longer a member")
+		case err != nil:
 			n.failed.Inc()
 			s.log.Warn().Err(err).Str("source", from.name()).Str("role", role).Str("worker", w.URL).Msg("cannot remove a worker discovery no longer finds")
-			continue
-		}
-		n.removed.Inc()
-		if gone {
+		case gone: // else another source keeps it, as removeWorker logs
+			n.removed.Inc()
 			s.log.Info().Str("source", from.name()).Str("role", role).Str("worker", w.URL).Msg("worker no longer found: removing it")
 		}
 	}

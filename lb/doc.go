@@ -445,7 +445,8 @@
 //   - pdlb_backend_requests_total{role,backend},
 //     pdlb_backend_errors_total{role,backend} (transport errors and 5xx),
 //     pdlb_backend_inflight{role,backend}, pdlb_backend_up{role,backend} (1
-//     when selectable) and pdlb_backend_ejections_total{role,backend}
+//     when selectable), pdlb_backend_draining{role,backend} (1 while a
+//     removed worker drains) and pdlb_backend_ejections_total{role,backend}
 //     (circuit breaker).
 //   - pdlb_retries_total, pdlb_abort_requests_total,
 //     pdlb_abort_requests_dropped_total, pdlb_requests_queued,

@@ -386,6 +386,11 @@ func (s *Server) proxyFromPrefill(ctx *fasthttp.RequestCtx, uri string) {
 		ctx.SetBody(last.body)
 		return
 	}
+	if last.backend == nil {
+		s.writeError(ctx, fasthttp.StatusServiceUnavailable, reasonNoBackend,
+			"no prefill worker to ask "+uri+": the prefill pool has no workers")
+		return
+	}
 	msg := "no prefill backend answered " + uri + "; last: " + last.backend.url
 	status, r := fasthttp.StatusBadGateway, reasonBackendFailed
 	if last.err != nil {
@@ -418,7 +423,7 @@ func (s *Server) serveBootstrap(ctx *fasthttp.RequestCtx) {
 		Prewarm         bool              `json:"prewarm"`
 		PrefillDPPolicy string            `json:"prefill_dp_policy"`
 		Prefills        []bootstrapStatus `json:"prefills"`
-	}{Prewarm: s.warm != nil, PrefillDPPolicy: s.cfg.PrefillDPPolicy}
+	}{Prewarm: s.warm != nil, PrefillDPPolicy: s.cfg.PrefillDPPolicy, Prefills: []bootstrapStatus{}}
 	for _, b := range s.prefills.backends() {
 		st := s.registry.State(b.index)
 		bs := bootstrapStatus{

@@ -415,6 +415,13 @@ func TestAdminListener(t *testing.T) {
 			if got := get("/metrics"); got != fasthttp.StatusOK {
 				t.Fatalf("got /metrics %d", got)
 			}
+			// The probes, outside the client connection budget.
+			if got := get("/liveness"); got != fasthttp.StatusOK {
+				t.Errorf("got /liveness %d; want 200", got)
+			}
+			if got := get("/readiness"); got != fasthttp.StatusOK {
+				t.Errorf("got /readiness %d; want 200", got)
+			}
 			want := fasthttp.StatusNotFound
 			if pprof {
 				want = fasthttp.StatusOK

@@ -115,7 +115,8 @@ func TestCommandLineDecodeStaysWhenItsPodLeaves(t *testing.T) {
 	if r := h.post("/generate", `{"text": "a", "sampling_params": {"max_new_tokens": 1}}`); r.status != fasthttp.StatusOK {
 		t.Errorf("once the pod is deleted: got %d %s; want 200 through the decode kept", r.status, r.body)
 	}
-	if !h.hasSeries(`pdlb_kubernetes_workers_changed_total{change="removed"} 1`) {
-		t.Error("the pod's removal is not counted")
+	if !h.hasSeries(`pdlb_kubernetes_workers_changed_total{change="removed"} 0`) ||
+		!h.hasSeries(`pdlb_kubernetes_workers_changed_total{change="failed"} 0`) {
+		t.Error("a decode the command line keeps is counted as removed, or as failed")
 	}
 }

@@ -2,6 +2,7 @@ package lb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -217,7 +218,9 @@ func (s *Server) addWorker(role string, spec PrefillSpec, from source) (*Backend
 	defer s.membersMu.Unlock()
 	if b := p.find(trimURL(spec.URL)); b != nil {
 		b.sources.Store(uint32(b.givenBy() | from))
-		s.repoint(b, spec.BootstrapPort)
+		if spec.BootstrapPort != 0 { // 0 is "unknown": it must not undo a port given
+			s.repoint(b, spec.BootstrapPort)
+		}
 		return b, nil
 	}
 	if b := s.draining[role+" "+trimURL(spec.URL)]; b != nil {
@@ -226,7 +229,9 @@ func (s *Server) addWorker(role string, spec PrefillSpec, from source) (*Backend
 		b.leaving.Store(false)
 		p.join(b)
 		s.joinWarm(b)
-		s.repoint(b, spec.BootstrapPort)
+		if spec.BootstrapPort != 0 {
+			s.repoint(b, spec.BootstrapPort)
+		}
 		b.log.Info().Stringer("source", from).Msg("worker taken back while it drained")
 		return b, nil
 	}
@@ -260,7 +265,7 @@ func (s *Server) removeWorker(role, url string, from source) (gone bool, err err
 	defer s.membersMu.Unlock()
 	b := p.find(trimURL(url))
 	if b == nil {
-		return false, fmt.Errorf("no %s worker %s", role, url)
+		return false, fmt.Errorf("%w: %s is not a %s worker", errNotMember, url, role)
 	}
 	if left := b.givenBy() &^ from; left != 0 {
 		b.sources.Store(uint32(left))
@@ -277,6 +282,10 @@ func (s *Server) removeWorker(role, url string, from source) (gone bool, err err
 	go s.drain(p, b)
 	return true, nil
 }
+
+// errNotMember is removeWorker's error for a worker its pool does not
+// have.
+var errNotMember = errors.New("no such worker")
 
 // trimURL is a worker URL as backends keep it.
 func trimURL(url string) string {
@@ -320,17 +329,18 @@ func (s *Server) drain(p *Pool, b *Backend) {
 	}
 }
 
-// cutCalls cuts the calls of the exchanges in flight on b with err, and
-// returns how many exchanges it cut: their failure paths answer the
-// clients (a 503, or a stream's error event), and their connections to the
-// workers close. Both calls of an exchange are cut: one without the other
-// is no answer.
+// cutCalls cuts the exchanges with a call on b not over yet, and returns
+// how many it cut: their failure paths answer the clients (a 503, or a
+// stream's error event), and their connections to the workers close. Both
+// calls of such an exchange are cut: one without the other is no answer.
+// An exchange whose call on b is over is left alone: a stream whose
+// prefill, now removed, has done its part goes on on its decode.
 func (s *Server) cutCalls(b *Backend, err error) int {
 	s.flightMu.Lock()
 	defer s.flightMu.Unlock()
 	n := 0
 	for _, x := range s.flight {
-		if x.decode.backend == b || (!x.single && x.prefill.backend == b) {
+		if (x.decode.backend == b && !x.decode.Cancel.Over()) || (!x.single && x.prefill.backend == b && !x.prefill.Cancel.Over()) {
 			x.decode.abort(err)
 			x.prefill.abort(err)
 			n++

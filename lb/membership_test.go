@@ -69,8 +69,9 @@ func TestDecodesComeAndGo(t *testing.T) {
 		if ready.status != fasthttp.StatusServiceUnavailable || !strings.Contains(string(ready.body), `"a ready decode"`) {
 			t.Errorf("/readiness: got %d %s; want 503 saying a decode is missing", ready.status, ready.body)
 		}
-		if !h.hasSeries(`pdlb_backend_inflight{role="decode",backend="decode-1:30010"} 2`) {
-			t.Error("decode-1's series went before its drain")
+		if !h.hasSeries(`pdlb_backend_inflight{role="decode",backend="decode-1:30010"} 2`) ||
+			!h.hasSeries(`pdlb_backend_draining{role="decode",backend="decode-1:30010"} 1`) {
+			t.Error("decode-1's series went before its drain, or do not say it drains")
 		}
 
 		close(gate) // the requests in flight finish
@@ -190,6 +191,57 @@ func TestRemovedDecodeDrainTimeout(t *testing.T) {
 			t.Error("the cuts are not counted as worker_removed errors")
 		}
 	})
+}
+
+// A stream whose prefill has done its part goes on on its decode when that
+// prefill is removed and its drain timeout passes for another request still
+// on it: the cut takes only calls not over on the removed worker.
+func TestDrainTimeoutSparesStreamsWhosePrefillIsDone(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		gate := make(chan struct{})
+		t.Cleanup(func() { close(gate) })
+		h.pair(fake.Config{PrefillDelay: time.Second}, fake.Config{TokenGate: gate, Tokens: 3})
+		cfg := defaultConfig()
+		cfg.DrainTimeout = 500 * time.Millisecond
+		srv := h.start(cfg)
+		p := srv.prefills.backends()[0]
+		opened := make(chan *stream, 1)
+		go func() { opened <- h.openStream("/generate", `{"text": "a", "stream": true}`) }()
+		time.Sleep(time.Second) // the bubble's clock: stream A's prefill
+		synctest.Wait()
+		letToken(t, gate, "first")
+		st := <-opened
+		if got := p.inflight.Load(); got != 0 {
+			t.Fatalf("prefill in flight once A's prefill is done: %d; want 0", got)
+		}
+		b := make(chan reply, 1) // request B, whose prefill runs on p
+		go func() { r, _ := h.tryDo(fasthttp.MethodPost, "/generate", `{"text": "b"}`); b <- r }()
+		synctest.Wait()
+		if _, err := srv.removeWorker(rolePrefill, p.url, sourceAll); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(cfg.DrainTimeout) // the bubble's clock
+		synctest.Wait()
+		if r := <-b; r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(string(r.body), "was removed") {
+			t.Errorf("request B, its prefill still on the removed prefill: got %d %s; want a 503 naming the removal", r.status, r.body)
+		}
+		letToken(t, gate, "second")
+		letToken(t, gate, "third")
+		if evs := st.rest(); len(evs) != 4 || !strings.Contains(evs[2], "tok2") || !strings.Contains(evs[3], "[DONE]") {
+			t.Errorf("stream A, its prefill done and its decode a member: got %q; want its tokens whole, up to [DONE]", evs)
+		}
+	})
+}
+
+// letToken lets one token step through gate, failing if no stream takes it.
+func letToken(t *testing.T, gate chan struct{}, which string) {
+	t.Helper()
+	select {
+	case gate <- struct{}{}:
+	case <-time.After(time.Minute): // the bubble's clock: nothing else will take it
+		t.Errorf("the decode does not take its %s token: its stream was cut", which)
+	}
 }
 
 // TestPrefillsComeAndGo replaces the prefill at run time by one whose

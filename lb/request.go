@@ -181,8 +181,11 @@ func (s *Server) servePD(q *clientRequest) {
 		if p.leaving.Load() || d.leaving.Load() {
 			// Removed while the plan waited for their pair's warm-up: the
 			// drain does not wait for a request not yet sent, and a planned
-			// change must fail none. Pick again among the members.
+			// change must fail none. Pick again among the members; no
+			// retry is spent (a pick never takes a worker leaving, so this
+			// repeats at most once a removal).
 			plan.release()
+			attempt--
 			continue
 		}
 		if aerr != nil {

@@ -43,7 +43,10 @@ type Server struct {
 	// admin are the listeners of ServeAdmin.
 	adminMu sync.Mutex
 	admin   []*fasthttp.Server
-	newRoom func() uint64
+	// clientListeners and adminListeners are Serve's and ServeAdmin's
+	// listeners, which Shutdown closes (listeners.go).
+	clientListeners, adminListeners listeners
+	newRoom                         func() uint64
 	// link is how the backends reach their workers; began is when the
 	// server was made, on Config.Now's clock.
 	link  workerLink
@@ -262,15 +265,24 @@ func (s *Server) Metrics() *metrics.Set { return s.ms }
 // background work on first use.
 func (s *Server) Serve(ln net.Listener) error {
 	s.startOnce.Do(s.startBackground)
+	ln, ok := s.clientListeners.listening(ln)
+	if !ok {
+		return nil // shut down already
+	}
 	s.log.Info().Str("addr", ln.Addr().String()).Int("prefill", len(s.prefills.backends())).
 		Int("decode", len(s.decodes.backends())).Int("max_connections", s.conns.Max()).Msg("serving")
-	return s.srv.Serve(wire.Listener{Listener: ln, Log: &s.log, Budget: s.conns, Steps: s.link.steps,
+	err := s.srv.Serve(wire.Listener{Listener: ln, Log: &s.log, Budget: s.conns, Steps: s.link.steps,
 		OutOfResources: health.OutOfResources})
+	if s.clientListeners.closed() {
+		return nil // the listener closed by Shutdown
+	}
+	return err
 }
 
 // ServeAdmin serves /metrics on ln (sglang_router's --prometheus-port),
-// and the operator routes (operator.go), which need no admin key here when
-// none is set: the listener is the operator's. With pprof it serves Go's
+// /liveness and /readiness for probes, and the operator routes
+// (operator.go), which need no admin key here when none is set: the
+// listener is the operator's. With pprof it serves Go's
 // profiles under /debug/pprof/ too (off unless asked: profiles expose
 // internals). It serves until Shutdown, and logs the address it serves on,
 // as Serve does.
@@ -292,17 +304,28 @@ func (s *Server) ServeAdmin(ln net.Listener, pprof bool) error {
 			switch {
 			case string(path) == rt.path:
 				s.serveControl(ctx, rt)
+			case string(path) == "/liveness" || string(path) == "/readiness":
+				// Probes here are outside the client connection budget: a
+				// pdlb whose clients hold every connection is busy, not dead.
+				s.serveControl(ctx, s.routes[string(path)])
 			case pprof && bytes.HasPrefix(path, []byte("/debug/pprof/")):
 				pprofhandler.PprofHandler(ctx)
 			default:
 				s.writeError(ctx, fasthttp.StatusNotFound, reasonNotFound, "no route for "+string(path)+" here")
 			}
 		}}
+	ln, ok := s.adminListeners.listening(ln)
+	if !ok {
+		return nil // shut down already
+	}
 	s.adminMu.Lock()
 	s.admin = append(s.admin, srv)
 	s.adminMu.Unlock()
 	s.log.Info().Str("addr", ln.Addr().String()).Bool("pprof", pprof).Msg("serving admin")
-	return srv.Serve(ln)
+	if err := srv.Serve(ln); err != nil && !s.adminListeners.closed() {
+		return err
+	}
+	return nil
 }
 
 func (s *Server) startBackground() {

@@ -46,6 +46,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// The background work a Serve starts is started, or never will be,
 	// before the wait for it below (a signal may come as Serve begins).
 	s.startOnce.Do(func() {})
+	s.clientListeners.close()
 	// fasthttp closes keep-alive connections (CloseOnShutdown) only while
 	// its shutdown runs, so it runs on until the cut answers are out too.
 	wait, stopWaiting := context.WithCancel(context.Background())
@@ -92,6 +93,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// A scraper's keep-alive connection is given a second to finish.
 	last, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	s.adminListeners.close()
 	s.adminMu.Lock()
 	for _, a := range s.admin {
 		_ = a.ShutdownWithContext(last)

@@ -6,13 +6,16 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
 
 	"pdlb/bench/fake"
 )
@@ -264,4 +267,38 @@ func TestShutdownAccountsAnswersClientsDoNotRead(t *testing.T) {
 	if got := srv.routes["/generate"].byStatus[statusClientGone].Load(); got == nil || got.Get() != 1 {
 		t.Fatalf("the request was not counted as cut off (499)")
 	}
+}
+
+// A Serve or ServeAdmin that begins while or after Shutdown runs returns
+// instead of accepting for ever: fasthttp's Shutdown closes only the
+// listeners its Serve has registered (a SIGTERM as pdlb starts).
+func TestServeAfterShutdownReturns(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		srv, err := New(defaultConfig(), zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for name, serve := range map[string]func(ln net.Listener) error{
+			"Serve":      srv.Serve,
+			"ServeAdmin": func(ln net.Listener) error { return srv.ServeAdmin(ln, false) },
+		} {
+			ln := fasthttputil.NewInmemoryListener()
+			served := make(chan error, 1)
+			go func() { served <- serve(ln) }()
+			synctest.Wait()
+			select {
+			case err := <-served:
+				if err != nil {
+					t.Errorf("%s after Shutdown: %s; want nil", name, err)
+				}
+			default:
+				t.Errorf("%s after Shutdown still accepts", name)
+				_ = ln.Close()
+				<-served
+			}
+		}
+	})
 }

@@ -4,11 +4,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bench/fake"
+	"pdlb/lb/discovery"
 )
 
 // A decode given on the command line that DNS names too stays when DNS
@@ -57,6 +60,52 @@ func TestWorkerStaysWhileASourceGivesIt(t *testing.T) {
 	})
 }
 
+// Discovery dropping a worker the worker API removed already is no
+// failure: nothing is left to do, and nothing is counted.
+func TestDiscoveryDropsAWorkerTheAPIRemoved(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		h.fake("decode-1:30010", fake.Config{Role: fake.RoleDecode})
+		srv := h.start(defaultConfig())
+		counts := newChangeCounts(srv.ms, `pdlb_test_workers_changed_total`)
+		d1 := discovery.Worker{Role: discovery.Decode, URL: "http://decode-1:30010"}
+		srv.applyChange(discovery.Change{Added: []discovery.Worker{d1}}, sourceDNS, counts)
+		if _, err := srv.removeWorker(roleDecode, d1.URL, sourceAll); err != nil { // the API's DELETE
+			t.Fatal(err)
+		}
+		srv.applyChange(discovery.Change{Removed: []discovery.Worker{d1}}, sourceDNS, counts)
+		if got := [3]uint64{counts.added.Get(), counts.removed.Get(), counts.failed.Get()}; got != [3]uint64{1, 0, 0} {
+			t.Errorf("added, removed, failed: got %d; want 1, 0, 0", got)
+		}
+	})
+}
+
+// A prefill given on the command line with its bootstrap port keeps it
+// when another source names it without one ("unknown": DNS without an SRV
+// record, the API without bootstrap_port).
+func TestSecondSourceKeepsTheGivenBootstrapPort(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{BootstrapPort: 9001}, fake.Config{})
+		cfg := defaultConfig()
+		cfg.Prefill[0].BootstrapPort = 9001
+		srv := h.start(cfg)
+		b := srv.prefills.backends()[0]
+		settled(t, "the registry reads prefill-0", func() bool { return srv.registry.State(b.index).Ready })
+		before := srv.registry.State(b.index)
+		if _, err := srv.addWorker(rolePrefill, PrefillSpec{URL: b.url}, sourceDNS); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // the bubble's clock: a refresh of the registry
+		synctest.Wait()
+		if after := srv.registry.State(b.index); after.PortSource != before.PortSource || after.Port != 9001 {
+			t.Errorf("after DNS named it without a port: port %d from %q; want 9001 from %q, as the command line gave",
+				after.Port, after.PortSource, before.PortSource)
+		}
+	})
+}
+
 // With no worker given at all, pdlb starts: /liveness answers 200 and
 // /readiness a 503 naming what is missing, until the worker API adds a
 // prefill and a decode; requests then go through them (issue 23 §1).
@@ -79,6 +128,16 @@ func TestStartEmptyThenFillByTheAPI(t *testing.T) {
 		if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusServiceUnavailable ||
 			!strings.Contains(string(r.body), "pool has no workers") {
 			t.Errorf("a request with no worker: got %d %s; want a 503 naming the empty pool", r.status, r.body)
+		}
+		if r := h.do(fasthttp.MethodGet, "/bootstrap", "", "Authorization", adminAuth); r.status != fasthttp.StatusOK ||
+			!gjson.GetBytes(r.body, "prefills").IsArray() || len(gjson.GetBytes(r.body, "prefills").Array()) != 0 {
+			t.Errorf("/bootstrap with no prefill: got %d %s; want 200 with an empty list of prefills", r.status, r.body)
+		}
+		for _, route := range []string{"/v1/models", "/get_model_info", "/model_info"} {
+			if r := h.do(fasthttp.MethodGet, route, ""); r.status != fasthttp.StatusServiceUnavailable ||
+				!strings.Contains(string(r.body), "the prefill pool has no workers") {
+				t.Errorf("%s with no worker: got %d %s; want a 503 naming the empty prefill pool", route, r.status, r.body)
+			}
 		}
 
 		for _, spec := range []string{

@@ -68,9 +68,10 @@ func (b *Budget) Max() int {
 }
 
 // SetMax resizes the budget to max, refusal being the answer to a
-// connection refused from now on. A budget made smaller closes nothing: the
-// connections above it are evicted or end as usual before a new one is
-// admitted.
+// connection refused from now on. A budget made smaller closes nothing:
+// while more connections than max are open, each new one still takes the
+// place of one that waits (or is refused), so the count falls to max only
+// as connections end.
 func (b *Budget) SetMax(max int, refusal []byte) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -81,6 +81,13 @@ func (cl *Canceller) End() {
 	cl.mu.Unlock()
 }
 
+// Over reports whether the call has finished (End).
+func (cl *Canceller) Over() bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.over
+}
+
 // ReadBy moves the read deadline of the call's connection, if it has one,
 // held to the limit.
 func (cl *Canceller) ReadBy(t time.Time) {
