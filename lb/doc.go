@@ -435,13 +435,12 @@
 //     no_backend, backend_unreachable, backend_timeout, backend_failed,
 //     stream_broken, client_gone, client_timeout, pair_not_warm,
 //     decode_refused_no_room, overloaded, unauthorized, forbidden,
-//     internal, shutdown, body_memory, out_of_resources,
-//     too_many_connections, worker_removed (cut when a removed worker's
-//     drain timeout passed). A stream that fails after its 200 headers is
-//     counted in pdlb_requests_total with the status its error event
-//     carries (502; 504 when --request-timeout-secs or
-//     --stream-idle-timeout-secs ran out; 503 when cut at shutdown), and in
-//     stream_broken (or shutdown).
+//     internal, shutdown, body_memory, out_of_resources, too_many_connections,
+//     worker_removed (cut at a removed worker's drain timeout). A stream that
+//     fails after its 200 headers is counted in pdlb_requests_total with the
+//     status its error event carries (502; 504 when --request-timeout-secs or
+//     --stream-idle-timeout-secs ran out; 503 when cut), and in stream_broken
+//     (or shutdown, worker_removed).
 //   - pdlb_backend_requests_total{role,backend},
 //     pdlb_backend_errors_total{role,backend} (transport errors and 5xx),
 //     pdlb_backend_inflight{role,backend}, pdlb_backend_up{role,backend} (1
@@ -452,8 +451,8 @@
 //     pdlb_abort_requests_dropped_total, pdlb_requests_queued,
 //     pdlb_requests_admitted: retries, aborts sent to workers and held back
 //     by --max-aborts-per-second, admission.
-//   - pdlb_body_memory_bytes, pdlb_body_memory_limit_bytes: bodies held
-//     (clients', their copies, workers' answers), and --max-body-memory.
+//   - pdlb_body_memory_bytes, pdlb_body_memory_limit_bytes: bodies held (the
+//     clients', their copies, the workers' answers), and --max-body-memory.
 //   - pdlb_client_connections, pdlb_client_connections_max,
 //     pdlb_client_connections_evicted_total,
 //     pdlb_client_connections_refused_total: client connections and
