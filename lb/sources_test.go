@@ -60,6 +60,29 @@ func TestWorkerStaysWhileASourceGivesIt(t *testing.T) {
 	})
 }
 
+// A worker is known by its address, however its URL is spelled: another
+// source naming a member in another spelling gives it a source, and makes
+// no second backend (whose metric series would collide and panic).
+func TestOneWorkerHoweverItsURLIsSpelled(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		srv := h.start(defaultConfig())
+		b := srv.decodes.find("http://decode-0:30010")
+		for _, u := range []string{"decode-0:30010", "http://decode-0:30010/"} {
+			if again, err := srv.addWorker(roleDecode, PrefillSpec{URL: u}, sourceDNS); err != nil || again != b {
+				t.Fatalf("adding %q: got %p, %v; want the member %p", u, again, err, b)
+			}
+		}
+		if gone, err := srv.removeWorker(roleDecode, "decode-0:30010", sourceDNS); err != nil || gone || b.givenBy() != sourceStart {
+			t.Errorf("DNS no longer naming it: gone %v, %v, sources %s; want it kept by the command line", gone, err, b.givenBy())
+		}
+		if n := len(srv.decodes.backends()); n != 1 {
+			t.Errorf("the decode pool has %d workers; want 1", n)
+		}
+	})
+}
+
 // Discovery dropping a worker the worker API removed already is no
 // failure: nothing is left to do, and nothing is counted.
 func TestDiscoveryDropsAWorkerTheAPIRemoved(t *testing.T) {
