@@ -232,7 +232,10 @@ func (s *Server) addWorker(role string, spec PrefillSpec, from source) (*Backend
 	defer s.membersMu.Unlock()
 	if b := p.find(spec.URL); b != nil {
 		b.sources.Store(uint32(b.givenBy() | from))
-		if spec.BootstrapPort != 0 { // 0 is "unknown": it must not undo a port given
+		// 0 is "unknown": it must not undo a port another source gave,
+		// but from the one source that gives the worker (a pod whose
+		// annotation went) it means: learn it from /server_info again.
+		if spec.BootstrapPort != 0 || b.givenBy() == from {
 			s.repoint(b, spec.BootstrapPort)
 		}
 		return b, nil

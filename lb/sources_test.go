@@ -104,6 +104,32 @@ func TestDiscoveryDropsAWorkerTheAPIRemoved(t *testing.T) {
 	})
 }
 
+// A discovered prefill whose bootstrap port changes (a pod's annotation
+// edited, or removed) is re-pointed in place: not drained and taken back,
+// and back to learning the port from /server_info when the new one is 0.
+func TestDiscoveredPortChangeRepointsInPlace(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		h.fake("prefill-1:30000", fake.Config{Role: fake.RolePrefill, BootstrapPort: 9001})
+		srv := h.start(defaultConfig())
+		counts := newChangeCounts(srv.ms, `pdlb_test_workers_changed_total`)
+		annotated := discovery.Worker{Role: discovery.Prefill, URL: "http://prefill-1:30000", BootstrapPort: 8998}
+		srv.applyChange(discovery.Change{Added: []discovery.Worker{annotated}}, sourceDNS, counts)
+		b := srv.prefills.find(annotated.URL)
+		unannotated := annotated
+		unannotated.BootstrapPort = 0
+		srv.applyChange(discovery.Change{Removed: []discovery.Worker{annotated}, Added: []discovery.Worker{unannotated}}, sourceDNS, counts)
+		if srv.prefills.find(annotated.URL) != b || b.leaving.Load() || counts.removed.Get() != 0 {
+			t.Fatalf("a port change drained the prefill (removed counted %d)", counts.removed.Get())
+		}
+		settled(t, "the registry reads prefill-1", func() bool { return srv.registry.State(b.index).Ready })
+		if st := srv.registry.State(b.index); st.Port != 9001 || st.PortSource != "server_info" {
+			t.Errorf("after its port went: port %d from %q; want 9001 from server_info", st.Port, st.PortSource)
+		}
+	})
+}
+
 // A prefill given on the command line with its bootstrap port keeps it
 // when another source names it without one ("unknown": DNS without an SRV
 // record, the API without bootstrap_port).
