@@ -33,13 +33,21 @@ func newChangeCounts(ms *metrics.Set, family string) changeCounts {
 }
 
 // applyChange applies c, found by from, through the membership path,
-// removals first, as discovery.Change asks: a worker whose bootstrap port
-// changed is removed, then added with its new port. A change the path
+// removals first, as discovery.Change asks. A worker in both lists, whose
+// bootstrap port changed, is only re-pointed by its add: removed first, it
+// would drain and be taken back, and a pool of one would be empty between. A change the path
 // refuses is logged and counted in n, and the rest applied: one worker
 // that cannot join must not keep the others out. A worker removed stays a
 // member while another source gives it (sources.go).
 func (s *Server) applyChange(c discovery.Change, from source, n changeCounts) {
+	repointed := map[discovery.Worker]bool{} // by role and URL, port 0
+	for _, w := range c.Added {
+		repointed[discovery.Worker{Role: w.Role, URL: w.URL}] = true
+	}
 	for _, w := range c.Removed {
+		if repointed[discovery.Worker{Role: w.Role, URL: w.URL}] {
+			continue // its bootstrap port changed: the add re-points it, no drain
+		}
 		role := w.Role.String()
 		gone, err := s.removeWorker(role, w.URL, from)
 		switch {

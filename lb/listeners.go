@@ -55,7 +55,7 @@ func (l *listeners) closed() bool {
 }
 
 // closeOnce is a listener whose Close closes it once; later ones report
-// nil.
+// what the first did.
 type closeOnce struct {
 	net.Listener
 	once sync.Once

@@ -154,14 +154,28 @@ func (p *Pool) leave(b *Backend) {
 	}
 }
 
-// find returns p's member whose URL is url, nil if none.
+// find returns p's member at url, nil if none. A worker is known by its
+// address, however its URL is spelled: "http://10.0.0.1", "10.0.0.1:80"
+// and "http://10.0.0.1:80/" are one worker (two backends at one address
+// would register the same metric series twice, which panics).
 func (p *Pool) find(url string) *Backend {
+	addr := workerAddr(url)
 	for _, b := range p.backends() {
-		if b.url == url {
+		if b.addr == addr {
 			return b
 		}
 	}
 	return nil
+}
+
+// workerAddr is the address (host:port) of the worker at url, or url
+// itself when it is no worker URL (then no member has it).
+func workerAddr(url string) string {
+	w, err := parseWorkerURL(url)
+	if err != nil {
+		return url
+	}
+	return w.addr
 }
 
 // warnEmptyPools warns of a prefill or decode pool that starts empty with
@@ -216,15 +230,18 @@ func (s *Server) addWorker(role string, spec PrefillSpec, from source) (*Backend
 	}
 	s.membersMu.Lock()
 	defer s.membersMu.Unlock()
-	if b := p.find(trimURL(spec.URL)); b != nil {
+	if b := p.find(spec.URL); b != nil {
 		b.sources.Store(uint32(b.givenBy() | from))
-		if spec.BootstrapPort != 0 { // 0 is "unknown": it must not undo a port given
+		// 0 is "unknown": it must not undo a port another source gave,
+		// but from the one source that gives the worker (a pod whose
+		// annotation went) it means: learn it from /server_info again.
+		if spec.BootstrapPort != 0 || b.givenBy() == from {
 			s.repoint(b, spec.BootstrapPort)
 		}
 		return b, nil
 	}
-	if b := s.draining[role+" "+trimURL(spec.URL)]; b != nil {
-		delete(s.draining, role+" "+trimURL(spec.URL))
+	if b := s.draining[role+" "+workerAddr(spec.URL)]; b != nil {
+		delete(s.draining, role+" "+b.addr)
 		b.sources.Store(uint32(from))
 		b.leaving.Store(false)
 		p.join(b)
@@ -263,7 +280,7 @@ func (s *Server) removeWorker(role, url string, from source) (gone bool, err err
 	}
 	s.membersMu.Lock()
 	defer s.membersMu.Unlock()
-	b := p.find(trimURL(url))
+	b := p.find(url)
 	if b == nil {
 		return false, fmt.Errorf("%w: %s is not a %s worker", errNotMember, url, role)
 	}
@@ -276,7 +293,7 @@ func (s *Server) removeWorker(role, url string, from source) (gone bool, err err
 	b.leaving.Store(true)
 	p.leave(b)
 	s.leaveWarm(b)
-	s.draining[role+" "+b.url] = b
+	s.draining[role+" "+b.addr] = b
 	b.log.Info().Stringer("source", from).Int32("inflight", b.inflight.Load()).Msg("worker removed: draining")
 	s.bg.Add(1)
 	go s.drain(p, b)
@@ -354,7 +371,7 @@ func (s *Server) cutCalls(b *Backend, err error) int {
 func (s *Server) teardown(p *Pool, b *Backend) {
 	s.membersMu.Lock()
 	defer s.membersMu.Unlock()
-	key := b.role + " " + b.url
+	key := b.role + " " + b.addr
 	if s.draining[key] != b {
 		return // taken back
 	}

@@ -36,7 +36,7 @@ type Server struct {
 	fallbacks *Pool
 	// membersMu serialises the changes of the pools (membership.go);
 	// draining holds the removed workers not yet torn down, by role and
-	// URL.
+	// address ("decode 10.0.0.1:30010").
 	membersMu sync.Mutex
 	draining  map[string]*Backend
 	srv       *fasthttp.Server

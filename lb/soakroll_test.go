@@ -294,7 +294,7 @@ func (c *rollCluster) gone(srv *Server, w *rollWorker) bool {
 	}
 	srv.membersMu.Lock()
 	defer srv.membersMu.Unlock()
-	return srv.draining[w.role+" "+w.url()] == nil
+	return srv.draining[w.role+" "+workerAddr(w.url())] == nil
 }
 
 // joined reports whether w is a member of srv's pool with all its pairs

@@ -60,6 +60,29 @@ func TestWorkerStaysWhileASourceGivesIt(t *testing.T) {
 	})
 }
 
+// A worker is known by its address, however its URL is spelled: another
+// source naming a member in another spelling gives it a source, and makes
+// no second backend (whose metric series would collide and panic).
+func TestOneWorkerHoweverItsURLIsSpelled(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		srv := h.start(defaultConfig())
+		b := srv.decodes.find("http://decode-0:30010")
+		for _, u := range []string{"decode-0:30010", "http://decode-0:30010/"} {
+			if again, err := srv.addWorker(roleDecode, PrefillSpec{URL: u}, sourceDNS); err != nil || again != b {
+				t.Fatalf("adding %q: got %p, %v; want the member %p", u, again, err, b)
+			}
+		}
+		if gone, err := srv.removeWorker(roleDecode, "decode-0:30010", sourceDNS); err != nil || gone || b.givenBy() != sourceStart {
+			t.Errorf("DNS no longer naming it: gone %v, %v, sources %s; want it kept by the command line", gone, err, b.givenBy())
+		}
+		if n := len(srv.decodes.backends()); n != 1 {
+			t.Errorf("the decode pool has %d workers; want 1", n)
+		}
+	})
+}
+
 // Discovery dropping a worker the worker API removed already is no
 // failure: nothing is left to do, and nothing is counted.
 func TestDiscoveryDropsAWorkerTheAPIRemoved(t *testing.T) {
@@ -77,6 +100,32 @@ func TestDiscoveryDropsAWorkerTheAPIRemoved(t *testing.T) {
 		srv.applyChange(discovery.Change{Removed: []discovery.Worker{d1}}, sourceDNS, counts)
 		if got := [3]uint64{counts.added.Get(), counts.removed.Get(), counts.failed.Get()}; got != [3]uint64{1, 0, 0} {
 			t.Errorf("added, removed, failed: got %d; want 1, 0, 0", got)
+		}
+	})
+}
+
+// A discovered prefill whose bootstrap port changes (a pod's annotation
+// edited, or removed) is re-pointed in place: not drained and taken back,
+// and back to learning the port from /server_info when the new one is 0.
+func TestDiscoveredPortChangeRepointsInPlace(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		h.fake("prefill-1:30000", fake.Config{Role: fake.RolePrefill, BootstrapPort: 9001})
+		srv := h.start(defaultConfig())
+		counts := newChangeCounts(srv.ms, `pdlb_test_workers_changed_total`)
+		annotated := discovery.Worker{Role: discovery.Prefill, URL: "http://prefill-1:30000", BootstrapPort: 8998}
+		srv.applyChange(discovery.Change{Added: []discovery.Worker{annotated}}, sourceDNS, counts)
+		b := srv.prefills.find(annotated.URL)
+		unannotated := annotated
+		unannotated.BootstrapPort = 0
+		srv.applyChange(discovery.Change{Removed: []discovery.Worker{annotated}, Added: []discovery.Worker{unannotated}}, sourceDNS, counts)
+		if srv.prefills.find(annotated.URL) != b || b.leaving.Load() || counts.removed.Get() != 0 {
+			t.Fatalf("a port change drained the prefill (removed counted %d)", counts.removed.Get())
+		}
+		settled(t, "the registry reads prefill-1", func() bool { return srv.registry.State(b.index).Ready })
+		if st := srv.registry.State(b.index); st.Port != 9001 || st.PortSource != "server_info" {
+			t.Errorf("after its port went: port %d from %q; want 9001 from server_info", st.Port, st.PortSource)
 		}
 	})
 }

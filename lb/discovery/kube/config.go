@@ -101,7 +101,8 @@ func (cfg Config) validate() error {
 // it: RouterArgs._parse_selector). Every pair must be a valid label
 // (Kubernetes' syntax); set-based selectors (!=, in) are not
 // sglang_router's and are refused, as is a key given two values (argparse
-// keeps the last: a typo would select pods the user did not mean).
+// keeps the last: a typo would select pods the user did not mean), and
+// items with no pair at all. No items is the empty selector.
 func ParseSelector(items []string) (map[string]string, error) {
 	sel := map[string]string{}
 	for _, item := range items {
@@ -115,6 +116,11 @@ func ParseSelector(items []string) (map[string]string, error) {
 			}
 			sel[k] = v
 		}
+	}
+	if len(items) > 0 && len(sel) == 0 {
+		// A selector given blank (an unset variable in a manifest) would
+		// watch nothing, without a word.
+		return nil, fmt.Errorf("%q has no KEY=VALUE pair", strings.Join(items, " "))
 	}
 	if err := checkSelector(sel); err != nil {
 		return nil, err

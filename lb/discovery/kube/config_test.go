@@ -34,4 +34,6 @@ func TestParseSelector(t *testing.T) {
 	bad("app=worker=extra", "label value")
 	bad("app=a app=b", `given twice, as "a" and "b"`)
 	bad("Bad Key=x", "not KEY=VALUE")
+	bad(" , ", "no KEY=VALUE pair")
+	bad("", "no KEY=VALUE pair")
 }

@@ -43,6 +43,10 @@ func (s *logSink) WithValues(kv ...any) logr.LogSink {
 	ctx := s.log.With()
 	for i := 0; i+1 < len(kv); i += 2 {
 		key, _ := kv[i].(string)
+		if err, ok := kv[i+1].(error); ok {
+			ctx = ctx.AnErr(key, err)
+			continue
+		}
 		ctx = ctx.Interface(key, kv[i+1])
 	}
 	return &logSink{log: ctx.Logger(), name: s.name}
@@ -59,6 +63,10 @@ func (s *logSink) WithName(name string) logr.LogSink {
 func withFields(e *zerolog.Event, kv []any) *zerolog.Event {
 	for i := 0; i+1 < len(kv); i += 2 {
 		key, _ := kv[i].(string)
+		if err, ok := kv[i+1].(error); ok {
+			e = e.AnErr(key, err) // its text: as an interface, most errors show as {}
+			continue
+		}
 		e = e.Interface(key, kv[i+1])
 	}
 	return e
