@@ -106,7 +106,8 @@ func (s *Server) serveReadiness(ctx *fasthttp.RequestCtx) {
 		Decode   poolStatus `json:"decode"`
 		Fallback poolStatus `json:"fallback"`
 		// Missing says what pdlb lacks to serve, when it is not ready:
-		// "a ready prefill", "a ready decode", "or a ready fallback".
+		// "a ready prefill", "a ready decode", "or a ready fallback", and
+		// the Kubernetes API while it fails.
 		Missing []string `json:"missing,omitempty"`
 	}{Prefill: count(s.prefills), Decode: count(s.decodes), Fallback: count(s.fallbacks)}
 	out.Ready = out.Prefill.Ready > 0 && out.Decode.Ready > 0 || out.Fallback.Ready > 0
@@ -118,6 +119,10 @@ func (s *Server) serveReadiness(ctx *fasthttp.RequestCtx) {
 			out.Missing = append(out.Missing, "a ready decode")
 		}
 		out.Missing = append(out.Missing, "or a ready fallback")
+		if s.kube != nil && s.kube.source.Failing() {
+			// The pools may be empty for want of the pods' list.
+			out.Missing = append(out.Missing, "the Kubernetes API, which cannot be reached or refuses to list pods (see the log)")
+		}
 	}
 	body, _ := json.Marshal(out)
 	ctx.SetContentType("application/json")

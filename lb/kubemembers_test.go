@@ -2,6 +2,7 @@ package lb
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,9 @@ import (
 	"github.com/valyala/fasthttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	fakeclient "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"pdlb/bench/fake"
 	"pdlb/lb/discovery/kube/kubetest"
@@ -118,5 +121,27 @@ func TestCommandLineDecodeStaysWhenItsPodLeaves(t *testing.T) {
 	if !h.hasSeries(`pdlb_kubernetes_workers_changed_total{change="removed"} 0`) ||
 		!h.hasSeries(`pdlb_kubernetes_workers_changed_total{change="failed"} 0`) {
 		t.Error("a decode the command line keeps is counted as removed, or as failed")
+	}
+}
+
+// While the Kubernetes API refuses to list pods, /readiness says so beside
+// the pools it leaves empty: an operator is pointed at the API (RBAC, the
+// network), not at the workers.
+func TestReadinessNamesAFailingKubernetesAPI(t *testing.T) {
+	h := newHarness(t)
+	h.fake("prefill-0:30000", fake.Config{Role: fake.RolePrefill})
+	cs := fakeclient.NewClientset()
+	cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New(`pods is forbidden: User "system:serviceaccount:llm:pdlb" cannot list resource "pods"`)
+	})
+	cfg := defaultConfig()
+	cfg.Decode = nil
+	cfg.Kubernetes = KubernetesConfig{Pods: kubetest.Pods(cs), Namespace: "llm", Port: 30010,
+		Decode: []string{"app=sglang component=decode"}}
+	srv := h.start(cfg)
+	waitFor(t, "the pods' list to fail", srv.kube.source.Failing)
+	r := h.do(fasthttp.MethodGet, "/readiness", "")
+	if r.status != fasthttp.StatusServiceUnavailable || !strings.Contains(string(r.body), "the Kubernetes API") {
+		t.Errorf("/readiness with the pods' list refused: got %d %s; want 503 naming the Kubernetes API", r.status, r.body)
 	}
 }
