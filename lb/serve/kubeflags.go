@@ -69,6 +69,13 @@ func (f *kubeFlags) validate() error {
 	if f.ServiceDiscovery && !given {
 		return errors.New("--service-discovery needs pods to follow: --prefill-selector and --decode-selector, or --selector")
 	}
+	// Given without it, they would be ignored, as the selectors would.
+	if !f.ServiceDiscovery && f.ServiceDiscoveryNamespace != "" {
+		return errors.New("--service-discovery-namespace needs --service-discovery")
+	}
+	if !f.ServiceDiscovery && f.Kubeconfig != "" {
+		return errors.New("--kubeconfig needs --service-discovery")
+	}
 	if errs := validation.IsDNS1123Label(f.ServiceDiscoveryNamespace); f.ServiceDiscoveryNamespace != "" && len(errs) > 0 {
 		return fmt.Errorf("--service-discovery-namespace %q is not a namespace: %s", f.ServiceDiscoveryNamespace, strings.Join(errs, "; "))
 	}

@@ -65,6 +65,8 @@ func TestParseBadKubernetesFlags(t *testing.T) {
 		{[]string{"--decode-selector", "app=x"}, "--decode-selector needs --service-discovery"},
 		{[]string{"--selector", "app=x"}, "--selector needs --service-discovery"},
 		{[]string{"--service-discovery"}, "--service-discovery needs pods to follow"},
+		{[]string{"--service-discovery-namespace", "llm"}, "--service-discovery-namespace needs --service-discovery"},
+		{[]string{"--kubeconfig", "/tmp/kubeconfig"}, "--kubeconfig needs --service-discovery"},
 		{[]string{"--service-discovery", "--decode-selector", "app"}, `--decode-selector: "app" is not KEY=VALUE`},
 		{[]string{"--service-discovery", "--decode-selector", "app=a/b"}, "--decode-selector: label value"},
 		{[]string{"--service-discovery", "--prefill-selector", "app_=x"}, "--prefill-selector: label key"},
@@ -77,5 +79,14 @@ func TestParseBadKubernetesFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: got %v; want an error with %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// $KUBECONFIG in the environment, as kubectl users have it, is no
+// --kubeconfig: pdlb without --service-discovery starts.
+func TestKubeconfigEnvironmentIsNoFlag(t *testing.T) {
+	t.Setenv("KUBECONFIG", "/tmp/kubeconfig")
+	if _, _, err := parse(t, "--prefill", "http://p:1", "--decode", "http://d:1"); err != nil {
+		t.Fatalf("with $KUBECONFIG set: %s; want no error", err)
 	}
 }
