@@ -35,13 +35,13 @@ func (s *Source) newRoleWatch(r roleSelector) (*roleWatch, error) {
 	noted := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			list, err := lw.ListWithContext(ctx, opts)
-			s.noteCall(ctx, rw, err)
+			s.noteCall(ctx, rw, err, false)
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			w, err := lw.WatchWithContext(ctx, opts)
 			if !watchListRefused(opts, err) { // else the reflector lists instead: no failure (doc.go)
-				s.noteCall(ctx, rw, err)
+				s.noteCall(ctx, rw, err, true)
 			}
 			return w, err
 		},
@@ -77,8 +77,14 @@ func watchListRefused(opts metav1.ListOptions, err error) bool {
 
 // noteCall counts a failed list or watch of rw, and logs when rw's calls
 // start and stop failing. A call cut short by shutdown is not a failure.
-func (s *Source) noteCall(ctx context.Context, rw *roleWatch, err error) {
+// Only a watch that starts ends a failure: a list alone brings no change
+// after it, and with watches refused (a Role without "watch") every list
+// would end the failure, and the next watch start it again.
+func (s *Source) noteCall(ctx context.Context, rw *roleWatch, err error, isWatch bool) {
 	if err != nil && ctx.Err() != nil {
+		return
+	}
+	if err == nil && !isWatch {
 		return
 	}
 	if err == nil {
