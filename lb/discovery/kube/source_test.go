@@ -145,6 +145,7 @@ func TestAPIUnreachableKeepsWorkers(t *testing.T) {
 
 	down.Store(false)
 	c.expect("API back", []discovery.Worker{decode("http://10.0.0.2:80")}, nil)
+	c.log.waitFor(t, "kubernetes API answers again") // once the watch after the list starts
 	if c.src.Failing() {
 		t.Fatal("API back: still failing")
 	}
