@@ -273,8 +273,19 @@ func (s *Server) serveFlushCache(ctx *fasthttp.RequestCtx) {
 func (s *Server) serveServerInfo(ctx *fasthttp.RequestCtx) {
 	answers := fanOut(s.allBackends(), controlCall{method: fasthttp.MethodGet, uri: "/server_info",
 		timeout: controlTimeout, clientAuth: clientAuthorization(ctx)})
-	np, nd := len(s.prefills.backends()), len(s.decodes.backends())
-	prefills, decodes, fallbacks := answers[:np], answers[np:np+nd], answers[np+nd:]
+	// Split by each answer's own backend: the pools may have changed since
+	// allBackends read them (a worker added or removed meanwhile).
+	var prefills, decodes, fallbacks []answer
+	for _, a := range answers {
+		switch a.backend.role {
+		case rolePrefill:
+			prefills = append(prefills, a)
+		case roleDecode:
+			decodes = append(decodes, a)
+		default:
+			fallbacks = append(fallbacks, a)
+		}
+	}
 	var states []byte
 	for i := range decodes {
 		if is := gjson.GetBytes(decodes[i].body, "internal_states"); decodes[i].ok() && is.IsArray() {

@@ -2,11 +2,13 @@ package lb
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -497,6 +499,60 @@ func TestClientAbortsAreNoWorkerFailures(t *testing.T) {
 			if r := h.post("/generate", `{"text": "a"}`); r.status != fasthttp.StatusOK {
 				t.Fatalf("stream %v: a request after the aborts got %d %s; want 200 from the healthy decode", stream, r.status, r.body)
 			}
+		}
+	})
+}
+
+// /server_info sorts the answers by each one's worker, whatever the pools
+// became while it asked them: a decode added meanwhile used to shift the
+// split of prefills and decodes, which panicked (slice bounds) or put a
+// prefill's answer among the decodes'.
+func TestServerInfoWhilePoolsChange(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		h.fake("decode-1:30010", fake.Config{Role: fake.RoleDecode})
+		silent, err := h.nw.Listen("silent:30010") // accepts, never answers
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := make(chan net.Conn, 4)
+		go func() {
+			for {
+				c, err := silent.Accept()
+				if err != nil {
+					return
+				}
+				held <- c
+			}
+		}()
+		t.Cleanup(func() { _ = silent.Close() })
+		srv := h.start(defaultConfig())
+		if _, err := srv.addWorker(roleDecode, PrefillSpec{URL: "http://silent:30010"}, sourceAPI); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan reply, 1)
+		go func() { // longer than tryDo waits: the silent decode takes controlTimeout
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			req.SetRequestURI("http://pdlb:8000/server_info")
+			err := h.cl.DoTimeout(req, resp, 2*controlTimeout)
+			done <- reply{status: resp.StatusCode(), body: append([]byte(nil), resp.Body()...)}
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+		synctest.Wait() // it waits for the silent decode
+		if _, err := srv.addWorker(roleDecode, PrefillSpec{URL: "http://decode-1:30010"}, sourceAPI); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(controlTimeout) // the bubble's clock: the silent one times out
+		r := <-done
+		if r.status != fasthttp.StatusBadGateway && r.status != fasthttp.StatusOK {
+			t.Fatalf("/server_info: got %d %s", r.status, r.body)
+		}
+		prefills, decodes := gjson.GetBytes(r.body, "prefill").Array(), gjson.GetBytes(r.body, "decode").Array()
+		if len(prefills) != 1 || len(decodes) != 2 || gjson.GetBytes(r.body, `decode.#(disaggregation_mode=="prefill")`).Exists() {
+			t.Errorf("/server_info: got prefills %s, decodes %s; want 1 prefill and the 2 decodes asked, each in its list", prefills, decodes)
 		}
 	})
 }
