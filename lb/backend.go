@@ -149,6 +149,8 @@ func parseWorkerURL(raw string) (workerURL, error) {
 		}
 	} else if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
 		return workerURL{}, fmt.Errorf("%q: invalid port", raw)
+	} else {
+		port = strconv.Itoa(n) // "030010" is 30010: one worker, one address
 	}
 	w.addr = net.JoinHostPort(w.host, port)
 	return w, nil

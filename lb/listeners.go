@@ -2,6 +2,7 @@ package lb
 
 import (
 	"net"
+	"strconv"
 	"sync"
 )
 
@@ -65,4 +66,49 @@ type closeOnce struct {
 func (c *closeOnce) Close() error {
 	c.once.Do(func() { c.err = c.Listener.Close() })
 	return c.err
+}
+
+// has reports whether one of l's listeners takes connections at addr, a
+// worker's host:port: the same port, on an address of this machine
+// (loopback, the listener's own, or any of its interfaces' when it listens
+// on all). A host given by name but localhost is not resolved.
+func (l *listeners) has(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	if host == "localhost" {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	if ip == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ln := range l.all {
+		tcp, ok := ln.Addr().(*net.TCPAddr)
+		if !ok || strconv.Itoa(tcp.Port) != port {
+			continue
+		}
+		if ip.IsLoopback() || ip.IsUnspecified() || ip.Equal(tcp.IP) || tcp.IP.IsUnspecified() && localAddress(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// localAddress reports whether ip is an address of one of this machine's
+// interfaces.
+func localAddress(ip net.IP) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
 }

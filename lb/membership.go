@@ -168,6 +168,13 @@ func (p *Pool) find(url string) *Backend {
 	return nil
 }
 
+// isSelf reports whether url is the address of one of s's own listeners:
+// a worker there would be pdlb, calling itself without end.
+func (s *Server) isSelf(url string) bool {
+	addr := workerAddr(url)
+	return s.clientListeners.has(addr) || s.adminListeners.has(addr)
+}
+
 // workerAddr is the address (host:port) of the worker at url, or url
 // itself when it is no worker URL (then no member has it).
 func workerAddr(url string) string {

@@ -90,10 +90,18 @@ func (s *Server) createWorker(ctx *fasthttp.RequestCtx) {
 	}
 	role := roleOfWorkerType(spec.workerType)
 	id := workerID(role, spec.url)
-	if s.pool(role).find(spec.url) != nil {
-		// SMG's 409, for a URL it already has.
-		s.writeError(ctx, fasthttp.StatusConflict, reasonInvalidRequest,
-			"worker "+spec.url+" is already a "+spec.workerType+" worker, with id "+id)
+	for _, p := range s.pools() {
+		// SMG's 409, for a worker it already has: in any pool, since one
+		// worker serves in one role.
+		if b := p.find(spec.url); b != nil {
+			s.writeError(ctx, fasthttp.StatusConflict, reasonInvalidRequest, "worker "+spec.url+" is already a "+
+				workerTypeOf(b.role)+" worker, "+b.url+", with id "+workerID(b.role, b.url))
+			return
+		}
+	}
+	if s.isSelf(spec.url) {
+		s.writeError(ctx, fasthttp.StatusBadRequest, reasonInvalidRequest,
+			"url "+spec.url+" is pdlb itself (one of its listeners): it would send requests to itself")
 		return
 	}
 	change := s.log.Info().Str("client", clientOf(ctx)).Str("worker_type", spec.workerType).

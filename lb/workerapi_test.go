@@ -1,13 +1,16 @@
 package lb
 
 import (
+	"context"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
@@ -255,5 +258,54 @@ func TestWorkerID(t *testing.T) {
 	}
 	if !isUUID(workerID(rolePrefill, "http://p:1")) || isUUID("0199f342-e3c4-5c07-9f8b-f81afe546a1g") {
 		t.Error("isUUID is wrong")
+	}
+}
+
+// The worker API refuses pdlb itself as a worker (it would call itself
+// without end, taking every descriptor), however the address is written,
+// and a worker another pool has, naming it (issue 23 §2; found trying the
+// build as a new user).
+func TestWorkerAPIRefusesItselfAndAnotherPoolsWorker(t *testing.T) {
+	srv, err := New(defaultConfig(), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-served
+	})
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	cl := &fasthttp.HostClient{Addr: ln.Addr().String()}
+	t.Cleanup(cl.CloseIdleConnections)
+	post := func(spec string) (int, string) {
+		t.Helper()
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetRequestURI("http://" + ln.Addr().String() + workersPath)
+		req.SetBodyString(spec)
+		if err := cl.DoTimeout(req, resp, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode(), string(resp.Body())
+	}
+	for _, u := range []string{"http://127.0.0.1:" + port, "http://localhost:0" + port, "http://0.0.0.0:" + port} {
+		if status, body := post(`{"url": "` + u + `", "worker_type": "prefill"}`); status != fasthttp.StatusBadRequest ||
+			!strings.Contains(body, "is pdlb itself") {
+			t.Errorf("POST of pdlb itself as %s: got %d %s; want 400 saying it is pdlb", u, status, body)
+		}
+	}
+	if status, body := post(`{"url": "http://decode-0:30010", "worker_type": "regular"}`); status != fasthttp.StatusConflict ||
+		!strings.Contains(body, "already a decode worker, http://decode-0:30010, with id "+workerID(roleDecode, "http://decode-0:30010")) {
+		t.Errorf("POST of a decode as regular: got %d %s; want 409 naming the decode and its id", status, body)
 	}
 }
