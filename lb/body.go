@@ -123,8 +123,12 @@ func (s *Server) readControlBody(ctx *fasthttp.RequestCtx, rt *route, b *bodyBuf
 // bodyTooLarge refuses a body over limit, declared or read so far.
 func (s *Server) bodyTooLarge(ctx *fasthttp.RequestCtx, limit int) *answerError {
 	ctx.SetConnectionClose()
+	setting := " (--max-payload-size)"
+	if limit == maxControlBody {
+		setting = " on this route" // a control route's fixed bound
+	}
 	return &answerError{fasthttp.StatusRequestEntityTooLarge, reasonBodyTooLarge,
-		"request body is larger than the " + strconv.Itoa(limit) + " bytes allowed (--max-payload-size)"}
+		"request body is larger than the " + strconv.Itoa(limit) + " bytes allowed" + setting}
 }
 
 // noBodyMemory refuses a body for which the budget has no room now.

@@ -309,3 +309,19 @@ func TestWorkerAPIRefusesItselfAndAnotherPoolsWorker(t *testing.T) {
 		t.Errorf("POST of a decode as regular: got %d %s; want 409 naming the decode and its id", status, body)
 	}
 }
+
+// A worker spec over a control route's bound is refused naming that bound,
+// not --max-payload-size, which it is not.
+func TestWorkerAPIBodyTooLarge(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.pair(fake.Config{}, fake.Config{})
+		h.start(adminConfig())
+		big := `{"url": "http://decode-1:30010", "worker_type": "decode", "labels": {"x": "` + strings.Repeat("a", maxControlBody) + `"}}`
+		r := h.post(workersPath, big, "Authorization", adminAuth)
+		if r.status != fasthttp.StatusRequestEntityTooLarge || !strings.Contains(string(r.body), "bytes allowed on this route") ||
+			strings.Contains(string(r.body), "--max-payload-size") {
+			t.Errorf("a spec over %d bytes: got %d %s; want 413 naming the route's bound", maxControlBody, r.status, r.body)
+		}
+	})
+}

@@ -151,7 +151,7 @@ func (c *Command) openAdminWarning() string {
 	if len(open) == 0 {
 		return ""
 	}
-	return "the operator routes (/flush_cache, /bootstrap, /abort_request with abort_all) answer without a key on the admin listener " +
+	return "the operator routes (/workers, /flush_cache, /bootstrap, /abort_request with abort_all) answer without a key on the admin listener " +
 		strings.Join(open, " and ") + ", to anyone who reaches it: set --admin-api-key, or bind it to 127.0.0.1"
 }
 
