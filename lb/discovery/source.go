@@ -34,6 +34,9 @@ type nameState struct {
 	// keeping tells whether the last answer was not taken, so that the
 	// log says when that starts and stops rather than every Interval.
 	keeping bool
+	// empty tells whether the name answers no worker and has none kept,
+	// so that the log says it once.
+	empty bool
 }
 
 // New returns a Source for cfg, or an error naming the first field or name
@@ -122,7 +125,12 @@ func (s *Source) take(n name, st *nameState, ws []Worker, err error) []Worker {
 		if st.keeping {
 			s.cfg.Log.Info().Stringer("name", n).Int("workers", len(ws)).Msg("dns name answers again; taking its answer")
 		}
-		st.good, st.keeping = ws, false
+		if len(ws) == 0 && !st.empty {
+			// Never answered (a typo, a Service not created yet): its
+			// pool waits for it, which the operator must hear of.
+			s.cfg.Log.Warn().Stringer("name", n).Msg("dns name answers no address; no worker found under it yet")
+		}
+		st.good, st.keeping, st.empty = ws, false, len(ws) == 0
 		return ws
 	}
 	if s.cfg.Kept != nil {

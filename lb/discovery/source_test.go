@@ -1,12 +1,15 @@
 package discovery
 
 import (
+	"bytes"
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
 )
 
 // A worker appears at the first refresh that resolves it; one missing
@@ -94,16 +97,22 @@ func TestFailureAndEmptyKeepLastSet(t *testing.T) {
 }
 
 // A name that has never answered gives nothing, and is not counted as
-// keeping anything.
+// keeping anything; the log says so once, not at every refresh.
 func TestEmptyFromTheStart(t *testing.T) {
 	z := newZone(t)
 	bubble(t, func(t *testing.T) {
 		kept := metrics.NewSet().NewCounter(`pdlb_dns_kept_total`)
 		s, rec := newSource(t, z, Config{Prefill: []string{"p.pdlb.test"}, Kept: kept})
+		var log bytes.Buffer
+		s.cfg.Log = zerolog.New(&log)
+		refresh(t, s, rec, Change{})
 		refresh(t, s, rec, Change{})
 		checkWorkers(t, s, []Worker{})
 		if got := kept.Get(); got != 0 {
 			t.Fatalf("got %d answers kept; want 0", got)
+		}
+		if n := strings.Count(log.String(), "dns name answers no address"); n != 1 {
+			t.Errorf("log %s; want one warning of the name answering no address", log.String())
 		}
 	})
 }
