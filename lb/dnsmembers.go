@@ -108,9 +108,7 @@ func (s *Server) runDiscovery() {
 	if s.dns == nil {
 		return
 	}
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
+	s.bg.Go(func() {
 		s.dns.source.Run(s.ctx)
-	}()
+	})
 }

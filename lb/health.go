@@ -137,11 +137,9 @@ func (s *Server) runChecker() {
 	if s.checker == nil {
 		return
 	}
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
+	s.bg.Go(func() {
 		s.checker.Run(s.ctx.Done())
-	}()
+	})
 }
 
 // checkOnce probes every worker once, for tests.

@@ -139,9 +139,7 @@ func (s *Server) runKubernetes() {
 	if s.kube == nil {
 		return
 	}
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
+	s.bg.Go(func() {
 		s.kube.source.Run(s.ctx)
-	}()
+	})
 }

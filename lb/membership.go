@@ -302,8 +302,7 @@ func (s *Server) removeWorker(role, url string, from source) (gone bool, err err
 	s.leaveWarm(b)
 	s.draining[role+" "+b.addr] = b
 	b.log.Info().Stringer("source", from).Int32("inflight", b.inflight.Load()).Msg("worker removed: draining")
-	s.bg.Add(1)
-	go s.drain(p, b)
+	s.bg.Go(func() { s.drain(p, b) })
 	return true, nil
 }
 
@@ -327,7 +326,6 @@ const drainPoll = 10 * time.Millisecond
 // Config.DrainTimeout or shutdown, then tears it down, unless it was taken
 // back meanwhile.
 func (s *Server) drain(p *Pool, b *Backend) {
-	defer s.bg.Done()
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.DrainTimeout)
 	defer cancel()
 	t := time.NewTicker(drainPoll)

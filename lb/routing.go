@@ -110,11 +110,9 @@ func (s *Server) polledBackend(addr string) *Backend {
 // polls, and cache_aware's eviction down to --max-tree-size.
 func (s *Server) runRouting() {
 	if s.loads != nil {
-		s.bg.Add(1)
-		go func() {
-			defer s.bg.Done()
+		s.bg.Go(func() {
 			s.loads.Run(s.ctx.Done())
-		}()
+		})
 	}
 	for _, p := range s.pools() {
 		switch {
@@ -131,9 +129,7 @@ func (s *Server) runRouting() {
 // every runs f every interval in the background until the server shuts
 // down.
 func (s *Server) every(interval time.Duration, f func()) {
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
+	s.bg.Go(func() {
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		for {
@@ -144,7 +140,7 @@ func (s *Server) every(interval time.Duration, f func()) {
 				return
 			}
 		}
-	}()
+	})
 }
 
 // loadSample is how often smoothLoads samples the requests in flight; its

@@ -331,22 +331,16 @@ func (s *Server) ServeAdmin(ln net.Listener, pprof bool) error {
 func (s *Server) startBackground() {
 	s.runChecker()
 	s.runRouting()
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
+	s.bg.Go(func() {
 		s.memory.returnToOS(s.ctx.Done())
-	}()
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
+	})
+	s.bg.Go(func() {
 		s.registry.Run(s.ctx.Done())
-	}()
+	})
 	if s.warm != nil {
-		s.bg.Add(1)
-		go func() {
-			defer s.bg.Done()
+		s.bg.Go(func() {
 			s.warm.keepWarm(s.cfg.BootstrapRefresh, s.ctx.Done())
-		}()
+		})
 	}
 	s.runDiscovery()
 	s.runKubernetes()

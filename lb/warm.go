@@ -300,15 +300,13 @@ func (w *warmer) startAfresh(pr *pair) {
 func (w *warmer) launch(pr *pair) <-chan struct{} {
 	done := make(chan struct{})
 	pr.running = done
-	w.s.bg.Add(1)
-	go w.run(pr, done)
+	w.s.bg.Go(func() { w.run(pr, done) })
 	return done
 }
 
 // run warms pr, once more each time it was asked to meanwhile (again) and
 // the pair is still cold, then closes done.
 func (w *warmer) run(pr *pair, done chan struct{}) {
-	defer w.s.bg.Done()
 	for {
 		err := w.warm(pr)
 		pr.mu.Lock()
