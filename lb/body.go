@@ -24,13 +24,14 @@ import (
 // would cross it gets a 503 at once, and pdlb never runs out of memory for
 // what clients send.
 
-// readBody reads ctx's body, at most limit bytes, into b. The error, if any,
+// readBody reads ctx's body, at most limit bytes, into b; limitBy says
+// what sets the limit, for the 413 of a body over it. The error, if any,
 // is what the client is told; the connection is closed after it, as the
 // rest of the body is still on the wire.
-func (s *Server) readBody(ctx *fasthttp.RequestCtx, b *bodyBuffer, limit int) *answerError {
+func (s *Server) readBody(ctx *fasthttp.RequestCtx, b *bodyBuffer, limit int, limitBy string) *answerError {
 	declared := declaredLength(ctx) // -1: chunked
 	if declared > limit {
-		return s.bodyTooLarge(ctx, limit)
+		return s.bodyTooLarge(ctx, limit, limitBy)
 	}
 	stream := ctx.RequestBodyStream()
 	switch {
@@ -52,7 +53,7 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, b *bodyBuffer, limit int) *a
 	switch err := b.fill(stream, declared, limit, s.memory, framed); {
 	case err == nil:
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		return s.bodyTooLarge(ctx, limit)
+		return s.bodyTooLarge(ctx, limit, limitBy)
 	case errors.Is(err, errNoBodyMemory):
 		return s.noBodyMemory(ctx)
 	default:
@@ -103,7 +104,7 @@ const maxControlBody = 64 << 10
 // and handler read; b must outlive the handler. It reports whether it
 // could, having answered the request when not.
 func (s *Server) readControlBody(ctx *fasthttp.RequestCtx, rt *route, b *bodyBuffer, requestID []byte, start time.Time) bool {
-	aerr := s.readBody(ctx, b, maxControlBody)
+	aerr := s.readBody(ctx, b, maxControlBody, "on this route")
 	switch {
 	case aerr == nil:
 		if b.held > 0 { // read by pdlb, not fasthttp, whose buffer it would free
@@ -120,15 +121,12 @@ func (s *Server) readControlBody(ctx *fasthttp.RequestCtx, rt *route, b *bodyBuf
 	return false
 }
 
-// bodyTooLarge refuses a body over limit, declared or read so far.
-func (s *Server) bodyTooLarge(ctx *fasthttp.RequestCtx, limit int) *answerError {
+// bodyTooLarge refuses a body over limit, declared or read so far; limitBy
+// says what sets the limit ("(--max-payload-size)", "on this route").
+func (s *Server) bodyTooLarge(ctx *fasthttp.RequestCtx, limit int, limitBy string) *answerError {
 	ctx.SetConnectionClose()
-	setting := " (--max-payload-size)"
-	if limit == maxControlBody {
-		setting = " on this route" // a control route's fixed bound
-	}
 	return &answerError{fasthttp.StatusRequestEntityTooLarge, reasonBodyTooLarge,
-		"request body is larger than the " + strconv.Itoa(limit) + " bytes allowed" + setting}
+		"request body is larger than the " + strconv.Itoa(limit) + " bytes allowed " + limitBy}
 }
 
 // noBodyMemory refuses a body for which the budget has no room now.

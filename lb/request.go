@@ -58,7 +58,7 @@ func (s *Server) serveGenerate(ctx *fasthttp.RequestCtx, rt *route, requestID []
 	}
 	var body bodyBuffer
 	defer body.release(s.memory)
-	if aerr := s.readBody(ctx, &body, s.cfg.MaxRequestBodySize); aerr != nil {
+	if aerr := s.readBody(ctx, &body, s.cfg.MaxRequestBodySize, "(--max-payload-size)"); aerr != nil {
 		s.answerError(&q, aerr)
 		return
 	}
