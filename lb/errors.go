@@ -235,12 +235,11 @@ func pdlbShortage(err error) bool {
 // classify maps a call error to the status, reason and message the client
 // sees. role and addr name the backend.
 func classify(err error, role, addr string) (int, reason, string) {
+	var cut *cutError
 	switch {
 	case errors.Is(err, errKeyRefused):
 		return fasthttp.StatusBadGateway, reasonBackendFailed, role + " backend " + addr + " " + err.Error()
-	case isCut(err):
-		var cut *cutError
-		errors.As(err, &cut)
+	case errors.As(err, &cut):
 		return fasthttp.StatusServiceUnavailable, cut.reason, cut.msg
 	case errors.Is(err, errMarkedDown):
 		return fasthttp.StatusServiceUnavailable, reasonNoBackend, role + " backend " + addr + " " + err.Error()
